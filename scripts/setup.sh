@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One-time set-up of a fresh Debian (bookworm) machine, as root: the system packages xroce
+# builds and tests with. Safe to re-run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [ "$(id -u)" != 0 ]; then
+  echo "setup.sh: run as root (it installs Debian packages)" >&2
+  exit 1
+fi
+PKGS="clang llvm libelf-dev zlib1g-dev pkg-config make m4 iproute2 tcpdump python3"
+missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+if [ -n "$missing" ]; then
+  echo "setup.sh: installing $missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+command -v cargo >/dev/null || { echo "setup.sh: cargo not found; install Rust with rustup" >&2; exit 1; }
+echo "setup.sh: system packages ready"

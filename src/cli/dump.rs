@@ -1,0 +1,7 @@
+//! (being written)
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("not implemented yet")
+}

@@ -1,0 +1,17 @@
+//! xroce: a pure-Rust userspace RoCEv2 provider over AF_XDP.
+//!
+//! Layers, bottom up (see `docs/architecture.md`):
+//! - [`wire`]: zero-copy views and `Repr` structs for every RoCEv2 header, ICRC, whole frames.
+//! - [`engine`]: the sans-IO RC/UD transport (requester, responder, completer); time is an argument.
+//! - [`sim`]: a deterministic simulated network that drives engines on a virtual clock.
+//! - [`driver`]: moving frames: AF_XDP, kernel UDP socket, in-memory. All `unsafe` lives here.
+//! - [`verbs`]: the libibverbs-like public API with a progress thread per device.
+//! - [`tools`]: out-of-band exchanges of ibv_rc_pingpong and perftest, and the tool logic.
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+pub mod driver;
+pub mod engine;
+pub mod sim;
+pub mod tools;
+pub mod verbs;
+pub mod wire;
