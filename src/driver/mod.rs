@@ -1,1 +1,297 @@
-//! (being written)
+//! Drivers: how whole Ethernet frames get from the engine to a wire and back.
+//!
+//! Every driver implements the one small [`Driver`] trait. The engine above it only ever sees
+//! complete Ethernet frames (`Ethernet | IP | UDP 4791 | BTH | ... | ICRC`), whatever the
+//! driver does underneath:
+//!
+//! | driver | mode | what it does | ICRC of received frames |
+//! |---|---|---|---|
+//! | `xdp::XdpDriver` | `xdp-copy`, `xdp-zerocopy` | an XDP program steers UDP 4791 to an AF_XDP socket; frames are sent raw | verifiable |
+//! | `udp::UdpDriver` | `udp` | a kernel UDP socket on port 4791; frames are rewritten to what the kernel emits | not verifiable (the socket hides the IP header) |
+//! | [`loopback::LoopbackDriver`] | `loopback` | two in-process ends joined by a socket pair, for tests | verifiable |
+//!
+//! The AF_XDP and UDP drivers are being written (see issue 4).
+//!
+//! All `unsafe` code of the crate lives under this module; each block says why it is sound.
+//!
+//! # Calling order
+//! A progress loop typically does: `send` each frame the engine produced, `flush` once,
+//! `recv` a batch, and when there is nothing to do, `poll(2)` on [`Driver::wait_fd`] (with a
+//! timeout = the engine's next timer) before going round again.
+
+pub mod iface;
+pub mod loopback;
+
+use std::fmt;
+use std::os::fd::RawFd;
+
+/// A source and sink of whole Ethernet frames.
+///
+/// Implementations never block: `send` queues, `flush` kicks the kernel, `recv` returns what
+/// is there now. Malformed or foreign frames are dropped and counted by the driver, never
+/// handed to the engine half-parsed.
+pub trait Driver: Send {
+    /// Queue one complete Ethernet frame (without FCS) for transmission.
+    ///
+    /// Returns [`DriverError::TxBusy`] when no transmit slot is free even after reclaiming
+    /// completed ones: call [`Driver::flush`] and retry later (back-pressure, not a failure).
+    fn send(&mut self, frame: &[u8]) -> Result<(), DriverError>;
+
+    /// Push queued frames to the wire (AF_XDP: kick the kernel when it asked for a wakeup).
+    fn flush(&mut self) -> Result<(), DriverError>;
+
+    /// Deliver up to `max` received frames to `on_frame`, oldest first; returns how many.
+    ///
+    /// The slice passed to `on_frame` is only valid during the call (it may point into
+    /// driver-owned memory that is recycled right after).
+    fn recv(
+        &mut self,
+        max: usize,
+        on_frame: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> Result<usize, DriverError>;
+
+    /// A file descriptor that becomes readable when frames may be waiting (for poll/epoll).
+    /// `None` means the driver must be polled (busy-poll).
+    fn wait_fd(&self) -> Option<RawFd>;
+
+    /// What this driver is attached to and how.
+    fn info(&self) -> DriverInfo;
+
+    /// The XDP program's counters, for drivers that have one.
+    fn xdp_stats(&self) -> Option<XdpStats> {
+        None
+    }
+}
+
+impl<D: Driver + ?Sized> Driver for Box<D> {
+    fn send(&mut self, frame: &[u8]) -> Result<(), DriverError> {
+        (**self).send(frame)
+    }
+    fn flush(&mut self) -> Result<(), DriverError> {
+        (**self).flush()
+    }
+    fn recv(
+        &mut self,
+        max: usize,
+        on_frame: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> Result<usize, DriverError> {
+        (**self).recv(max, on_frame)
+    }
+    fn wait_fd(&self) -> Option<RawFd> {
+        (**self).wait_fd()
+    }
+    fn info(&self) -> DriverInfo {
+        (**self).info()
+    }
+    fn xdp_stats(&self) -> Option<XdpStats> {
+        (**self).xdp_stats()
+    }
+}
+
+/// What the driver knows about one received frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxMeta {
+    /// The frame carries the IP header that was really on the wire, so its ICRC can be
+    /// checked. `false` for the UDP driver, which synthesizes the Ethernet/IP/UDP headers.
+    pub icrc_verifiable: bool,
+}
+
+/// How a driver moves frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DriverMode {
+    /// AF_XDP socket in copy mode (the kernel copies frames into the UMEM).
+    XdpCopy,
+    /// AF_XDP socket in zero-copy mode (the NIC DMAs straight into the UMEM).
+    XdpZeroCopy,
+    /// A kernel UDP socket on port 4791.
+    Udp,
+    /// The in-memory simulator.
+    Mem,
+    /// An in-process loopback pair (tests).
+    Loopback,
+}
+
+impl DriverMode {
+    /// The short name shown by `xroce devinfo` ("xdp-copy", "xdp-zerocopy", "udp", ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverMode::XdpCopy => "xdp-copy",
+            DriverMode::XdpZeroCopy => "xdp-zerocopy",
+            DriverMode::Udp => "udp",
+            DriverMode::Mem => "mem",
+            DriverMode::Loopback => "loopback",
+        }
+    }
+}
+
+impl fmt::Display for DriverMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where and how a driver is attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverInfo {
+    /// Interface name (or a descriptive name for drivers without one).
+    pub name: String,
+    /// How frames are moved.
+    pub mode: DriverMode,
+    /// Kernel interface index (0 when there is no interface).
+    pub ifindex: u32,
+    /// The interface's MAC address: the source MAC of frames this endpoint sends.
+    pub mac: [u8; 6],
+    /// The link MTU (IP packet size) in bytes.
+    pub mtu: u32,
+    /// Largest Ethernet frame (headers included, no FCS) that `send` accepts and `recv`
+    /// can deliver.
+    pub max_frame: usize,
+    /// Whether received frames carry the real wire IP header, so their ICRC can be checked.
+    pub icrc_verifiable: bool,
+    /// How the XDP program is attached ("native", "generic"), for XDP drivers.
+    pub xdp_attach: Option<&'static str>,
+    /// Anything a user should know about this driver (shown by `xroce devinfo`).
+    pub note: Option<String>,
+}
+
+/// Counters of the XDP program, summed over all CPUs, plus the AF_XDP socket's own drops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct XdpStats {
+    /// Frames the XDP program looked at.
+    pub seen: u64,
+    /// UDP 4791 frames redirected to the AF_XDP socket.
+    pub redirected: u64,
+    /// Frames passed on to the kernel stack (not RoCE).
+    pub passed: u64,
+    /// Frames with a truncated or inconsistent header (passed to the kernel, which drops them).
+    pub malformed: u64,
+    /// UDP 4791 frames that arrived on a receive queue with no AF_XDP socket bound.
+    pub no_socket: u64,
+    /// Frames the kernel dropped for the socket (e.g. larger than a UMEM chunk).
+    pub sock_rx_dropped: u64,
+    /// Frames lost because the socket's RX ring was full.
+    pub sock_rx_ring_full: u64,
+    /// Times the fill ring was empty when a frame arrived.
+    pub sock_fill_ring_empty: u64,
+    /// Invalid TX descriptors the kernel rejected.
+    pub sock_tx_invalid: u64,
+}
+
+/// Why a driver could not be opened or could not move a frame.
+///
+/// Each message names the cause and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The process lacks the privileges the operation needs.
+    #[error(
+        "{what}: permission denied; AF_XDP and XDP need CAP_NET_ADMIN, CAP_BPF and \
+         CAP_NET_RAW (run as root, or use the UDP driver: --driver udp)"
+    )]
+    NotPermitted {
+        /// What was being done.
+        what: String,
+    },
+    /// No interface of that name exists (in this network namespace).
+    #[error("interface {ifname:?} does not exist in this network namespace (check `ip link`)")]
+    InterfaceMissing {
+        /// The interface name asked for.
+        ifname: String,
+    },
+    /// The interface exists but is administratively down.
+    #[error("interface {ifname:?} is down; bring it up with `ip link set dev {ifname} up`")]
+    InterfaceDown {
+        /// The interface name.
+        ifname: String,
+    },
+    /// Another XDP program is already attached; xroce will not replace it.
+    #[error(
+        "another XDP program (id {prog_id}) is attached to {ifname:?}; xroce will not replace \
+         it. Detach it (`ip link set dev {ifname} xdp off`, or stop the program that owns its \
+         link) or use the UDP driver"
+    )]
+    XdpProgramAttached {
+        /// The interface name.
+        ifname: String,
+        /// The kernel's id of the program already attached (0 if unknown).
+        prog_id: u32,
+    },
+    /// Binding the AF_XDP socket kept failing with EBUSY.
+    #[error(
+        "AF_XDP bind on {ifname:?} queue {queue} still busy after {attempts} attempts; another \
+         AF_XDP socket is bound to that queue (or one was closed a moment ago): stop it and retry"
+    )]
+    BindBusy {
+        /// The interface name.
+        ifname: String,
+        /// The receive queue.
+        queue: u32,
+        /// How many binds were tried.
+        attempts: u32,
+    },
+    /// The NIC driver cannot do zero-copy AF_XDP.
+    #[error(
+        "zero-copy AF_XDP is not supported on {ifname:?} (veth and most virtual NICs only do \
+         copy mode); use copy mode"
+    )]
+    ZeroCopyUnsupported {
+        /// The interface name.
+        ifname: String,
+    },
+    /// A frame is larger than the driver can carry.
+    #[error("frame of {len} bytes exceeds this driver's maximum of {max} bytes (lower the path MTU, or use larger UMEM chunks)")]
+    FrameTooLarge {
+        /// The frame's length.
+        len: usize,
+        /// The largest frame accepted.
+        max: usize,
+    },
+    /// A frame handed to `send` is not something this driver can transmit.
+    #[error("cannot send this frame: {reason}")]
+    InvalidFrame {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No transmit slot is free right now (back-pressure).
+    #[error("transmit ring full; call flush() and retry")]
+    TxBusy,
+    /// The other end of an in-process loopback pair is gone.
+    #[error("the peer of this loopback driver was dropped")]
+    PeerGone,
+    /// Loading or attaching the XDP program failed for another reason.
+    #[error("XDP program: {reason}")]
+    Bpf {
+        /// libbpf's or the kernel's explanation.
+        reason: String,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid driver configuration: {reason}")]
+    Config {
+        /// Which value and why.
+        reason: String,
+    },
+    /// Any other system call failure.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl DriverError {
+    /// Wrap an I/O error, turning EPERM/EACCES into [`DriverError::NotPermitted`].
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        let context = context.into();
+        match source.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => DriverError::NotPermitted { what: context },
+            _ => DriverError::Io { context, source },
+        }
+    }
+
+    /// Whether this error means "not privileged enough".
+    pub fn is_not_permitted(&self) -> bool {
+        matches!(self, DriverError::NotPermitted { .. })
+    }
+}
