@@ -11,6 +11,7 @@
 
 pub mod driver;
 pub mod engine;
+pub mod netdev;
 pub mod sim;
 pub mod tools;
 pub mod verbs;

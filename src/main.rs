@@ -17,6 +17,8 @@ enum Command {
     Dump(cli::dump::Args),
     /// Run a workload between two engines on a simulated lossy network.
     Sim(cli::sim::Args),
+    /// Show the RDMA device on a network interface, like `ibv_devinfo -v`.
+    Devinfo(cli::devinfo::Args),
 }
 
 fn main() {
@@ -24,6 +26,7 @@ fn main() {
     let result = match cli.command {
         Command::Dump(args) => cli::dump::run(args),
         Command::Sim(args) => cli::sim::run(args),
+        Command::Devinfo(args) => cli::devinfo::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

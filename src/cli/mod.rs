@@ -1,4 +1,5 @@
 //! One module per subcommand. Each has `Args` (clap) and `run(Args) -> anyhow::Result<i32>`
 //! returning the process exit status.
+pub mod devinfo;
 pub mod dump;
 pub mod sim;
