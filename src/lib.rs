@@ -6,12 +6,14 @@
 //! - [`sim`]: a deterministic simulated network that drives engines on a virtual clock.
 //! - [`driver`]: moving frames: AF_XDP, kernel UDP socket, in-memory. All `unsafe` lives here.
 //! - [`verbs`]: the libibverbs-like public API with a progress thread per device.
+//! - [`netns`]: network namespaces and veth pairs (with Drop guards) for tests and the demo.
 //! - [`tools`]: out-of-band exchanges of ibv_rc_pingpong and perftest, and the tool logic.
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod driver;
 pub mod engine;
 pub mod netdev;
+pub mod netns;
 pub mod sim;
 pub mod tools;
 pub mod verbs;
