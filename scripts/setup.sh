@@ -16,3 +16,6 @@ if [ -n "$missing" ]; then
 fi
 command -v cargo >/dev/null || { echo "setup.sh: cargo not found; install Rust with rustup" >&2; exit 1; }
 echo "setup.sh: system packages ready"
+# The rxe lab's guest image (tests/interop_rxe.rs boots it). A no-op when the image in
+# ${XROCE_LAB_DIR:-/var/tmp/xroce-lab}/image is up to date; about 2 minutes from scratch.
+lab/build-image.sh

@@ -19,6 +19,8 @@ enum Command {
     Sim(cli::sim::Args),
     /// Show the RDMA device on a network interface, like `ibv_devinfo -v`.
     Devinfo(cli::devinfo::Args),
+    /// The rxe lab: QEMU guests running Linux soft-RoCE, endpoints attached to their bridge.
+    Lab(cli::lab::Args),
 }
 
 fn main() {
@@ -27,6 +29,7 @@ fn main() {
         Command::Dump(args) => cli::dump::run(args),
         Command::Sim(args) => cli::sim::run(args),
         Command::Devinfo(args) => cli::devinfo::run(args),
+        Command::Lab(args) => cli::lab::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -2,4 +2,5 @@
 //! returning the process exit status.
 pub mod devinfo;
 pub mod dump;
+pub mod lab;
 pub mod sim;

@@ -1,0 +1,43 @@
+# Shared settings for the xroce rxe lab scripts (sourced, never run).
+# Every path the lab writes is under $XROCE_LAB_DIR; the scripts themselves may be read-only
+# (the `xroce` binary extracts its embedded copy of them to $XROCE_LAB_DIR/scripts).
+
+# Work directory: guest image, per-lab state, per-run captures and logs.
+LAB_DIR=${XROCE_LAB_DIR:-/var/tmp/xroce-lab}
+# Name of the lab's network namespace; several labs can run at once under different names.
+LAB_NS=${XROCE_LAB_NS:-xroce-lab}
+# State of the running lab named $LAB_NS: pidfiles, control sockets, settings.
+LAB_STATE=$LAB_DIR/state/$LAB_NS
+# The guest image (kernel + initramfs), built by build-image.sh.
+LAB_IMAGE=$LAB_DIR/image
+
+# Addresses: everything lives in 198.18.0.0/24 inside the lab's own namespaces.
+LAB_NET=198.18.0
+LAB_BRIDGE_IP=$LAB_NET.1
+guest_ip() { echo "$LAB_NET.$((10 + $1))"; }
+
+lab_log() { echo "lab: $*" >&2; }
+lab_die() { echo "lab: error: $*" >&2; exit 1; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || lab_die "needs root (network namespaces, tap devices, QEMU on a bridge); rerun with sudo"
+}
+
+ns_exists() { [ -e "/run/netns/$1" ]; }
+
+# True if PID is alive and its command line mentions MARK (guards against a reused PID:
+# the lab only ever signals processes it started itself).
+pid_is_ours() {
+  local pid=$1 mark=$2
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  tr "\\0" " " 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$mark"
+}
+
+# Stop PID (if it is ours): TERM, wait up to 3 s, then KILL.
+stop_pid() {
+  local pid=$1 mark=$2 i
+  pid_is_ours "$pid" "$mark" || return 0
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+}

@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# The xroce rxe lab: QEMU guests running Linux soft-RoCE (rdma_rxe) on a bridge inside a
+# network namespace, plus host-side endpoint namespaces attached to that bridge by veth pairs.
+#
+#   lab.sh up [N]                boot N guests (default 2): g1 = 198.18.0.11, g2 = .12, ...
+#   lab.sh down                  stop everything this lab started; keeps the run's captures
+#   lab.sh status                what is really running (exit 0 healthy, 1 down, 2 degraded)
+#   lab.sh exec G SCRIPT         run a bash script in guest G; exit status is the script's
+#   lab.sh netem G ARGS|off      tc netem on both directions of guest G's link
+#   lab.sh mtu M                 change the link MTU of the bridge, guests and endpoints
+#   lab.sh attach NAME [IP]      endpoint namespace <lab>-NAME, interface eth0 (198.18.0.2, .3...)
+#   lab.sh detach NAME
+#   lab.sh capture start|stop NAME   tcpdump on the bridge into <run>/pcaps/NAME.pcap
+#   lab.sh run-dir               print this lab's run directory (captures, logs)
+#
+# Env: XROCE_LAB_DIR (/var/tmp/xroce-lab), XROCE_LAB_NS (xroce-lab), XROCE_LAB_MTU (1500),
+#      XROCE_LAB_MEM (MiB per guest, 512), XROCE_LAB_ACCEL (tcg), XROCE_LAB_BOOT_TIMEOUT (300),
+#      XROCE_LAB_EXEC_TIMEOUT (120), XROCE_LAB_OWNER (a PID: when it is gone, the next `up`
+#      of any lab tears this one down).
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$HERE/common.sh"
+
+NSX() { ip netns exec "$LAB_NS" "$@"; }
+guestctl() { python3 "$HERE/guestctl.py" "$@"; }
+guests() { cat "$LAB_STATE/guests" 2>/dev/null || echo 0; }
+run_dir() { cat "$LAB_STATE/run-dir" 2>/dev/null || true; }
+
+# --- teardown -------------------------------------------------------------------------------
+# Tears down the lab whose state is in $1 and whose namespace is $2. Safe on partial state
+# (a failed `up`, a killed run): each step checks what exists.
+teardown() {
+  local state=$1 ns=$2 p pid name
+  shopt -s nullglob
+  for p in "$state"/capture-*.pid; do
+    pid=$(cat "$p"); stop_pid "$pid" "tcpdump"; rm -f "$p"
+  done
+  for p in "$state"/g*.pid; do
+    pid=$(cat "$p"); stop_pid "$pid" "-pidfile $p"; rm -f "$p"
+  done
+  # A QEMU whose pidfile was lost (killed mid-`up`): find it by the state path in its command line.
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    case $(tr "\\0" " " 2>/dev/null <"$p/cmdline") in
+      qemu-system*"$state/g"*) stop_pid "$pid" "$state/g" ;;
+    esac
+  done
+  for p in "$state"/attached/*; do
+    name=$(basename "$p")
+    ip netns del "$ns-$name" 2>/dev/null || true
+    rm -f "$p"
+  done
+  ip netns del "$ns" 2>/dev/null || true
+  rm -rf "$state"
+}
+
+# Labs left behind by a killed owner process (see XROCE_LAB_OWNER).
+sweep_orphans() {
+  local s owner ns
+  shopt -s nullglob
+  for s in "$LAB_DIR"/state/*/; do
+    s=${s%/}
+    owner=$(cat "$s/owner" 2>/dev/null || true)
+    [ -n "$owner" ] || continue
+    kill -0 "$owner" 2>/dev/null && continue
+    ns=$(basename "$s")
+    lab_log "removing lab '$ns' left behind by process $owner"
+    teardown "$s" "$ns"
+  done
+}
+
+down() {
+  local rd; rd=$(run_dir)
+  if [ ! -d "$LAB_STATE" ] && ! ns_exists "$LAB_NS"; then
+    lab_log "lab '$LAB_NS' is not up"
+    return 0
+  fi
+  teardown "$LAB_STATE" "$LAB_NS"
+  lab_log "lab '$LAB_NS' is down${rd:+; captures and logs kept in $rd}"
+}
+
+# --- up -------------------------------------------------------------------------------------
+up() {
+  local n=${1:-2} mtu=${XROCE_LAB_MTU:-1500} mem=${XROCE_LAB_MEM:-512} accel=${XROCE_LAB_ACCEL:-tcg}
+  [[ $n =~ ^[1-9]$ ]] || lab_die "guest count must be 1..9, got '$n'"
+  [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 1280 ] && [ "$mtu" -le 9000 ] || lab_die "MTU must be 1280..9000, got '$mtu'"
+  [ -s "$LAB_IMAGE/rootfs.cpio" ] || lab_die "no guest image in $LAB_IMAGE: run 'xroce lab build' (or lab/build-image.sh) first"
+  command -v qemu-system-x86_64 >/dev/null || lab_die "qemu-system-x86_64 not found: run 'xroce lab build' (installs it)"
+  [ -c /dev/net/tun ] || lab_die "/dev/net/tun is missing (needed for the guests' tap devices)"
+  sweep_orphans
+  if [ -d "$LAB_STATE" ] || ns_exists "$LAB_NS"; then
+    lab_log "removing stale lab '$LAB_NS' (a previous run did not finish)"
+    teardown "$LAB_STATE" "$LAB_NS"
+  fi
+  local rd; rd=$LAB_DIR/runs/$(date -u +%Y%m%d-%H%M%S)-$LAB_NS
+  mkdir -p "$LAB_STATE/attached" "$rd/pcaps" "$rd/logs"
+  echo "$rd" >"$LAB_STATE/run-dir"
+  echo "$n" >"$LAB_STATE/guests"
+  echo "$mtu" >"$LAB_STATE/mtu"
+  [ -z "${XROCE_LAB_OWNER:-}" ] || echo "$XROCE_LAB_OWNER" >"$LAB_STATE/owner"
+  # From here on, a failure (or Ctrl-C) tears down whatever was created.
+  UP_DONE=0
+  trap '[ "$UP_DONE" = 1 ] || { lab_log "up failed; tearing down"; teardown "$LAB_STATE" "$LAB_NS"; }' EXIT
+
+  ip netns add "$LAB_NS"
+  NSX ip link set lo up
+  NSX ip link add br0 type bridge
+  NSX ip link set br0 mtu "$mtu" up
+  NSX ip addr add "$LAB_BRIDGE_IP/24" dev br0
+  # No forwarding and no default route: lab traffic never leaves the namespace.
+  NSX sysctl -qw net.ipv4.ip_forward=0
+  local g
+  for g in $(seq 1 "$n"); do
+    NSX ip tuntap add "tap$g" mode tap
+    NSX ip link set "tap$g" mtu "$mtu" master br0 up
+  done
+  local kernel=$LAB_IMAGE/vmlinux; [ -s "$kernel" ] || kernel=$LAB_IMAGE/vmlinuz
+  local t0; t0=$(date +%s.%N)
+  for g in $(seq 1 "$n"); do
+    NSX qemu-system-x86_64 -accel "$accel" -m "$mem" -smp 1 \
+      -nodefaults -no-user-config -display none -no-reboot \
+      -kernel "$kernel" -initrd "$LAB_IMAGE/rootfs.cpio" \
+      -append "console=ttyS0 rdinit=/init quiet panic=-1 lab.name=g$g lab.ip=$(guest_ip "$g")/24 lab.mtu=$mtu" \
+      -chardev "file,id=con,path=$rd/logs/g$g.console" -serial chardev:con \
+      -chardev "socket,id=ctl,path=$LAB_STATE/g$g.ctl,server=on,wait=off" -serial chardev:ctl \
+      -netdev "tap,id=n0,ifname=tap$g,script=no,downscript=no" \
+      -device "virtio-net-pci,netdev=n0,mac=52:54:00:18:00:$(printf %02x $((10 + g)))" \
+      -daemonize -pidfile "$LAB_STATE/g$g.pid"
+  done
+  for g in $(seq 1 "$n"); do
+    if ! guestctl -t "${XROCE_LAB_BOOT_TIMEOUT:-300}" --wait "$LAB_STATE/g$g.ctl" true; then
+      lab_log "guest g$g did not answer; last console lines ($rd/logs/g$g.console):"
+      tail -n 15 "$rd/logs/g$g.console" >&2 || true
+      false
+    fi
+    local ready; ready=$(grep -a -m1 'lab-guest:' "$rd/logs/g$g.console" || true)
+    echo "g$g $(guest_ip "$g") up after $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")s: ${ready#lab-guest: }"
+  done
+  UP_DONE=1
+  echo "lab '$LAB_NS' up: $n guest(s), bridge br0 $LAB_BRIDGE_IP/24, MTU $mtu; run directory $rd"
+}
+
+# --- exec, netem, mtu -----------------------------------------------------------------------
+check_guest() {
+  local g=$1
+  [[ $g =~ ^[1-9]$ ]] || lab_die "guest must be a number 1..$(guests), got '$g'"
+  [ -S "$LAB_STATE/g$g.ctl" ] || lab_die "guest g$g of lab '$LAB_NS' is not running (lab.sh status)"
+}
+
+guest_exec() {
+  local g=$1; shift
+  check_guest "$g"
+  guestctl -t "${XROCE_LAB_EXEC_TIMEOUT:-120}" "$LAB_STATE/g$g.ctl" "$*"
+}
+
+netem() {
+  local g=$1; shift
+  local args="$*" script
+  [ -n "$args" ] || lab_die "netem needs netem arguments (e.g. 'loss 1% delay 1ms reorder 5%') or 'off'"
+  if [ "$args" = off ]; then
+    script='tc qdisc del dev eth0 root 2>/dev/null; tc qdisc del dev eth0 ingress 2>/dev/null
+      tc qdisc del dev ifb0 root 2>/dev/null; echo "netem off on $(hostname)"; true'
+  else
+    # Egress: netem as eth0's root qdisc. Ingress: redirect everything eth0 receives to ifb0
+    # and impair ifb0's egress. (The host kernel here has no netem; the guests' kernel has.)
+    script="set -e
+      modprobe sch_netem; modprobe ifb; modprobe act_mirred; modprobe cls_matchall; modprobe sch_ingress
+      ip link show ifb0 >/dev/null 2>&1 || ip link add ifb0 type ifb
+      ip link set ifb0 up
+      tc qdisc replace dev eth0 root netem $args
+      tc qdisc del dev eth0 ingress 2>/dev/null || true
+      tc qdisc add dev eth0 handle ffff: ingress
+      tc filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0
+      tc qdisc replace dev ifb0 root netem $args
+      echo \"netem on \$(hostname) eth0 (egress) and ifb0 (ingress): $args\""
+  fi
+  guest_exec "$g" "$script"
+}
+
+set_mtu() {
+  local mtu=$1 g p name
+  [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 1280 ] && [ "$mtu" -le 9000 ] || lab_die "MTU must be 1280..9000, got '$mtu'"
+  ns_exists "$LAB_NS" || lab_die "lab '$LAB_NS' is not up"
+  # Raise: ports before the bridge... a bridge takes the smallest port MTU, so set all.
+  for g in $(seq 1 "$(guests)"); do guest_exec "$g" "ip link set eth0 mtu $mtu" >/dev/null; done
+  for p in $(NSX ls /sys/class/net); do
+    case $p in lo) ;; *) NSX ip link set "$p" mtu "$mtu" ;; esac
+  done
+  shopt -s nullglob
+  for p in "$LAB_STATE"/attached/*; do
+    name=$(basename "$p"); ip -n "$LAB_NS-$name" link set eth0 mtu "$mtu"
+  done
+  echo "$mtu" >"$LAB_STATE/mtu"
+  # rxe follows its netdev's MTU (path MTU = largest IB MTU <= MTU - 80).
+  for g in $(seq 1 "$(guests)"); do
+    echo "g$g: $(guest_exec "$g" "ibv_devinfo -d rxe0 | grep -o 'active_mtu:.*'")"
+  done
+}
+
+# --- endpoints --------------------------------------------------------------------------------
+attach() {
+  local name=${1:-} ip=${2:-}
+  [[ $name =~ ^[a-z0-9]{1,8}$ ]] || lab_die "endpoint name must be 1-8 of [a-z0-9], got '$name'"
+  ns_exists "$LAB_NS" || lab_die "lab '$LAB_NS' is not up"
+  [ ! -e "$LAB_STATE/attached/$name" ] || lab_die "endpoint '$name' is already attached (detach it first)"
+  if [ -z "$ip" ]; then
+    local i f used=""
+    for f in "$LAB_STATE"/attached/*; do [ -e "$f" ] && used="$used $(awk '{print $1}' "$f")"; done
+    for i in 2 3 4 5 6 7 8 9; do
+      case " $used " in *" $LAB_NET.$i "*) ;; *) ip=$LAB_NET.$i; break ;; esac
+    done
+    [ -n "$ip" ] || lab_die "no free endpoint address in $LAB_NET.2-9"
+  fi
+  [[ $ip =~ ^198\.18\.0\.([2-9]|[1-9][0-9]|1[0-9][0-9]|2[0-4][0-9]|25[0-4])$ ]] || lab_die "endpoint address must be in $LAB_NET.0/24, got '$ip'"
+  local ens=$LAB_NS-$name port=ep-$name mtu; mtu=$(cat "$LAB_STATE/mtu")
+  ip netns add "$ens"
+  echo "$ip $ens $port" >"$LAB_STATE/attached/$name"
+  # Create the pair inside the lab namespace and move one end: no name ever lives in the
+  # host's own namespace, so parallel labs cannot collide.
+  NSX ip link add "$port" mtu "$mtu" type veth peer name eth0 netns "$ens"
+  NSX ip link set "$port" master br0 up
+  ip -n "$ens" link set lo up
+  ip -n "$ens" link set eth0 mtu "$mtu" up
+  ip -n "$ens" addr add "$ip/24" dev eth0
+  echo "attached '$name': namespace $ens, interface eth0, $ip/24, MTU $mtu (run: ip netns exec $ens COMMAND)"
+}
+
+detach() {
+  local name=${1:-}
+  [ -e "$LAB_STATE/attached/$name" ] || lab_die "no endpoint '$name' attached to lab '$LAB_NS'"
+  ip netns del "$LAB_NS-$name" 2>/dev/null || true
+  rm -f "$LAB_STATE/attached/$name"
+  echo "detached '$name'"
+}
+
+# --- capture ----------------------------------------------------------------------------------
+capture() {
+  local action=${1:-} name=${2:-}
+  [[ $name =~ ^[A-Za-z0-9_.-]{1,64}$ ]] || lab_die "capture name must be 1-64 of [A-Za-z0-9_.-], got '$name'"
+  local rd; rd=$(run_dir); [ -n "$rd" ] || lab_die "lab '$LAB_NS' is not up"
+  local pidf=$LAB_STATE/capture-$name.pid pcap=$rd/pcaps/$name.pcap
+  case $action in
+    start)
+      [ ! -e "$pidf" ] || lab_die "capture '$name' is already running"
+      # -U: write each packet as it arrives, so a killed run still leaves a readable file.
+      # `ip netns exec` execs tcpdump, so $! is tcpdump's own PID.
+      ip netns exec "$LAB_NS" tcpdump -i br0 -U -s 0 -w "$pcap" 'udp port 4791 or tcp' \
+        >"$rd/logs/tcpdump-$name.log" 2>&1 </dev/null &
+      echo $! >"$pidf"
+      # tcpdump prints "listening on" once the capture is really running.
+      local i
+      for i in $(seq 1 50); do grep -q 'listening on' "$rd/logs/tcpdump-$name.log" && break; sleep 0.1; done
+      grep -q 'listening on' "$rd/logs/tcpdump-$name.log" || { cat "$rd/logs/tcpdump-$name.log" >&2; lab_die "tcpdump did not start"; }
+      echo "$pcap" ;;
+    stop)
+      [ -e "$pidf" ] || lab_die "no capture '$name' running"
+      local pid; pid=$(cat "$pidf")
+      # tcpdump flushes and closes the file on SIGTERM... give in-flight frames a moment.
+      sleep 0.3
+      stop_pid "$pid" tcpdump
+      rm -f "$pidf"
+      echo "$pcap" ;;
+    *) lab_die "capture start|stop NAME" ;;
+  esac
+}
+
+# --- status -------------------------------------------------------------------------------------
+status() {
+  if ! ns_exists "$LAB_NS" && [ ! -d "$LAB_STATE" ]; then
+    echo "lab '$LAB_NS': down"
+    return 1
+  fi
+  local bad=0 g pid p
+  if ns_exists "$LAB_NS"; then
+    echo "lab '$LAB_NS': namespace present, bridge: $(NSX ip -br addr show br0 2>/dev/null | awk '{print $2, $3}') MTU $(cat "$LAB_STATE/mtu" 2>/dev/null || echo ?)"
+  else
+    echo "lab '$LAB_NS': namespace MISSING (stale state; run down or up)"; bad=1
+  fi
+  echo "run directory: $(run_dir)"
+  for g in $(seq 1 "$(guests)"); do
+    pid=$(cat "$LAB_STATE/g$g.pid" 2>/dev/null || true)
+    if ! pid_is_ours "$pid" "-pidfile $LAB_STATE/g$g.pid"; then
+      echo "g$g $(guest_ip "$g"): QEMU NOT RUNNING"; bad=1; continue
+    fi
+    local info
+    if info=$(guestctl -t 5 "$LAB_STATE/g$g.ctl" \
+        "echo \$(rdma link show rxe0/1 | awk '{print \$4}') \$(ibv_devinfo -d rxe0 | awk '/active_mtu/{print \$2}') \$(tc qdisc show dev eth0 | grep -o 'netem.*' || echo no-netem)" 2>/dev/null); then
+      echo "g$g $(guest_ip "$g"): QEMU pid $pid, rxe0 port $info"
+    else
+      echo "g$g $(guest_ip "$g"): QEMU pid $pid, shell NOT ANSWERING"; bad=1
+    fi
+  done
+  shopt -s nullglob
+  for p in "$LAB_STATE"/attached/*; do
+    local name ip ens; name=$(basename "$p"); read -r ip ens _ <"$p"
+    if ns_exists "$ens"; then echo "endpoint $name: $ip in namespace $ens"; else echo "endpoint $name: namespace $ens MISSING"; bad=1; fi
+  done
+  for p in "$LAB_STATE"/capture-*.pid; do
+    local c=${p##*/capture-}; c=${c%.pid}
+    if pid_is_ours "$(cat "$p")" tcpdump; then echo "capture $c: running"; else echo "capture $c: tcpdump DEAD"; bad=1; fi
+  done
+  [ "$bad" = 0 ] || return 2
+}
+
+need_root
+cmd=${1:-}; shift || true
+case $cmd in
+  up) up "${1:-2}" ;;
+  down) down ;;
+  status) status ;;
+  exec) [ $# -ge 2 ] || lab_die "exec G SCRIPT"; guest_exec "$@" ;;
+  netem) [ $# -ge 2 ] || lab_die "netem G ARGS|off"; netem "$@" ;;
+  mtu) [ $# -eq 1 ] || lab_die "mtu M"; set_mtu "$1" ;;
+  attach) attach "$@" ;;
+  detach) detach "$@" ;;
+  capture) capture "$@" ;;
+  run-dir) d=$(run_dir); [ -n "$d" ] || lab_die "lab '$LAB_NS' is not up"; echo "$d" ;;
+  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+esac
