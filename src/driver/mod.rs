@@ -6,7 +6,7 @@
 //!
 //! | driver | mode | what it does | ICRC of received frames |
 //! |---|---|---|---|
-//! | `xdp::XdpDriver` | `xdp-copy`, `xdp-zerocopy` | an XDP program steers UDP 4791 to an AF_XDP socket; frames are sent raw | verifiable |
+//! | [`xdp::XdpDriver`] | `xdp-copy`, `xdp-zerocopy` | an XDP program steers UDP 4791 to an AF_XDP socket; frames are sent raw | verifiable |
 //! | `udp::UdpDriver` | `udp` | a kernel UDP socket on port 4791; frames are rewritten to what the kernel emits | not verifiable (the socket hides the IP header) |
 //! | [`loopback::LoopbackDriver`] | `loopback` | two in-process ends joined by a socket pair, for tests | verifiable |
 //!
@@ -21,6 +21,8 @@
 
 pub mod iface;
 pub mod loopback;
+pub mod packet;
+pub mod xdp;
 
 use std::fmt;
 use std::os::fd::RawFd;
@@ -86,6 +88,31 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     fn xdp_stats(&self) -> Option<XdpStats> {
         (**self).xdp_stats()
     }
+}
+
+/// Wait until `fd` (a [`Driver::wait_fd`]) is readable or `timeout` passes (`None`: forever).
+/// Returns whether it became readable. EINTR counts as "not readable yet".
+pub fn poll_readable(fd: RawFd, timeout: Option<std::time::Duration>) -> std::io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = match timeout {
+        None => -1,
+        // Round up so a 0.5 ms deadline does not become a busy loop of 0 ms polls.
+        Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+    };
+    // Safety: `pfd` is one valid pollfd for the duration of the call.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        let err = std::io::Error::last_os_error();
+        if err.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(err);
+    }
+    Ok(rc > 0 && pfd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
 }
 
 /// What the driver knows about one received frame.
@@ -167,7 +194,8 @@ pub struct XdpStats {
     pub malformed: u64,
     /// UDP 4791 frames that arrived on a receive queue with no AF_XDP socket bound.
     pub no_socket: u64,
-    /// Frames the kernel dropped for the socket (e.g. larger than a UMEM chunk).
+    /// Frames dropped for the socket: by the kernel (e.g. larger than a UMEM chunk without
+    /// multi-buffer, or no fill buffer) or by the driver (multi-buffer frame too large).
     pub sock_rx_dropped: u64,
     /// Frames lost because the socket's RX ring was full.
     pub sock_rx_ring_full: u64,

@@ -1,0 +1,642 @@
+//! The AF_XDP driver: RoCEv2 frames go straight between the NIC and a UMEM that xroce owns.
+//!
+//! Opening an [`XdpDriver`]:
+//! 1. check the interface exists and is up, and that the process is privileged;
+//! 2. load `bpf/xroce_xdp.c` (embedded) with libbpf and attach it through a BPF link
+//!    (native mode, else generic), so it leaves the interface when the driver is dropped or
+//!    the process dies; an XDP program already there is reported, never replaced;
+//! 3. create a UMEM of 4096-byte chunks and bind an AF_XDP socket to one receive queue, telling libxdp not to load a program of its own
+//!    (`XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD`); a bind that fails with EBUSY (the queue is still
+//!    held by a socket closed a moment ago) is retried until [`XdpConfig::bind_timeout`];
+//! 4. put the socket into the program's XSKMAP at that queue's index.
+//!
+//! Half of the UMEM frames go to the fill ring (the kernel copies received frames into them),
+//! half form a free list for transmission; completed transmissions come back through the
+//! completion ring. See `docs/xdp.md` for the whole picture.
+//!
+//! # Frames larger than a chunk
+//! A chunk holds 4096 - 256 (kernel headroom) = 3840 bytes, but a path-MTU-4096 RoCE frame is
+//! about 4170 bytes, and the kernel accepts chunks larger than a page only for hugepage-backed
+//! UMEMs. When the link MTU allows frames over 3840 bytes the socket is bound with
+//! `XDP_USE_SG` (multi-buffer, Linux 6.6+): the kernel spreads a received frame over several
+//! chunks marked `XDP_PKT_CONTD`, which [`XdpDriver::recv`] joins; `send` splits the same way.
+
+pub mod bpf;
+
+use std::io::Write;
+use std::num::NonZeroU32;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use xsk_rs::config::{
+    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig,
+};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
+
+pub use bpf::{attached_prog_id, AttachMode, XdpProgram};
+
+use super::iface::{interface_info, InterfaceInfo};
+use super::{Driver, DriverError, DriverInfo, DriverMode, RxMeta, XdpStats};
+
+/// Bytes the kernel reserves in front of each received frame in a UMEM chunk.
+pub const XDP_PACKET_HEADROOM: usize = 256;
+
+/// Descriptor option: the frame continues in the next descriptor (multi-buffer).
+const XDP_PKT_CONTD: u32 = 1;
+
+/// Whether to ask for zero-copy AF_XDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZeroCopy {
+    /// Copy mode only (works everywhere, veth included).
+    #[default]
+    Never,
+    /// Try zero-copy, fall back to copy mode when the NIC driver cannot do it.
+    Try,
+    /// Zero-copy or fail with [`DriverError::ZeroCopyUnsupported`].
+    Require,
+}
+
+/// How to open an [`XdpDriver`].
+#[derive(Debug, Clone)]
+pub struct XdpConfig {
+    /// The interface to attach to.
+    pub ifname: String,
+    /// The receive queue to bind (RoCE arriving on other queues goes to the kernel and is
+    /// counted as `no_socket`).
+    pub queue: u32,
+    /// Zero-copy policy.
+    pub zero_copy: ZeroCopy,
+    /// XDP attach mode.
+    pub attach: AttachMode,
+    /// UMEM chunk size: 2048 or 4096 (the kernel caps chunks at a page without hugepages).
+    pub frame_size: u32,
+    /// Multi-buffer frames (`XDP_USE_SG`); `None`: on when the link MTU needs it.
+    pub multi_buffer: Option<bool>,
+    /// Number of UMEM chunks (a power of two >= 4); half receive, half transmit.
+    pub frame_count: u32,
+    /// How long to keep retrying a bind that fails with EBUSY.
+    pub bind_timeout: Duration,
+}
+
+impl XdpConfig {
+    /// Defaults for `ifname`: queue 0, copy mode, auto attach, 4096 chunks of auto size.
+    pub fn new(ifname: impl Into<String>) -> Self {
+        XdpConfig {
+            ifname: ifname.into(),
+            queue: 0,
+            zero_copy: ZeroCopy::Never,
+            attach: AttachMode::Auto,
+            frame_size: 4096,
+            multi_buffer: None,
+            frame_count: 4096,
+            bind_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Largest RoCEv2 frame: path MTU 4096 payload + Ethernet, two VLAN tags, IPv6, UDP, BTH,
+/// the largest extension headers (AtomicETH, 28 B), pad and ICRC; rounded up.
+pub const MAX_ROCE_FRAME: usize = 4096 + 14 + 8 + 40 + 8 + 12 + 28 + 3 + 4;
+
+/// Chunks one multi-buffer frame may span (enough for a 9000-byte MTU in 4096 chunks).
+pub const MAX_CHUNKS_PER_FRAME: usize = 4;
+
+/// Whether a full-MTU frame (Ethernet plus two VLAN tags) overflows one chunk of `frame_size`.
+pub fn needs_multi_buffer(mtu: u32, frame_size: u32) -> bool {
+    mtu as usize + 14 + 8 > frame_size as usize - XDP_PACKET_HEADROOM
+}
+
+/// Capability bits (see capabilities(7)).
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_NET_RAW: u32 = 13;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
+
+fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `Err(NotPermitted)` unless the process may load XDP programs and open AF_XDP sockets.
+pub fn check_privileges() -> Result<(), DriverError> {
+    let caps = effective_caps();
+    let has = |bit: u32| caps & (1u64 << bit) != 0;
+    if has(CAP_NET_ADMIN) && has(CAP_NET_RAW) && (has(CAP_BPF) || has(CAP_SYS_ADMIN)) {
+        Ok(())
+    } else {
+        Err(DriverError::NotPermitted {
+            what: "opening the AF_XDP driver".into(),
+        })
+    }
+}
+
+/// An AF_XDP socket on one receive queue plus the XDP program that feeds it.
+pub struct XdpDriver {
+    // Field order is drop order: first the program leaves the interface, then the socket
+    // (its rings) closes, then the UMEM is unmapped.
+    program: XdpProgram,
+    tx_q: TxQueue,
+    rx_q: RxQueue,
+    fill_q: FillQueue,
+    comp_q: CompQueue,
+    umem: Umem,
+    /// Transmit frames we own and may write.
+    tx_free: Vec<FrameDesc>,
+    /// Written frames not yet on the TX ring.
+    tx_pending: Vec<FrameDesc>,
+    /// Received frames waiting to go back on the fill ring.
+    fill_pending: Vec<FrameDesc>,
+    /// Scratch descriptors for ring consumption.
+    scratch: Vec<FrameDesc>,
+    tx_ring_size: u32,
+    iface: InterfaceInfo,
+    mode: DriverMode,
+    max_frame: usize,
+    frame_size: u32,
+    /// Bytes of frame data per chunk.
+    chunk_room: usize,
+    multi_buffer: bool,
+    /// A multi-buffer frame being joined.
+    rx_partial: Vec<u8>,
+    /// Multi-buffer frames dropped because they grew beyond `max_frame`.
+    rx_oversized: u64,
+    /// Skipping the remaining pieces of an oversized frame.
+    rx_discarding: bool,
+}
+
+impl std::fmt::Debug for XdpDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpDriver")
+            .field("iface", &self.iface)
+            .field("mode", &self.mode)
+            .field("frame_size", &self.frame_size)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Bound {
+    umem: Umem,
+    descs: Vec<FrameDesc>,
+    tx_q: TxQueue,
+    rx_q: RxQueue,
+    fill_q: FillQueue,
+    comp_q: CompQueue,
+}
+
+fn io_source(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.raw_os_error();
+        }
+        cur = e.source();
+    }
+    None
+}
+
+fn bind_once(
+    cfg: &XdpConfig,
+    umem_cfg: UmemConfig,
+    ring: QueueSize,
+    zero_copy: bool,
+    multi_buffer: bool,
+) -> Result<Bound, (Option<i32>, String)> {
+    let count = NonZeroU32::new(cfg.frame_count).expect("checked >= 4");
+    let (umem, descs) =
+        Umem::new(umem_cfg, count, false).map_err(|e| (io_source(&e), format!("UMEM: {e}")))?;
+    let mut mode = if zero_copy {
+        BindFlags::XDP_ZEROCOPY
+    } else {
+        BindFlags::XDP_COPY
+    };
+    if multi_buffer {
+        mode |= BindFlags::XDP_USE_SG;
+    }
+    let sock_cfg = SocketConfig::builder()
+        .rx_queue_size(ring)
+        .tx_queue_size(ring)
+        .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+        .bind_flags(mode | BindFlags::XDP_USE_NEED_WAKEUP)
+        .build();
+    let ifname: Interface = cfg
+        .ifname
+        .parse()
+        .map_err(|_| (None, "interface name has a NUL byte".to_string()))?;
+    // Safety: this UMEM was created just above and is used by this one socket only, so the
+    // (interface, queue) pair is not already bound through it; INHIBIT_PROG_LOAD is set, as
+    // xsk-rs requires for shared UMEMs, so libxdp never touches XDP programs.
+    let (tx_q, rx_q, rings) = unsafe { xsk_rs::Socket::new(sock_cfg, &umem, &ifname, cfg.queue) }
+        .map_err(|e| (io_source(&e), format!("AF_XDP socket: {e}")))?;
+    let (fill_q, comp_q) = rings.ok_or((None, "libxdp returned no fill/completion ring".into()))?;
+    Ok(Bound {
+        umem,
+        descs,
+        tx_q,
+        rx_q,
+        fill_q,
+        comp_q,
+    })
+}
+
+impl XdpDriver {
+    /// Open the driver on `cfg.ifname` (see the module docs for the steps).
+    pub fn open(cfg: &XdpConfig) -> Result<Self, DriverError> {
+        let iface = interface_info(&cfg.ifname)?;
+        if !iface.up {
+            return Err(DriverError::InterfaceDown {
+                ifname: cfg.ifname.clone(),
+            });
+        }
+        check_privileges()?;
+        if cfg.frame_count < 4 || !cfg.frame_count.is_power_of_two() || cfg.frame_count > 1 << 20 {
+            return Err(DriverError::Config {
+                reason: format!(
+                    "frame_count {} must be a power of two in 4..=1048576",
+                    cfg.frame_count
+                ),
+            });
+        }
+        if cfg.queue >= 64 {
+            return Err(DriverError::Config {
+                reason: format!("queue {} out of range (the XSKMAP has 64 slots)", cfg.queue),
+            });
+        }
+        if cfg.queue >= iface.rx_queues {
+            return Err(DriverError::Config {
+                reason: format!(
+                    "{} has {} receive queue(s); queue {} does not exist",
+                    cfg.ifname, iface.rx_queues, cfg.queue
+                ),
+            });
+        }
+        let frame_size = cfg.frame_size;
+        if frame_size != 2048 && frame_size != 4096 {
+            return Err(DriverError::Config {
+                reason: format!("frame_size {frame_size} must be 2048 or 4096"),
+            });
+        }
+        let mut multi_buffer = cfg
+            .multi_buffer
+            .unwrap_or_else(|| needs_multi_buffer(iface.mtu, frame_size));
+        let half = cfg.frame_count / 2;
+        let ring = QueueSize::new(half).map_err(|e| DriverError::Config {
+            reason: e.to_string(),
+        })?;
+        let umem_cfg = UmemConfig::builder()
+            .frame_size(FrameSize::new(frame_size).map_err(|e| DriverError::Config {
+                reason: e.to_string(),
+            })?)
+            .fill_queue_size(ring)
+            .comp_queue_size(ring)
+            .build()
+            .map_err(|e| DriverError::Config {
+                reason: e.to_string(),
+            })?;
+
+        let mut program = XdpProgram::load()?;
+        // Attach first: if another XDP program owns the interface we say so, rather than
+        // failing later on a busy queue. Until the socket is in the XSKMAP, RoCE frames are
+        // passed to the kernel and counted as no_socket.
+        program.attach(iface.ifindex, &cfg.ifname, cfg.attach)?;
+
+        // Bind, retrying EBUSY; zero-copy first when asked.
+        let deadline = Instant::now() + cfg.bind_timeout;
+        let mut zero_copy = cfg.zero_copy != ZeroCopy::Never;
+        let mut attempts = 0u32;
+        let bound = loop {
+            attempts += 1;
+            match bind_once(cfg, umem_cfg, ring, zero_copy, multi_buffer) {
+                Ok(b) => break b,
+                // Kernels before 6.6 have no multi-buffer AF_XDP: carry what fits one chunk.
+                Err((Some(libc::EOPNOTSUPP | libc::EINVAL), _))
+                    if multi_buffer && cfg.multi_buffer.is_none() =>
+                {
+                    multi_buffer = false;
+                }
+                Err((Some(errno), _))
+                    if zero_copy && matches!(errno, libc::EOPNOTSUPP | libc::EINVAL) =>
+                {
+                    if cfg.zero_copy == ZeroCopy::Require {
+                        return Err(DriverError::ZeroCopyUnsupported {
+                            ifname: cfg.ifname.clone(),
+                        });
+                    }
+                    zero_copy = false;
+                }
+                Err((Some(libc::EBUSY), _)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err((Some(libc::EBUSY), _)) => {
+                    return Err(DriverError::BindBusy {
+                        ifname: cfg.ifname.clone(),
+                        queue: cfg.queue,
+                        attempts,
+                    })
+                }
+                Err((Some(errno), what)) => {
+                    return Err(DriverError::io(
+                        format!("binding {what} on {} queue {}", cfg.ifname, cfg.queue),
+                        std::io::Error::from_raw_os_error(errno),
+                    ))
+                }
+                Err((None, what)) => {
+                    return Err(DriverError::Io {
+                        context: format!("binding on {} queue {}", cfg.ifname, cfg.queue),
+                        source: std::io::Error::other(what),
+                    })
+                }
+            }
+        };
+        let Bound {
+            umem,
+            mut descs,
+            tx_q,
+            rx_q,
+            mut fill_q,
+            comp_q,
+        } = bound;
+
+        program.register_socket(cfg.queue, rx_q.fd().as_raw_fd())?;
+
+        // First half of the chunks: receive buffers, all on the fill ring.
+        let tx_free = descs.split_off(half as usize);
+        // Safety: these descriptors come from this UMEM, are owned by nobody else, and are
+        // not touched again until the RX ring hands them back.
+        let produced = unsafe { fill_q.produce(&descs) };
+        let fill_pending = if produced == descs.len() {
+            Vec::new()
+        } else {
+            descs
+        };
+
+        let chunk_room = frame_size as usize - XDP_PACKET_HEADROOM;
+        let max_frame = if multi_buffer {
+            chunk_room * MAX_CHUNKS_PER_FRAME
+        } else {
+            chunk_room
+        };
+        Ok(XdpDriver {
+            program,
+            tx_q,
+            rx_q,
+            fill_q,
+            comp_q,
+            umem,
+            tx_free,
+            tx_pending: Vec::new(),
+            fill_pending,
+            scratch: vec![FrameDesc::default(); 256],
+            tx_ring_size: half,
+            iface,
+            mode: if zero_copy {
+                DriverMode::XdpZeroCopy
+            } else {
+                DriverMode::XdpCopy
+            },
+            max_frame,
+            frame_size,
+            chunk_room,
+            multi_buffer,
+            rx_partial: Vec::new(),
+            rx_oversized: 0,
+            rx_discarding: false,
+        })
+    }
+
+    /// The XDP program's counters plus the socket's drop counters.
+    pub fn xdp_stats(&self) -> Result<XdpStats, DriverError> {
+        let mut stats = self.program.stats()?;
+        if let Ok(s) = self.rx_q.fd().xdp_statistics() {
+            stats.sock_rx_dropped = s.rx_dropped() + self.rx_oversized;
+            stats.sock_rx_ring_full = s.rx_ring_full();
+            stats.sock_fill_ring_empty = s.rx_fill_ring_empty_descs();
+            stats.sock_tx_invalid = s.tx_invalid_descs();
+        }
+        Ok(stats)
+    }
+
+    /// UMEM chunk size in use.
+    pub fn frame_size(&self) -> u32 {
+        self.frame_size
+    }
+
+    /// Whether frames may span several chunks (`XDP_USE_SG`).
+    pub fn multi_buffer(&self) -> bool {
+        self.multi_buffer
+    }
+
+    /// Take completed transmissions back into the free list.
+    fn reclaim(&mut self) {
+        loop {
+            // Safety: the completion ring returns descriptors of this UMEM that the kernel
+            // has finished sending; writing them into our scratch space is what consume does.
+            let n = unsafe { self.comp_q.consume(&mut self.scratch) };
+            self.tx_free.extend_from_slice(&self.scratch[..n]);
+            if n < self.scratch.len() {
+                break;
+            }
+        }
+    }
+
+    fn kick_tx(&mut self) -> Result<(), DriverError> {
+        if self.tx_q.needs_wakeup() {
+            self.tx_q
+                .wakeup()
+                .map_err(|e| DriverError::io("waking up AF_XDP transmission", e))?;
+        }
+        Ok(())
+    }
+
+    fn refill(&mut self) -> Result<(), DriverError> {
+        if !self.fill_pending.is_empty() {
+            // Safety: these descriptors were consumed from the RX ring and are owned by us;
+            // after produce we do not touch them until the RX ring returns them.
+            let n = unsafe { self.fill_q.produce(&self.fill_pending) };
+            if n == self.fill_pending.len() {
+                self.fill_pending.clear();
+            }
+        }
+        if self.fill_q.needs_wakeup() {
+            self.fill_q
+                .wakeup(self.rx_q.fd_mut(), 0)
+                .map_err(|e| DriverError::io("waking up the AF_XDP fill ring", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Driver for XdpDriver {
+    fn send(&mut self, frame: &[u8]) -> Result<(), DriverError> {
+        if frame.len() > self.max_frame {
+            return Err(DriverError::FrameTooLarge {
+                len: frame.len(),
+                max: self.max_frame,
+            });
+        }
+        let chunks = frame.len().div_ceil(self.chunk_room).max(1);
+        if self.tx_free.len() < chunks {
+            self.reclaim();
+        }
+        if self.tx_free.len() < chunks {
+            self.flush()?;
+            self.reclaim();
+        }
+        if self.tx_free.len() < chunks {
+            return Err(DriverError::TxBusy);
+        }
+        let mut pieces = frame.chunks(self.chunk_room).peekable();
+        if frame.is_empty() {
+            return Err(DriverError::InvalidFrame {
+                reason: "empty frame".into(),
+            });
+        }
+        while let Some(piece) = pieces.next() {
+            let mut desc = self.tx_free.pop().expect("checked above");
+            // Safety: `desc` is a free TX descriptor of this UMEM (from the initial split or
+            // the completion ring), so neither the kernel nor anything else uses its memory.
+            let mut data = unsafe { self.umem.data_mut(&mut desc) };
+            let mut cursor = data.cursor();
+            cursor.set_pos(0);
+            cursor
+                .write_all(piece)
+                .expect("a piece is at most one chunk's room");
+            // All pieces but the last say "the frame continues in the next descriptor".
+            desc.set_options(if pieces.peek().is_some() {
+                XDP_PKT_CONTD
+            } else {
+                0
+            });
+            self.tx_pending.push(desc);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), DriverError> {
+        if !self.tx_pending.is_empty() {
+            // Safety: the pending descriptors were written by `send` and are not used again
+            // until the completion ring returns them.
+            let n = unsafe { self.tx_q.produce(&self.tx_pending) };
+            if n == self.tx_pending.len() {
+                self.tx_pending.clear();
+            }
+        }
+        // In copy mode each sendto() transmits at most a small batch (32 on Linux), so kick
+        // until the TX ring is drained (bounded, in case the device stops taking frames).
+        for _ in 0..(self.tx_ring_size / 16).max(4) {
+            if self.tx_q.nb_free_exact() >= self.tx_ring_size {
+                break;
+            }
+            self.kick_tx()?;
+            if !self.tx_q.needs_wakeup() {
+                break;
+            }
+        }
+        self.reclaim();
+        Ok(())
+    }
+
+    fn recv(
+        &mut self,
+        max: usize,
+        on_frame: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> Result<usize, DriverError> {
+        self.refill()?;
+        let mut delivered = 0;
+        while delivered < max && self.fill_pending.is_empty() {
+            let want = (max - delivered).min(self.scratch.len());
+            // Safety: the RX ring fills our scratch descriptors with frames of this UMEM that
+            // the kernel has finished writing.
+            let n = unsafe { self.rx_q.consume(&mut self.scratch[..want]) };
+            if n == 0 {
+                break;
+            }
+            let meta = RxMeta {
+                icrc_verifiable: true,
+            };
+            for desc in &self.scratch[..n] {
+                // Safety: the descriptor was just returned by the RX ring, so the kernel no
+                // longer writes this chunk; it goes back on the fill ring only below.
+                let data = unsafe { self.umem.data(desc) };
+                let continues = desc.options() & XDP_PKT_CONTD != 0;
+                if !continues && self.rx_partial.is_empty() {
+                    on_frame(data.contents(), meta);
+                    delivered += 1;
+                    continue;
+                }
+                // A multi-buffer frame: join its pieces.
+                if self.rx_discarding {
+                    self.rx_discarding = continues;
+                    continue;
+                }
+                if self.rx_partial.len() + data.contents().len() > self.max_frame {
+                    self.rx_oversized += 1;
+                    self.rx_partial.clear();
+                    self.rx_discarding = continues;
+                    continue;
+                }
+                self.rx_partial.extend_from_slice(data.contents());
+                if !continues {
+                    on_frame(&self.rx_partial, meta);
+                    delivered += 1;
+                    self.rx_partial.clear();
+                }
+            }
+            self.fill_pending.extend_from_slice(&self.scratch[..n]);
+            self.refill()?;
+        }
+        Ok(delivered)
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.rx_q.fd().as_raw_fd())
+    }
+
+    fn info(&self) -> DriverInfo {
+        let note = (self.iface.rx_queues > 1).then(|| {
+            format!(
+                "{} has {} receive queues; only queue {} is bound: RoCE arriving on others \
+                 is counted as no_socket and left to the kernel",
+                self.iface.name, self.iface.rx_queues, 0
+            )
+        });
+        DriverInfo {
+            name: self.iface.name.clone(),
+            mode: self.mode,
+            ifindex: self.iface.ifindex,
+            mac: self.iface.mac,
+            mtu: self.iface.mtu,
+            max_frame: self.max_frame,
+            icrc_verifiable: true,
+            xdp_attach: self.program.attached_mode(),
+            note,
+        }
+    }
+
+    fn xdp_stats(&self) -> Option<XdpStats> {
+        XdpDriver::xdp_stats(self).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_buffer_follows_the_mtu() {
+        assert!(!needs_multi_buffer(1500, 4096));
+        assert!(!needs_multi_buffer(3818, 4096)); // 3818 + 22 = 3840 = 4096 - 256
+        assert!(needs_multi_buffer(3819, 4096));
+        assert!(needs_multi_buffer(1900, 2048));
+        assert!(
+            MAX_ROCE_FRAME > 4096 - XDP_PACKET_HEADROOM,
+            "path MTU 4096 needs it"
+        );
+        assert!((4096 - XDP_PACKET_HEADROOM) * MAX_CHUNKS_PER_FRAME >= 9000 + 22);
+    }
+}

@@ -1,0 +1,689 @@
+//! The AF_XDP driver on a real veth pair between two namespaces.
+//!
+//! Each endpoint runs as a child process inside its namespace (`ip netns exec`), because
+//! setns would only move one thread: the child is this same test binary, re-run with
+//! `XROCE_DRIVER_HELPER=<role>` on its `helper` test (see the bottom of the file).
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use etherparse::{PacketBuilder, VlanId};
+use xroce::driver::packet::PacketSocket;
+use xroce::driver::xdp::{AttachMode, XdpConfig, XdpDriver};
+use xroce::driver::{poll_readable, Driver, DriverError};
+use xroce::netns::{LinkConfig, Netns, VethLink};
+
+const ROCE_PORT: u16 = 4791;
+
+// ---------------------------------------------------------------------------------------
+// Frame building
+
+/// A RoCE-looking UDP payload: a BTH (UD SEND_ONLY, dest QP 0x11) + `len` bytes + an ICRC
+/// placeholder. The driver carries bytes; it does not check them.
+fn roce_payload(seed: u8, len: usize) -> Vec<u8> {
+    let mut p = vec![0x64, 0x00, 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0, seed];
+    p.extend((0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)));
+    p.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    p
+}
+
+enum Vlan {
+    None,
+    Single(u16),
+    Double(u16, u16),
+}
+
+fn ipv4_frame(link: &VethLink, vlan: Vlan, dst_port: u16, payload: &[u8]) -> Vec<u8> {
+    let eth = PacketBuilder::ethernet2(link.a_mac, link.b_mac);
+    let (src, dst) = (link.a_ip.octets(), link.b_ip.octets());
+    let mut out = Vec::new();
+    match vlan {
+        Vlan::None => eth
+            .ipv4(src, dst, 64)
+            .udp(0xc001, dst_port)
+            .write(&mut out, payload),
+        Vlan::Single(id) => eth
+            .single_vlan(VlanId::try_new(id).unwrap())
+            .ipv4(src, dst, 64)
+            .udp(0xc001, dst_port)
+            .write(&mut out, payload),
+        Vlan::Double(o, i) => eth
+            .double_vlan(VlanId::try_new(o).unwrap(), VlanId::try_new(i).unwrap())
+            .ipv4(src, dst, 64)
+            .udp(0xc001, dst_port)
+            .write(&mut out, payload),
+    }
+    .unwrap();
+    out
+}
+
+fn ipv6_frame(link: &VethLink, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(link.a_mac, link.b_mac)
+        .ipv6(
+            link.a_ip6.unwrap().octets(),
+            link.b_ip6.unwrap().octets(),
+            64,
+        )
+        .udp(0xc002, ROCE_PORT)
+        .write(&mut out, payload)
+        .unwrap();
+    out
+}
+
+/// IPv4 with 8 bytes of options (two NOPs + a 4-byte "router alert"-like option + EOL pad):
+/// built by hand because the option bytes shift the UDP header.
+fn ipv4_with_options_frame(link: &VethLink, payload: &[u8]) -> Vec<u8> {
+    let plain = ipv4_frame(link, Vlan::None, ROCE_PORT, payload);
+    let mut f = plain[..14].to_vec();
+    let ip = &plain[14..34];
+    let udp_and_payload = &plain[34..];
+    let options = [0x94, 0x04, 0x00, 0x00, 0x01, 0x01, 0x01, 0x00];
+    let total = 20 + options.len() + udp_and_payload.len();
+    let mut hdr = ip.to_vec();
+    hdr[0] = 0x47; // version 4, IHL 7 words
+    hdr[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    hdr[10..12].copy_from_slice(&[0, 0]);
+    hdr.extend_from_slice(&options);
+    let sum = ipv4_checksum(&hdr);
+    hdr[10..12].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&hdr);
+    f.extend_from_slice(udp_and_payload);
+    f
+}
+
+fn ipv4_checksum(hdr: &[u8]) -> u16 {
+    let mut sum: u32 = hdr
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn write_frames(frames: &[Vec<u8>]) -> PathBuf {
+    let path = std::env::temp_dir().join(xroce::netns::unique_name("xroce-frames-"));
+    let mut f = std::fs::File::create(&path).unwrap();
+    for fr in frames {
+        writeln!(f, "{}", hex(fr)).unwrap();
+    }
+    path
+}
+
+// ---------------------------------------------------------------------------------------
+// Child processes
+
+/// A helper child with its stdout read line by line.
+struct Helper {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Helper {
+    fn spawn(ns: &Netns, role: &str, env: &[(&str, String)]) -> Helper {
+        Self::spawn_cmd(ns.command(std::env::current_exe().unwrap()), role, env)
+    }
+
+    fn spawn_cmd(mut cmd: Command, role: &str, env: &[(&str, String)]) -> Helper {
+        cmd.args(["--exact", "helper", "--nocapture", "--test-threads=1"])
+            .env("XROCE_DRIVER_HELPER", role)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn helper");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Helper {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait for a line starting with `prefix` (returns it), or panic with what was seen.
+    fn expect(&mut self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    // libtest prints "test helper ... " before the helper's first line.
+                    let line = line.trim_start_matches("test helper ... ").to_string();
+                    self.seen.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
+                    if line.starts_with("ERROR") && !prefix.starts_with("ERROR") {
+                        panic!("helper failed: {line}\nall output: {:#?}", self.seen);
+                    }
+                }
+                Err(_) => panic!(
+                    "no {prefix:?} line within {timeout:?}; helper said: {:#?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    fn wait(mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "helper exited with {st}: {:#?}", self.seen);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("helper did not exit: {:#?}", self.seen);
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn parse_stats(line: &str) -> std::collections::HashMap<String, u64> {
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn receive_all(
+    link: &VethLink,
+    frames: Vec<Vec<u8>>,
+    inject_with: &str,
+    extra: &[(&str, String)],
+) -> (Vec<Vec<u8>>, String) {
+    let mut env = vec![
+        ("IFNAME", link.b_if.clone()),
+        ("COUNT", frames.len().to_string()),
+        ("TIMEOUT_MS", "5000".to_string()),
+    ];
+    env.extend(extra.iter().cloned());
+    let mut rx = Helper::spawn(&link.b, "xdp-recv", &env);
+    let ready = rx.expect("READY", Duration::from_secs(20));
+    let file = write_frames(&frames);
+    let tx = Helper::spawn(
+        &link.a,
+        inject_with,
+        &[
+            ("IFNAME", link.a_if.clone()),
+            ("FRAMES", file.display().to_string()),
+        ],
+    );
+    let mut tx = tx;
+    tx.expect("SENT", Duration::from_secs(20));
+    tx.wait();
+    let _ = std::fs::remove_file(&file);
+    let mut got = Vec::new();
+    let stats = loop {
+        let line = rx.expect("", Duration::from_secs(20));
+        if let Some(h) = line.strip_prefix("FRAME ") {
+            got.push(unhex(h));
+        } else if line.starts_with("STATS") {
+            break line;
+        }
+    };
+    rx.expect("DONE", Duration::from_secs(5));
+    rx.wait();
+    (got, stats + " " + &ready)
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+#[test]
+fn roce_frames_cross_byte_for_byte_between_two_xdp_drivers() {
+    if !common::privileged_or_skip("roce_frames_cross_byte_for_byte_between_two_xdp_drivers") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig::default()).expect("veth link");
+    let mut frames = Vec::new();
+    for (i, len) in [0usize, 1, 2, 3, 64, 256, 1024, 1400]
+        .into_iter()
+        .enumerate()
+    {
+        frames.push(ipv4_frame(
+            &link,
+            Vlan::None,
+            ROCE_PORT,
+            &roce_payload(i as u8, len),
+        ));
+    }
+    frames.push(ipv6_frame(&link, &roce_payload(0x60, 1024)));
+    frames.push(ipv4_with_options_frame(&link, &roce_payload(0x40, 100)));
+    let (got, stats) = receive_all(&link, frames.clone(), "xdp-send", &[]);
+    assert_eq!(got.len(), frames.len(), "stats: {stats}");
+    for (i, (g, f)) in got.iter().zip(&frames).enumerate() {
+        assert_eq!(g, f, "frame {i} differs");
+    }
+    let s = parse_stats(&stats);
+    assert_eq!(s["redirected"], frames.len() as u64, "{stats}");
+    assert_eq!(s["malformed"], 0, "{stats}");
+}
+
+#[test]
+fn vlan_tagged_and_malformed_frames_are_steered_and_counted() {
+    if !common::privileged_or_skip("vlan_tagged_and_malformed_frames_are_steered_and_counted") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig::default()).expect("veth link");
+    let roce = vec![
+        ipv4_frame(&link, Vlan::Single(100), ROCE_PORT, &roce_payload(1, 200)),
+        ipv4_frame(
+            &link,
+            Vlan::Double(200, 300),
+            ROCE_PORT,
+            &roce_payload(2, 300),
+        ),
+        ipv4_frame(&link, Vlan::None, ROCE_PORT, &roce_payload(3, 10)),
+    ];
+    let mut all = roce.clone();
+    // Not RoCE: another UDP port, then a truncated IPv4 header, then a fragment to 4791.
+    all.insert(1, ipv4_frame(&link, Vlan::None, 4792, &roce_payload(9, 20)));
+    let mut truncated = ipv4_frame(&link, Vlan::None, ROCE_PORT, &roce_payload(8, 20));
+    truncated.truncate(14 + 12);
+    all.insert(2, truncated);
+    let mut fragment = ipv4_frame(&link, Vlan::None, ROCE_PORT, &roce_payload(7, 20));
+    fragment[14 + 6] |= 0x20; // More Fragments
+    all.insert(3, fragment);
+    // The receiver waits for the 3 RoCE frames; the others must not arrive.
+    let file_frames = all;
+    let (got, stats) = receive_all_expecting(&link, file_frames, roce.len());
+    assert_eq!(
+        got, roce,
+        "exactly the RoCE frames arrive, in order; stats {stats}"
+    );
+    let s = parse_stats(&stats);
+    assert_eq!(s["redirected"], 3, "{stats}");
+    assert!(s["malformed"] >= 1, "{stats}");
+    assert!(s["passed"] >= 2, "{stats}");
+}
+
+fn receive_all_expecting(
+    link: &VethLink,
+    frames: Vec<Vec<u8>>,
+    expect: usize,
+) -> (Vec<Vec<u8>>, String) {
+    let mut env = vec![
+        ("IFNAME", link.b_if.clone()),
+        ("COUNT", expect.to_string()),
+        ("TIMEOUT_MS", "5000".to_string()),
+    ];
+    env.push(("LINGER_MS", "300".to_string()));
+    let mut rx = Helper::spawn(&link.b, "xdp-recv", &env);
+    rx.expect("READY", Duration::from_secs(20));
+    let file = write_frames(&frames);
+    let mut tx = Helper::spawn(
+        &link.a,
+        "packet-send",
+        &[
+            ("IFNAME", link.a_if.clone()),
+            ("FRAMES", file.display().to_string()),
+        ],
+    );
+    tx.expect("SENT", Duration::from_secs(20));
+    tx.wait();
+    let _ = std::fs::remove_file(&file);
+    let mut got = Vec::new();
+    let stats = loop {
+        let line = rx.expect("", Duration::from_secs(20));
+        if let Some(h) = line.strip_prefix("FRAME ") {
+            got.push(unhex(h));
+        } else if line.starts_with("STATS") {
+            break line;
+        }
+    };
+    rx.wait();
+    (got, stats)
+}
+
+#[test]
+fn jumbo_link_carries_path_mtu_4096_frames_in_generic_mode() {
+    if !common::privileged_or_skip("jumbo_link_carries_path_mtu_4096_frames_in_generic_mode") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig {
+        mtu: 9000,
+        ..LinkConfig::default()
+    })
+    .expect("veth link");
+    // A path-MTU-4096 RDMA WRITE ONLY: BTH + RETH + 4096 bytes + ICRC, over IPv4 and IPv6.
+    let mut p = roce_payload(5, 4096 + 16);
+    p[0] = 0x0a;
+    let frames = vec![
+        ipv4_frame(&link, Vlan::None, ROCE_PORT, &p),
+        ipv6_frame(&link, &p),
+    ];
+    assert!(frames[1].len() > 4096 - 256, "does not fit a 4096 chunk");
+    let (got, stats) = receive_all(&link, frames.clone(), "xdp-send", &[]);
+    assert_eq!(got, frames, "stats {stats}");
+    // veth refuses native XDP above a page-sized MTU, so Auto fell back to generic, and the
+    // ~4.2 KB frames crossed as two chunks each.
+    assert!(
+        stats.contains("Some(\"generic\") multi_buffer=true"),
+        "{stats}"
+    );
+    assert_eq!(parse_stats(&stats)["sock_rx_dropped"], 0, "{stats}");
+}
+
+#[test]
+fn kernel_traffic_still_flows_and_program_detaches_when_process_dies() {
+    if !common::privileged_or_skip(
+        "kernel_traffic_still_flows_and_program_detaches_when_process_dies",
+    ) {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig::default()).expect("veth link");
+    assert!(!link.b.has_xdp(&link.b_if).unwrap());
+    let mut rx = Helper::spawn(
+        &link.b,
+        "xdp-recv",
+        &[
+            ("IFNAME", link.b_if.clone()),
+            ("COUNT", "1000000".into()),
+            ("TIMEOUT_MS", "60000".into()),
+        ],
+    );
+    rx.expect("READY", Duration::from_secs(20));
+    assert!(link.b.has_xdp(&link.b_if).unwrap(), "program attached");
+
+    // ICMP, both address families.
+    for dst in [link.b_ip.to_string(), link.b_ip6.unwrap().to_string()] {
+        let out = link
+            .a
+            .command("ping")
+            .args(["-c2", "-i0.2", "-W2", &dst])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ping {dst}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    // A TCP connection into the namespace with the XDP program.
+    let mut server = Helper::spawn(&link.b, "tcp-server", &[("PORT", "18515".into())]);
+    server.expect("LISTENING", Duration::from_secs(20));
+    let mut client = Helper::spawn(
+        &link.a,
+        "tcp-client",
+        &[("ADDR", format!("{}:18515", link.b_ip))],
+    );
+    client.expect("TCP-OK", Duration::from_secs(20));
+    server.expect("TCP-SERVED", Duration::from_secs(5));
+
+    // SIGKILL: no destructor runs; the kernel must still drop the link with the process.
+    rx.child.kill().unwrap();
+    rx.child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while link.b.has_xdp(&link.b_if).unwrap() {
+        assert!(
+            Instant::now() < deadline,
+            "XDP program still attached after the process died"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And a new driver can take the interface right away (bind EBUSY is retried).
+    let mut again = Helper::spawn(&link.b, "xdp-open", &[("IFNAME", link.b_if.clone())]);
+    let line = again.expect("OPEN", Duration::from_secs(20));
+    assert!(line.starts_with("OPEN-OK"), "{line}");
+}
+
+#[test]
+fn clear_errors_for_missing_interface_other_program_and_no_privileges() {
+    if !common::privileged_or_skip(
+        "clear_errors_for_missing_interface_other_program_and_no_privileges",
+    ) {
+        return;
+    }
+    // Missing interface: no privileges needed to find that out.
+    match XdpDriver::open(&XdpConfig::new("xroce-none0")) {
+        Err(DriverError::InterfaceMissing { ifname }) => assert_eq!(ifname, "xroce-none0"),
+        other => panic!("expected InterfaceMissing, got {other:?}"),
+    }
+
+    let link = VethLink::create(&LinkConfig::default()).expect("veth link");
+
+    // Interface down.
+    link.b
+        .ip(&["link", "set", "dev", &link.b_if, "down"])
+        .unwrap();
+    let mut h = Helper::spawn(&link.b, "xdp-open", &[("IFNAME", link.b_if.clone())]);
+    let line = h.expect("OPEN", Duration::from_secs(20));
+    assert!(
+        line.contains("InterfaceDown") && line.contains("ip link set dev"),
+        "{line}"
+    );
+    link.b
+        .ip(&["link", "set", "dev", &link.b_if, "up"])
+        .unwrap();
+
+    // Not root: the same open as user nobody.
+    let mut cmd = link.b.command("setpriv");
+    cmd.args([
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ])
+    .arg(std::env::current_exe().unwrap());
+    let mut h = Helper::spawn_cmd(cmd, "xdp-open", &[("IFNAME", link.b_if.clone())]);
+    let line = h.expect("OPEN", Duration::from_secs(20));
+    assert!(
+        line.contains("NotPermitted") && line.contains("CAP_NET_ADMIN"),
+        "{line}"
+    );
+
+    // Another XDP program attached (a first xroce driver): the second says so, with its id.
+    let mut first = Helper::spawn(
+        &link.b,
+        "xdp-recv",
+        &[
+            ("IFNAME", link.b_if.clone()),
+            ("COUNT", "1000".into()),
+            ("TIMEOUT_MS", "30000".into()),
+        ],
+    );
+    first.expect("READY", Duration::from_secs(20));
+    let mut second = Helper::spawn(&link.b, "xdp-open", &[("IFNAME", link.b_if.clone())]);
+    let line = second.expect("OPEN", Duration::from_secs(20));
+    assert!(
+        line.contains("XdpProgramAttached") && line.contains("another XDP program (id "),
+        "{line}"
+    );
+    assert!(
+        !line.contains("(id 0)"),
+        "the attached program's id is reported: {line}"
+    );
+    drop(first);
+}
+
+#[test]
+fn generic_attach_mode_works_and_is_reported() {
+    if !common::privileged_or_skip("generic_attach_mode_works_and_is_reported") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig::default()).expect("veth link");
+    let frames = vec![ipv4_frame(
+        &link,
+        Vlan::None,
+        ROCE_PORT,
+        &roce_payload(1, 500),
+    )];
+    let (got, stats) = receive_all(
+        &link,
+        frames.clone(),
+        "xdp-send",
+        &[("ATTACH", "generic".into())],
+    );
+    assert_eq!(got, frames, "{stats}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The helper roles, run in child processes.
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("helper needs {name}"))
+}
+
+fn read_frames() -> Vec<Vec<u8>> {
+    std::fs::read_to_string(env("FRAMES"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(unhex)
+        .collect()
+}
+
+fn open_from_env() -> Result<XdpDriver, DriverError> {
+    let mut cfg = XdpConfig::new(env("IFNAME"));
+    cfg.attach = match std::env::var("ATTACH").as_deref() {
+        Ok("generic") => AttachMode::Generic,
+        Ok("native") => AttachMode::Native,
+        _ => AttachMode::Auto,
+    };
+    XdpDriver::open(&cfg)
+}
+
+/// Not a test by itself: the body of the child processes the tests above start.
+#[test]
+fn helper() {
+    let Ok(role) = std::env::var("XROCE_DRIVER_HELPER") else {
+        return;
+    };
+    let out = std::io::stdout();
+    let say = |s: String| {
+        let mut o = out.lock();
+        writeln!(o, "{s}").unwrap();
+        o.flush().unwrap();
+    };
+    match role.as_str() {
+        "xdp-open" => match open_from_env() {
+            Ok(d) => say(format!(
+                "OPEN-OK {} {:?}",
+                d.info().mode,
+                d.info().xdp_attach
+            )),
+            Err(e) => say(format!("OPEN-ERR {e:?}: {e}")),
+        },
+        "xdp-recv" => {
+            let mut d = match open_from_env() {
+                Ok(d) => d,
+                Err(e) => return say(format!("ERROR {e:?}: {e}")),
+            };
+            let info = d.info();
+            say(format!(
+                "READY {} {:?} multi_buffer={} max_frame={}",
+                info.mode,
+                info.xdp_attach,
+                d.multi_buffer(),
+                info.max_frame
+            ));
+            let count: usize = env("COUNT").parse().unwrap();
+            let deadline =
+                Instant::now() + Duration::from_millis(env("TIMEOUT_MS").parse().unwrap());
+            let mut n = 0;
+            while n < count && Instant::now() < deadline {
+                poll_readable(d.wait_fd().unwrap(), Some(Duration::from_millis(100))).unwrap();
+                n += d
+                    .recv(64, &mut |f, meta| {
+                        assert!(meta.icrc_verifiable);
+                        say(format!("FRAME {}", hex(f)));
+                    })
+                    .unwrap();
+            }
+            if let Ok(ms) = std::env::var("LINGER_MS") {
+                // Catch frames that should not have arrived.
+                let until = Instant::now() + Duration::from_millis(ms.parse().unwrap());
+                while Instant::now() < until {
+                    d.recv(64, &mut |f, _| say(format!("FRAME {}", hex(f))))
+                        .unwrap();
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            let s = d.xdp_stats().unwrap();
+            say(format!(
+                "STATS seen={} redirected={} passed={} malformed={} no_socket={} sock_rx_dropped={}",
+                s.seen, s.redirected, s.passed, s.malformed, s.no_socket, s.sock_rx_dropped
+            ));
+            say("DONE".into());
+        }
+        "xdp-send" => {
+            let mut d = match open_from_env() {
+                Ok(d) => d,
+                Err(e) => return say(format!("ERROR {e:?}: {e}")),
+            };
+            let frames = read_frames();
+            for f in &frames {
+                d.send(f).unwrap();
+            }
+            d.flush().unwrap();
+            say(format!("SENT {}", frames.len()));
+        }
+        "packet-send" => {
+            let s = PacketSocket::open(&env("IFNAME")).unwrap();
+            let frames = read_frames();
+            for f in &frames {
+                s.send(f).unwrap();
+            }
+            say(format!("SENT {}", frames.len()));
+        }
+        "tcp-server" => {
+            let l = std::net::TcpListener::bind(("0.0.0.0", env("PORT").parse::<u16>().unwrap()))
+                .unwrap();
+            say("LISTENING".into());
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = [0u8; 5];
+            std::io::Read::read_exact(&mut c, &mut buf).unwrap();
+            c.write_all(&buf).unwrap();
+            say("TCP-SERVED".into());
+        }
+        "tcp-client" => {
+            let addr: std::net::SocketAddr = env("ADDR").parse().unwrap();
+            let mut c =
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+            c.write_all(b"hello").unwrap();
+            let mut buf = [0u8; 5];
+            std::io::Read::read_exact(&mut c, &mut buf).unwrap();
+            assert_eq!(&buf, b"hello");
+            say("TCP-OK".into());
+        }
+        other => panic!("unknown helper role {other}"),
+    }
+}
