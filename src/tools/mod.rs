@@ -7,7 +7,11 @@
 //! rxe runs to the server-side logic and compares the reply field by field.
 //! See `docs/tools.md`.
 
+pub mod endpoint;
+pub mod file;
+pub mod perf;
 pub mod perftest_oob;
+pub mod pingpong;
 pub mod pingpong_oob;
 pub mod report;
 pub mod stats;

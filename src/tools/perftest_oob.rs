@@ -913,11 +913,22 @@ impl<S: Read + Write> PerftestComm<S> {
     /// peer's "done" is not waited for (perftest does not read it either).
     pub fn close(&mut self, mine: &PerftestDest) -> Result<(), PerftestOobError> {
         self.hand_shake(mine)?;
-        self.stream
+        // The peer may already have written its own "done" and closed: that is success.
+        let result = self
+            .stream
             .write_all(b"done\0")
-            .map_err(io("sending \"done\""))?;
-        self.stream.flush().map_err(io("sending \"done\""))?;
-        Ok(())
+            .and_then(|_| self.stream.flush());
+        match result {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                Ok(())
+            }
+            other => other.map_err(io("sending \"done\"")),
+        }
     }
 }
 

@@ -1,0 +1,709 @@
+//! The eight perftest tests over [`ToolEndpoint`]s, driven by the byte-exact conversation of
+//! [`crate::tools::perftest_oob`].
+//!
+//! Buffer layout (as perftest): each QP's buffer has two halves of `half` bytes. The first
+//! half is the local source/destination; the announced VA points at the second half, which
+//! the peer WRITEs into and READs from. `ib_write_lat` ping-pongs through memory: each side
+//! writes its message with an incrementing counter in the **last byte** and spins on the
+//! last byte of its own second half for the peer's counter.
+//!
+//! Bandwidth: up to `tx_depth` WRs in flight per QP, every `cq_mod`-th signalled (and the
+//! last), post and completion times recorded per message. Latency: one operation at a
+//! time, a timestamp at each post, statistics as in [`crate::tools::stats`].
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crate::tools::endpoint::{
+    ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
+};
+use crate::tools::perftest_oob::{enums, BwReport, PerftestDest, PerftestRunner, Role, TestKind};
+use crate::tools::report::{self, JsonResult};
+use crate::tools::stats::{BwStats, BwUnit, LatencyStats};
+
+/// perftest's UD Q_Key (`DEF_QKEY`).
+pub const PERFTEST_QKEY: u32 = 0x1111_1111;
+
+/// Options shared by all tests (perftest's names).
+#[derive(Debug, Clone)]
+pub struct PerfOptions {
+    /// Which test.
+    pub kind: TestKind,
+    /// `-s`.
+    pub size: u64,
+    /// `-a`: every power of two up to 8 MiB.
+    pub all_sizes: bool,
+    /// `-n`.
+    pub iters: u64,
+    /// `-D` seconds instead of iterations (client-driven tests only).
+    pub duration: Option<u64>,
+    /// `-q`.
+    pub num_qps: usize,
+    /// `-t`.
+    pub tx_depth: u32,
+    /// `-r` (SEND tests, server).
+    pub rx_depth: u32,
+    /// `-Q`: signal every n-th WR (bw).
+    pub cq_mod: u32,
+    /// `-o`: outstanding reads/atomics.
+    pub out_reads: u32,
+    /// `-A`: FETCH_AND_ADD (true) or CMP_AND_SWAP.
+    pub fetch_add: bool,
+    /// `-c UD`.
+    pub ud: bool,
+    /// `--report_gbits`.
+    pub report_gbits: bool,
+    /// Give up when nothing completes for this long.
+    pub stall_timeout: Duration,
+}
+
+impl PerfOptions {
+    /// perftest's defaults for a test.
+    pub fn defaults(kind: TestKind) -> Self {
+        PerfOptions {
+            kind,
+            size: kind.default_size(),
+            all_sizes: false,
+            iters: if kind.is_bw() { 5000 } else { 1000 },
+            duration: None,
+            num_qps: 1,
+            tx_depth: if kind.is_bw() { 128 } else { 1 },
+            rx_depth: 512,
+            cq_mod: 100,
+            out_reads: 16,
+            fetch_add: true,
+            ud: false,
+            report_gbits: false,
+            stall_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Sizes this run covers.
+    pub fn sizes(&self, ud_mtu: u32) -> Vec<u64> {
+        if self.all_sizes {
+            self.kind.run_all_sizes(self.ud.then_some(ud_mtu))
+        } else {
+            vec![self.size]
+        }
+    }
+
+    /// The report unit.
+    pub fn unit(&self) -> BwUnit {
+        if self.report_gbits {
+            BwUnit::GigabitsPerSec
+        } else {
+            BwUnit::MegabytesPerSec
+        }
+    }
+
+    /// Checks combinations perftest (or xroce) does not support; the message says what to
+    /// change.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let k = self.kind;
+        if self.ud && k.verb() != enums::VERB_SEND {
+            anyhow::bail!("-c UD works only with send_bw and send_lat (UD has no RDMA READ/WRITE/atomics); use -c RC");
+        }
+        if k.verb() == enums::VERB_ATOMIC && self.size != 8 {
+            anyhow::bail!("atomic tests always use 8-byte operands; drop -s or use -s 8");
+        }
+        if !k.is_bw() && self.num_qps != 1 {
+            anyhow::bail!("latency tests use one QP; drop -q");
+        }
+        if self.num_qps == 0 || self.num_qps > 64 {
+            anyhow::bail!("-q must be between 1 and 64");
+        }
+        if self.size == 0 || self.size > 8 << 20 {
+            anyhow::bail!("-s must be between 1 and 8388608 (8 MiB)");
+        }
+        if self.iters < 5 && self.duration.is_none() {
+            anyhow::bail!("-n must be at least 5 (perftest drops the slowest samples)");
+        }
+        if self.duration.is_some()
+            && matches!(k, TestKind::SendBw | TestKind::SendLat | TestKind::WriteLat)
+        {
+            anyhow::bail!("-D is supported for write_bw, read_bw, atomic_bw, read_lat and atomic_lat; use -n for {}", k.perftest_binary().trim_start_matches("ib_"));
+        }
+        if self.tx_depth == 0 || self.cq_mod == 0 {
+            anyhow::bail!("-t and -Q must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// Bytes each half of a QP buffer needs.
+    pub fn half_len(&self) -> usize {
+        let max = if self.all_sizes {
+            8 << 20
+        } else {
+            self.size as usize
+        };
+        max.max(4096)
+    }
+
+    /// RTR/RTS attributes perftest uses.
+    pub fn connect_params(&self, local_psn: u32, mtu: u32) -> ConnectParams {
+        ConnectParams {
+            local_psn,
+            mtu,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: self.out_reads.clamp(1, 255) as u8,
+            hop_limit: 0xFF,
+            sl: 0,
+            qkey: PERFTEST_QKEY,
+        }
+    }
+}
+
+/// The RDMA side of a perftest conversation (implements [`PerftestRunner`]).
+pub struct PerfRunner<'a> {
+    eps: Vec<&'a mut dyn ToolEndpoint>,
+    opts: PerfOptions,
+    role: Role,
+    local_dests: Vec<PerftestDest>,
+    remote: Vec<PerftestDest>,
+    out: &'a mut dyn Write,
+    /// Results so far, for `--json`.
+    pub results: Vec<JsonResult>,
+    header_printed: bool,
+    recvs_posted: Vec<u32>,
+    stash: std::collections::VecDeque<ToolWc>,
+}
+
+impl<'a> PerfRunner<'a> {
+    /// A runner over one endpoint per QP; `local_dests` are what we announced.
+    pub fn new(
+        eps: Vec<&'a mut dyn ToolEndpoint>,
+        opts: PerfOptions,
+        role: Role,
+        local_dests: Vec<PerftestDest>,
+        out: &'a mut dyn Write,
+    ) -> Self {
+        let n = eps.len();
+        PerfRunner {
+            eps,
+            opts,
+            role,
+            local_dests,
+            remote: Vec::new(),
+            out,
+            results: Vec::new(),
+            header_printed: false,
+            recvs_posted: vec![0; n],
+            stash: Default::default(),
+        }
+    }
+
+    fn half(&self) -> usize {
+        self.opts.half_len()
+    }
+
+    fn print_table_header(&mut self) -> anyhow::Result<()> {
+        if self.header_printed {
+            return Ok(());
+        }
+        self.header_printed = true;
+        writeln!(self.out, "{}", report::RESULT_LINE)?;
+        if self.opts.kind.is_bw() {
+            writeln!(self.out, "{}", report::bw_table_header(self.opts.unit()))?;
+        } else {
+            writeln!(self.out, "{}", report::lat_table_header())?;
+        }
+        Ok(())
+    }
+
+    /// Prints the table header (servers that only wait call this themselves).
+    pub fn start_table(&mut self) -> anyhow::Result<()> {
+        self.print_table_header()
+    }
+
+    /// Prints a bw row received from the peer (the half-duplex server's output).
+    pub fn print_remote_bw(&mut self, rep: &BwReport) -> anyhow::Result<()> {
+        self.print_table_header()?;
+        let stats = BwStats {
+            size: rep.size,
+            iters: rep.iters,
+            peak: rep.bw_peak,
+            average: rep.bw_avg,
+            msg_rate_mpps: rep.msg_rate_avg,
+            unit: self.opts.unit(),
+        };
+        writeln!(self.out, "{}", report::bw_row(&stats))?;
+        self.results.push(JsonResult::Bw(stats));
+        Ok(())
+    }
+
+    /// Prints the closing line.
+    pub fn finish(&mut self) -> anyhow::Result<()> {
+        writeln!(self.out, "{}", report::RESULT_LINE)?;
+        Ok(())
+    }
+
+    fn recv_len(&self, size: u64) -> usize {
+        size as usize + if self.opts.ud { 40 } else { 0 }
+    }
+
+    /// Posts receives so each QP has `rx_depth` (SEND tests).
+    fn fill_recvs(&mut self, size: u64) -> anyhow::Result<()> {
+        let len = self.recv_len(size);
+        let half = self.half();
+        for (i, ep) in self.eps.iter_mut().enumerate() {
+            while self.recvs_posted[i] < self.opts.rx_depth {
+                ep.post_recv(0, half, len)?;
+                self.recvs_posted[i] += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn op_for(&self, qp: usize) -> ToolOp {
+        let r = &self.remote[qp];
+        match self.opts.kind.verb() {
+            enums::VERB_SEND => ToolOp::Send { imm: None },
+            enums::VERB_WRITE => ToolOp::Write {
+                remote_addr: r.vaddr,
+                rkey: r.rkey,
+                imm: None,
+            },
+            enums::VERB_READ => ToolOp::Read {
+                remote_addr: r.vaddr,
+                rkey: r.rkey,
+            },
+            _ if self.opts.fetch_add => ToolOp::FetchAdd {
+                remote_addr: r.vaddr,
+                rkey: r.rkey,
+                add: 1,
+            },
+            _ => ToolOp::CmpSwap {
+                remote_addr: r.vaddr,
+                rkey: r.rkey,
+                compare: 0,
+                swap: 0,
+            },
+        }
+    }
+
+    fn check(wc: &ToolWc) -> anyhow::Result<()> {
+        if let Err(status) = &wc.status {
+            anyhow::bail!(
+                "completion with error {status} (wr_id {}): the peer rejected the operation or stopped answering",
+                wc.wr_id
+            );
+        }
+        Ok(())
+    }
+
+    /// Bandwidth client loop; returns the report.
+    fn run_bw_client(&mut self, size: u64) -> anyhow::Result<BwReport> {
+        let n_qps = self.eps.len();
+        let deadline = self
+            .opts
+            .duration
+            .map(|d| Instant::now() + Duration::from_secs(d));
+        let per_qp = if deadline.is_some() {
+            u64::MAX
+        } else {
+            self.opts.iters
+        };
+        let cq_mod = u64::from(self.opts.cq_mod);
+        let tx_depth = u64::from(self.opts.tx_depth);
+        let len = if self.opts.kind.verb() == enums::VERB_ATOMIC {
+            8
+        } else {
+            size as usize
+        };
+        let ops: Vec<ToolOp> = (0..n_qps).map(|q| self.op_for(q)).collect();
+        let mut posted_n = vec![0u64; n_qps];
+        let mut done_n = vec![0u64; n_qps];
+        let mut posted_t: Vec<f64> = Vec::new();
+        let mut completed_t: Vec<f64> = Vec::new();
+        let mut qp_of_msg: Vec<(usize, u64)> = Vec::new();
+        let mut index_of: Vec<Vec<usize>> = vec![Vec::new(); n_qps];
+        let start = Instant::now();
+        let mut wcs = Vec::with_capacity(16);
+        let mut last_progress = Instant::now();
+        let mut stop = false;
+        loop {
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    stop = true;
+                }
+            }
+            for q in 0..n_qps {
+                while !stop && posted_n[q] < per_qp && posted_n[q] - done_n[q] < tx_depth {
+                    let k = posted_n[q];
+                    let last = k + 1 == per_qp;
+                    let signaled = (k + 1) % cq_mod == 0 || last;
+                    let wr = ToolWr {
+                        wr_id: (q as u64) << 48 | k,
+                        op: ops[q],
+                        offset: 0,
+                        len,
+                        signaled,
+                    };
+                    posted_t.push(start.elapsed().as_secs_f64() * 1e6);
+                    completed_t.push(f64::NAN);
+                    index_of[q].push(qp_of_msg.len());
+                    qp_of_msg.push((q, k));
+                    self.eps[q].post_send(&wr)?;
+                    posted_n[q] += 1;
+                }
+            }
+            // With -D, the last posted WR of each QP may be unsignaled: flush with one
+            // signaled WR so everything in flight is accounted for.
+            if stop {
+                for q in 0..n_qps {
+                    if posted_n[q] > done_n[q] && posted_n[q] % cq_mod != 0 && posted_n[q] != per_qp
+                    {
+                        let k = posted_n[q];
+                        let wr = ToolWr {
+                            wr_id: (q as u64) << 48 | k,
+                            op: ops[q],
+                            offset: 0,
+                            len,
+                            signaled: true,
+                        };
+                        posted_t.push(start.elapsed().as_secs_f64() * 1e6);
+                        completed_t.push(f64::NAN);
+                        index_of[q].push(qp_of_msg.len());
+                        qp_of_msg.push((q, k));
+                        self.eps[q].post_send(&wr)?;
+                        posted_n[q] += 1;
+                    }
+                }
+            }
+            if (0..n_qps).all(|q| done_n[q] == posted_n[q])
+                && (stop || (0..n_qps).all(|q| posted_n[q] >= per_qp))
+            {
+                break;
+            }
+            let mut got = 0;
+            for q in 0..n_qps {
+                wcs.clear();
+                got += self.eps[q].poll(&mut wcs, 16)?;
+                let now = start.elapsed().as_secs_f64() * 1e6;
+                for wc in &wcs {
+                    Self::check(wc)?;
+                    let k = wc.wr_id & ((1 << 48) - 1);
+                    // A signalled completion retires every earlier WR of its QP.
+                    for j in done_n[q]..=k {
+                        let idx = index_of[q][j as usize];
+                        completed_t[idx] = now;
+                    }
+                    done_n[q] = done_n[q].max(k + 1);
+                }
+            }
+            if got > 0 {
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() > self.opts.stall_timeout {
+                anyhow::bail!(
+                    "no completion for {:?}: the peer stopped answering",
+                    self.opts.stall_timeout
+                );
+            }
+        }
+        let stats = BwStats::compute(
+            size,
+            &posted_t,
+            &completed_t,
+            self.opts.cq_mod as usize,
+            self.opts.unit(),
+        )
+        .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
+        self.print_table_header()?;
+        writeln!(self.out, "{}", report::bw_row(&stats))?;
+        self.results.push(JsonResult::Bw(stats));
+        Ok(BwReport {
+            size: stats.size,
+            iters: stats.iters,
+            bw_peak: stats.peak,
+            bw_avg: stats.average,
+            msg_rate_avg: stats.msg_rate_mpps,
+        })
+    }
+
+    /// send_bw server: count `iters` receives per QP.
+    fn run_send_bw_server(&mut self, size: u64) -> anyhow::Result<BwReport> {
+        let n_qps = self.eps.len();
+        let start = Instant::now();
+        let mut got = vec![0u64; n_qps];
+        let mut times: Vec<f64> = Vec::new();
+        let mut wcs = Vec::with_capacity(16);
+        let mut last_progress = Instant::now();
+        let len = self.recv_len(size);
+        let half = self.half();
+        while got.iter().any(|&g| g < self.opts.iters) {
+            let mut any = false;
+            for q in 0..n_qps {
+                wcs.clear();
+                self.eps[q].poll(&mut wcs, 16)?;
+                for wc in &wcs {
+                    Self::check(wc)?;
+                    if wc.kind == WcKind::Recv {
+                        any = true;
+                        got[q] += 1;
+                        times.push(start.elapsed().as_secs_f64() * 1e6);
+                        self.eps[q].post_recv(0, half, len)?;
+                    }
+                }
+            }
+            if any {
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() > self.opts.stall_timeout {
+                anyhow::bail!(
+                    "received {got:?} of {} messages, then nothing for {:?}",
+                    self.opts.iters,
+                    self.opts.stall_timeout
+                );
+            }
+        }
+        let posted: Vec<f64> = std::iter::once(0.0)
+            .chain(times.iter().copied())
+            .take(times.len())
+            .collect();
+        let stats = BwStats::compute(size, &posted, &times, 1, self.opts.unit())
+            .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
+        self.print_table_header()?;
+        writeln!(self.out, "{}", report::bw_row(&stats))?;
+        self.results.push(JsonResult::Bw(stats));
+        Ok(BwReport {
+            size,
+            iters: stats.iters,
+            bw_peak: stats.peak,
+            bw_avg: stats.average,
+            msg_rate_avg: stats.msg_rate_mpps,
+        })
+    }
+
+    /// Waits for a completion `want` accepts; others are kept for later waits.
+    fn wait_for(&mut self, want: impl Fn(&ToolWc) -> bool) -> anyhow::Result<ToolWc> {
+        if let Some(pos) = self.stash.iter().position(&want) {
+            return Ok(self.stash.remove(pos).expect("index from position"));
+        }
+        let mut wcs = Vec::with_capacity(4);
+        let since = Instant::now();
+        loop {
+            wcs.clear();
+            self.eps[0].poll(&mut wcs, 4)?;
+            let mut found = None;
+            for wc in wcs.drain(..) {
+                Self::check(&wc)?;
+                if found.is_none() && want(&wc) {
+                    found = Some(wc);
+                } else {
+                    self.stash.push_back(wc);
+                }
+            }
+            if let Some(wc) = found {
+                return Ok(wc);
+            }
+            if since.elapsed() > self.opts.stall_timeout {
+                anyhow::bail!(
+                    "no completion for {:?}: the peer stopped answering",
+                    self.opts.stall_timeout
+                );
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Latency loops; returns per-iteration start times (µs).
+    fn run_lat(&mut self, size: u64) -> anyhow::Result<Vec<f64>> {
+        let iters = self.opts.iters;
+        let deadline = self
+            .opts
+            .duration
+            .map(|d| Instant::now() + Duration::from_secs(d));
+        let start = Instant::now();
+        let mut ts = Vec::with_capacity(iters as usize);
+        let half = self.half();
+        let kind = self.opts.kind;
+        match kind {
+            TestKind::SendLat => {
+                let wr = ToolWr {
+                    wr_id: 1,
+                    op: ToolOp::Send { imm: None },
+                    offset: 0,
+                    len: size as usize,
+                    signaled: true,
+                };
+                let len = self.recv_len(size);
+                for _ in 0..iters {
+                    // Client: send, then wait for the answer; server: wait, then answer.
+                    if self.role == Role::Server {
+                        self.wait_for(|wc| wc.kind == WcKind::Recv)?;
+                        self.eps[0].post_recv(0, half, len)?;
+                    }
+                    ts.push(start.elapsed().as_secs_f64() * 1e6);
+                    self.eps[0].post_send(&wr)?;
+                    self.wait_for(|wc| wc.kind == WcKind::Send)?;
+                    if self.role == Role::Client {
+                        self.wait_for(|wc| wc.kind == WcKind::Recv)?;
+                        self.eps[0].post_recv(0, half, len)?;
+                    }
+                }
+            }
+            TestKind::WriteLat => {
+                let r = self.remote[0];
+                let wr = ToolWr {
+                    wr_id: 1,
+                    op: ToolOp::Write {
+                        remote_addr: r.vaddr,
+                        rkey: r.rkey,
+                        imm: None,
+                    },
+                    offset: 0,
+                    len: size as usize,
+                    signaled: true,
+                };
+                let post_at = size as usize - 1;
+                let poll_at = half + size as usize - 1;
+                let mut rcnt: u64 = 0;
+                let since = Instant::now();
+                for scnt in 0..iters {
+                    if !(scnt == 0 && self.role == Role::Server) {
+                        rcnt += 1;
+                        let mut b = [0u8; 1];
+                        loop {
+                            self.eps[0].read_local(poll_at, &mut b)?;
+                            if b[0] == rcnt as u8 {
+                                break;
+                            }
+                            if since.elapsed()
+                                > self.opts.stall_timeout + Duration::from_secs(iters / 1000)
+                            {
+                                anyhow::bail!("peer's write {rcnt} never arrived");
+                            }
+                            std::hint::spin_loop();
+                        }
+                    }
+                    ts.push(start.elapsed().as_secs_f64() * 1e6);
+                    self.eps[0].write_local(post_at, &[(scnt + 1) as u8])?;
+                    self.eps[0].post_send(&wr)?;
+                    self.wait_for(|wc| wc.kind == WcKind::Write)?;
+                }
+                // The server wrote first, so it still waits for the client's last write
+                // (perftest's loop runs until rcnt == iters on both sides).
+                if self.role == Role::Server && iters > 0 {
+                    let mut b = [0u8; 1];
+                    loop {
+                        self.eps[0].read_local(poll_at, &mut b)?;
+                        if b[0] == iters as u8 {
+                            break;
+                        }
+                        if since.elapsed()
+                            > self.opts.stall_timeout + Duration::from_secs(iters / 1000)
+                        {
+                            anyhow::bail!("peer's last write never arrived");
+                        }
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+            TestKind::ReadLat | TestKind::AtomicLat => {
+                let op = self.op_for(0);
+                let len = if kind == TestKind::AtomicLat {
+                    8
+                } else {
+                    size as usize
+                };
+                let wr = ToolWr {
+                    wr_id: 1,
+                    op,
+                    offset: 0,
+                    len,
+                    signaled: true,
+                };
+                let mut i = 0u64;
+                loop {
+                    match deadline {
+                        Some(d) if Instant::now() >= d => break,
+                        None if i >= iters => break,
+                        _ => {}
+                    }
+                    ts.push(start.elapsed().as_secs_f64() * 1e6);
+                    self.eps[0].post_send(&wr)?;
+                    self.wait_for(|wc| matches!(wc.kind, WcKind::Read | WcKind::Atomic))?;
+                    i += 1;
+                }
+                // Close the last interval (perftest uses tposted[i+1] - tposted[i]).
+                ts.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+            _ => unreachable!("bw tests do not use the latency loop"),
+        }
+        Ok(ts)
+    }
+}
+
+impl PerftestRunner for PerfRunner<'_> {
+    fn connect(&mut self, remote: &[PerftestDest], mtu_enum: u8) -> anyhow::Result<()> {
+        let mtu = crate::tools::perftest_oob::mtu_bytes(mtu_enum).unwrap_or(1024);
+        if remote.len() != self.eps.len() {
+            anyhow::bail!(
+                "peer announced {} QPs, we have {}: use the same -q on both sides",
+                remote.len(),
+                self.eps.len()
+            );
+        }
+        for (i, ep) in self.eps.iter_mut().enumerate() {
+            let r = &remote[i];
+            let params = self.opts.connect_params(self.local_dests[i].psn, mtu);
+            ep.connect(
+                &RemoteInfo {
+                    qpn: r.qpn,
+                    psn: r.psn,
+                    gid: r.gid.unwrap_or([0; 16]),
+                },
+                &params,
+            )?;
+        }
+        self.remote = remote.to_vec();
+        for d in self.local_dests.clone() {
+            write!(
+                self.out,
+                "{}",
+                report::address_lines(&d, false, self.opts.kind)
+            )?;
+        }
+        for d in remote {
+            write!(
+                self.out,
+                "{}",
+                report::address_lines(d, true, self.opts.kind)
+            )?;
+        }
+        if self.opts.kind.verb() == enums::VERB_SEND {
+            self.fill_recvs(
+                self.opts
+                    .sizes(mtu)
+                    .into_iter()
+                    .max()
+                    .unwrap_or(self.opts.size),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, size: u64) -> anyhow::Result<Option<BwReport>> {
+        let kind = self.opts.kind;
+        if kind.is_bw() {
+            let rep = if kind == TestKind::SendBw && self.role == Role::Server {
+                self.run_send_bw_server(size)?
+            } else {
+                self.run_bw_client(size)?
+            };
+            return Ok(Some(rep));
+        }
+        let ts = self.run_lat(size)?;
+        let rtt = if kind.is_read_like() { 1.0 } else { 2.0 };
+        self.print_table_header()?;
+        let stats = LatencyStats::from_timestamps(&ts, rtt).ok_or_else(|| {
+            anyhow::anyhow!("too few iterations to compute latency (use -n 5 or more)")
+        })?;
+        let iters = (ts.len() as u64).saturating_sub(u64::from(kind.is_read_like()));
+        writeln!(self.out, "{}", report::lat_row(size, iters, &stats))?;
+        self.results.push(JsonResult::Lat { size, iters, stats });
+        Ok(None)
+    }
+}

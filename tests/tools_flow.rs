@@ -1,0 +1,544 @@
+//! The tools' loops (pingpong, all eight perf tests, file transfer) run end to end, both
+//! roles in two threads, over an in-process model of two connected RC/UD QPs.
+//!
+//! The model (`ModelEndpoint`) executes each work request at once against the peer's
+//! memory: SEND/WRITE_WITH_IMM consume the peer's oldest receive (or wait for one, like
+//! `rnr_retry = 7`), WRITE/READ copy after checking the R_Key and bounds, atomics act on
+//! little-endian u64s, unsignaled WRs complete silently. It is a test double for the tool
+//! logic; the real transport is tested over AF_XDP in `tests/tools_netns.rs`.
+
+use std::collections::VecDeque;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use xroce::tools::endpoint::{
+    ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
+};
+use xroce::tools::file::{self, FileOptions};
+use xroce::tools::perf::{PerfOptions, PerfRunner};
+use xroce::tools::perftest_oob::{
+    self, LocalSide, NegotiateParams, PerftestComm, PerftestDest, Role, SysData, TestKind,
+};
+use xroce::tools::pingpong::{self, PingpongOptions};
+
+#[derive(Default)]
+struct Side {
+    base: u64,
+    rkey: u32,
+    mem: Vec<u8>,
+    recvs: VecDeque<(u64, usize, usize)>,
+    cq: VecDeque<ToolWc>,
+    /// Deliveries waiting for a receive: (data, imm, sender's wr_id, signaled).
+    waiting: VecDeque<(Vec<u8>, Option<u32>, bool)>,
+    connected_to: Option<u32>,
+}
+
+struct Shared {
+    sides: [Side; 2],
+}
+
+struct ModelEndpoint {
+    shared: Arc<Mutex<Shared>>,
+    me: usize,
+    qpn: u32,
+    ud: bool,
+}
+
+fn pair(buf_len: usize, ud: bool) -> (ModelEndpoint, ModelEndpoint) {
+    let mut sides: [Side; 2] = Default::default();
+    for (i, s) in sides.iter_mut().enumerate() {
+        s.base = 0x7f00_0000_0000 + (i as u64) * 0x1_0000_0000;
+        s.rkey = 0x100 + i as u32;
+        s.mem = vec![0; buf_len];
+    }
+    let shared = Arc::new(Mutex::new(Shared { sides }));
+    (
+        ModelEndpoint {
+            shared: shared.clone(),
+            me: 0,
+            qpn: 0x11,
+            ud,
+        },
+        ModelEndpoint {
+            shared,
+            me: 1,
+            qpn: 0x12,
+            ud,
+        },
+    )
+}
+
+fn deliver(peer: &mut Side, data: Vec<u8>, imm: Option<u32>, write_imm: bool) {
+    if let Some((wr_id, off, len)) = peer.recvs.pop_front() {
+        let n = if write_imm { 0 } else { data.len().min(len) };
+        peer.mem[off..off + n].copy_from_slice(&data[..n]);
+        peer.cq.push_back(ToolWc {
+            wr_id,
+            status: Ok(()),
+            kind: if write_imm {
+                WcKind::RecvRdmaWithImm
+            } else {
+                WcKind::Recv
+            },
+            byte_len: if write_imm { 0 } else { data.len() as u32 },
+            imm,
+        });
+    } else {
+        peer.waiting.push_back((data, imm, write_imm));
+    }
+}
+
+impl ToolEndpoint for ModelEndpoint {
+    fn local(&self) -> LocalInfo {
+        let s = self.shared.lock().unwrap();
+        let side = &s.sides[self.me];
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&[198, 18, 0, 11 + self.me as u8]);
+        LocalInfo {
+            qpn: self.qpn,
+            gid,
+            buf_addr: side.base,
+            rkey: side.rkey,
+            buf_len: side.mem.len(),
+            active_mtu: 1024,
+            max_inline: 0,
+            max_rd_atomic: 16,
+        }
+    }
+
+    fn connect(&mut self, remote: &RemoteInfo, params: &ConnectParams) -> anyhow::Result<()> {
+        anyhow::ensure!(params.mtu >= 256, "bad mtu");
+        let mut s = self.shared.lock().unwrap();
+        s.sides[self.me].connected_to = Some(remote.qpn);
+        Ok(())
+    }
+
+    fn post_send(&mut self, wr: &ToolWr) -> anyhow::Result<()> {
+        let mut s = self.shared.lock().unwrap();
+        let peer_qpn = if self.me == 0 { 0x12 } else { 0x11 };
+        anyhow::ensure!(
+            s.sides[self.me].connected_to == Some(peer_qpn),
+            "post_send before connect"
+        );
+        let (me, peer) = if self.me == 0 {
+            let [a, b] = &mut s.sides;
+            (a, b)
+        } else {
+            let [a, b] = &mut s.sides;
+            (b, a)
+        };
+        let local = me.mem[wr.offset..wr.offset + wr.len].to_vec();
+        let remote_range = |addr: u64,
+                            rkey: u32,
+                            len: usize,
+                            peer: &Side|
+         -> anyhow::Result<std::ops::Range<usize>> {
+            anyhow::ensure!(rkey == peer.rkey, "bad rkey");
+            let off = addr
+                .checked_sub(peer.base)
+                .ok_or_else(|| anyhow::anyhow!("below MR"))? as usize;
+            anyhow::ensure!(off + len <= peer.mem.len(), "beyond MR");
+            Ok(off..off + len)
+        };
+        let kind = match wr.op {
+            ToolOp::Send { imm } => {
+                let mut data = local;
+                if self.ud {
+                    let mut grh = vec![0u8; 40];
+                    grh.extend_from_slice(&data);
+                    data = grh;
+                }
+                deliver(peer, data, imm, false);
+                WcKind::Send
+            }
+            ToolOp::Write {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                let r = remote_range(remote_addr, rkey, wr.len, peer)?;
+                peer.mem[r].copy_from_slice(&local);
+                if imm.is_some() {
+                    deliver(peer, Vec::new(), imm, true);
+                }
+                WcKind::Write
+            }
+            ToolOp::Read { remote_addr, rkey } => {
+                let r = remote_range(remote_addr, rkey, wr.len, peer)?;
+                let data = peer.mem[r].to_vec();
+                me.mem[wr.offset..wr.offset + wr.len].copy_from_slice(&data);
+                WcKind::Read
+            }
+            ToolOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            }
+            | ToolOp::CmpSwap {
+                remote_addr,
+                rkey,
+                compare: add,
+                swap: _,
+            } => {
+                let r = remote_range(remote_addr, rkey, 8, peer)?;
+                let old = u64::from_le_bytes(peer.mem[r.clone()].try_into().unwrap());
+                let new = match wr.op {
+                    ToolOp::FetchAdd { .. } => old.wrapping_add(add),
+                    ToolOp::CmpSwap { compare, swap, .. } => {
+                        if old == compare {
+                            swap
+                        } else {
+                            old
+                        }
+                    }
+                    _ => unreachable!(),
+                };
+                peer.mem[r].copy_from_slice(&new.to_le_bytes());
+                me.mem[wr.offset..wr.offset + 8].copy_from_slice(&old.to_le_bytes());
+                WcKind::Atomic
+            }
+        };
+        if wr.signaled {
+            me.cq.push_back(ToolWc {
+                wr_id: wr.wr_id,
+                status: Ok(()),
+                kind,
+                byte_len: wr.len as u32,
+                imm: None,
+            });
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, wr_id: u64, offset: usize, len: usize) -> anyhow::Result<()> {
+        let mut s = self.shared.lock().unwrap();
+        let side = &mut s.sides[self.me];
+        anyhow::ensure!(offset + len <= side.mem.len(), "recv beyond buffer");
+        side.recvs.push_back((wr_id, offset, len));
+        if let Some((data, imm, write_imm)) = side.waiting.pop_front() {
+            deliver(side, data, imm, write_imm);
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut Vec<ToolWc>, max: usize) -> anyhow::Result<usize> {
+        let mut s = self.shared.lock().unwrap();
+        let cq = &mut s.sides[self.me].cq;
+        let n = cq.len().min(max);
+        out.extend(cq.drain(..n));
+        Ok(n)
+    }
+
+    fn write_local(&mut self, offset: usize, data: &[u8]) -> anyhow::Result<()> {
+        let mut s = self.shared.lock().unwrap();
+        let mem = &mut s.sides[self.me].mem;
+        anyhow::ensure!(offset + data.len() <= mem.len(), "write beyond buffer");
+        mem[offset..offset + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read_local(&self, offset: usize, out: &mut [u8]) -> anyhow::Result<()> {
+        let s = self.shared.lock().unwrap();
+        let mem = &s.sides[self.me].mem;
+        anyhow::ensure!(offset + out.len() <= mem.len(), "read beyond buffer");
+        out.copy_from_slice(&mem[offset..offset + out.len()]);
+        Ok(())
+    }
+}
+
+fn pingpong_pair(opts: PingpongOptions) -> (String, String) {
+    let (mut a, mut b) = pair(pingpong::buffer_len(&opts), opts.ud);
+    let (mut sa, mut sb) = UnixStream::pair().unwrap();
+    let o2 = opts.clone();
+    let server = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        pingpong::run(&mut a, &mut sa, Role::Server, &o2, 0x111111, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    });
+    let mut out = Vec::new();
+    pingpong::run(&mut b, &mut sb, Role::Client, &opts, 0x222222, &mut out).unwrap();
+    (server.join().unwrap(), String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn rc_pingpong_both_roles() {
+    let opts = PingpongOptions {
+        iters: 200,
+        rx_depth: 10,
+        validate: true,
+        ..Default::default()
+    };
+    let (server, client) = pingpong_pair(opts);
+    for out in [&server, &client] {
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("  local address:  LID 0x0000, QPN 0x0000"),
+            "{out}"
+        );
+        assert!(
+            lines[1].starts_with("  remote address: LID 0x0000, QPN 0x0000"),
+            "{out}"
+        );
+        assert!(lines[2].starts_with("1638400 bytes in "), "{out}");
+        assert!(lines[3].starts_with("200 iters in "), "{out}");
+        assert!(!out.contains("invalid data"), "{out}");
+    }
+    assert!(server.contains("PSN 0x111111, GID ::ffff:198.18.0.11"));
+    assert!(client.contains("remote address: LID 0x0000, QPN 0x000011, PSN 0x111111"));
+}
+
+#[test]
+fn ud_pingpong_both_roles_and_size_limit() {
+    let opts = PingpongOptions {
+        ud: true,
+        size: 1024,
+        iters: 50,
+        rx_depth: 8,
+        ..Default::default()
+    };
+    let (server, _client) = pingpong_pair(opts);
+    assert!(
+        server.lines().next().unwrap().contains("PSN 0x111111: GID"),
+        "ud's local line: {server}"
+    );
+    // Larger than the MTU: the same error ibv_ud_pingpong gives.
+    let opts = PingpongOptions {
+        ud: true,
+        size: 2048,
+        ..Default::default()
+    };
+    let (mut a, _b) = pair(4096, true);
+    let (mut sa, _sb) = UnixStream::pair().unwrap();
+    let err = pingpong::run(&mut a, &mut sa, Role::Server, &opts, 1, &mut Vec::new()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Requested size larger than port MTU (1024)"),
+        "{err}"
+    );
+}
+
+fn local_side(ep: &dyn ToolEndpoint, opts: &PerfOptions, psn: u32) -> LocalSide {
+    let info = ep.local();
+    LocalSide {
+        sys_data: SysData {
+            page_size: 4096,
+            cache_line: 64,
+        },
+        mtu_enum: 3,
+        params: NegotiateParams {
+            test_method: i32::from(opts.all_sizes),
+            connection_type: if opts.ud { 2 } else { 0 },
+            verb: opts.kind.verb(),
+            tst: i32::from(opts.kind.is_bw()),
+            atomic_type: i32::from(opts.fetch_add),
+            test_type: 0,
+            report_fmt: 1,
+            size: opts.size,
+            iters: opts.iters,
+            aes_xts: 0,
+            num_of_qps: 1,
+            duration: 0,
+            use_rdma_cm: 0,
+            use_write_with_imm: 0,
+            no_enhanced_reorder: 0,
+            sig_offload: 0,
+            data_validation: 0,
+            device_attr: NegotiateParams::device_attr_block(16),
+            mlx5dv_comp_mask: Some(0),
+        },
+        dests: vec![PerftestDest {
+            lid: 0,
+            out_reads: if opts.kind.is_read_like() {
+                opts.out_reads
+            } else {
+                1
+            },
+            qpn: info.qpn,
+            psn,
+            rkey: info.rkey,
+            vaddr: info.buf_addr + opts.half_len() as u64,
+            gid: Some(info.gid),
+            srqn: 0,
+        }],
+    }
+}
+
+fn perf_side(
+    mut ep: ModelEndpoint,
+    stream: UnixStream,
+    role: Role,
+    opts: PerfOptions,
+    version: &str,
+) -> (String, usize) {
+    let local = local_side(&ep, &opts, if role == Role::Server { 0xabc } else { 0xdef });
+    let sizes = opts.sizes(1024);
+    let steps = perftest_oob::script(opts.kind, role, &sizes, 1);
+    let mut out = Vec::new();
+    let results;
+    {
+        let mut runner = PerfRunner::new(
+            vec![&mut ep],
+            opts.clone(),
+            role,
+            local.dests.clone(),
+            &mut out,
+        );
+        let mut comm = PerftestComm::new(stream, role, version, false, true);
+        let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner).unwrap();
+        if role == Role::Server && opts.kind.is_bw() && opts.kind != TestKind::SendBw {
+            runner
+                .print_remote_bw(&outcome.remote_report.unwrap())
+                .unwrap();
+        }
+        runner.finish().unwrap();
+        results = runner.results.len();
+    }
+    (String::from_utf8(out).unwrap(), results)
+}
+
+fn perf_pair(opts: PerfOptions, version: &str) -> ((String, usize), (String, usize)) {
+    let buf = 2 * opts.half_len();
+    let (a, b) = pair(buf, opts.ud);
+    let (sa, sb) = UnixStream::pair().unwrap();
+    let o2 = opts.clone();
+    let v2 = version.to_string();
+    let server = std::thread::spawn(move || perf_side(a, sa, Role::Server, o2, &v2));
+    let client = perf_side(b, sb, Role::Client, opts, version);
+    (server.join().unwrap(), client)
+}
+
+#[test]
+fn every_perf_test_runs_both_roles() {
+    for kind in TestKind::ALL {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.iters = 200;
+        opts.stall_timeout = Duration::from_secs(10);
+        let ((server, _), (client, client_rows)) = perf_pair(opts, "6.06");
+        assert_eq!(client_rows, 1, "{kind:?}: one result row\n{client}");
+        assert!(
+            client.contains(" remote address: LID 0000 QPN 0x0011"),
+            "{kind:?}\n{client}"
+        );
+        if kind.is_bw() {
+            assert!(client.contains("BW peak[MB/sec]"), "{kind:?}\n{client}");
+            assert!(
+                server.contains("BW average[MB/sec]"),
+                "{kind:?} server shows the client's result\n{server}"
+            );
+        } else {
+            assert!(client.contains("t_typical[usec]"), "{kind:?}\n{client}");
+        }
+    }
+}
+
+#[test]
+fn run_all_sizes_and_new_version_parameter_block() {
+    for kind in [
+        TestKind::WriteBw,
+        TestKind::SendBw,
+        TestKind::ReadLat,
+        TestKind::WriteLat,
+        TestKind::SendLat,
+    ] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.all_sizes = true;
+        opts.iters = 5;
+        let ((server, _), (client, rows)) = perf_pair(opts, "6.29");
+        assert_eq!(rows, 23, "{kind:?}: 2 B .. 8 MiB\n{client}\n{server}");
+        assert!(client.contains(" 8388608 "), "{kind:?}\n{client}");
+    }
+}
+
+#[test]
+fn ud_send_tests_run() {
+    for kind in [TestKind::SendBw, TestKind::SendLat] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.ud = true;
+        opts.size = 512;
+        opts.iters = 100;
+        let (_, (client, rows)) = perf_pair(opts, "6.06");
+        assert_eq!(rows, 1, "{client}");
+    }
+}
+
+#[test]
+fn perf_option_errors_say_what_to_change() {
+    let mut o = PerfOptions::defaults(TestKind::WriteBw);
+    o.ud = true;
+    assert!(o.validate().unwrap_err().to_string().contains("use -c RC"));
+    let mut o = PerfOptions::defaults(TestKind::AtomicBw);
+    o.size = 16;
+    assert!(o.validate().unwrap_err().to_string().contains("8-byte"));
+    let mut o = PerfOptions::defaults(TestKind::SendLat);
+    o.num_qps = 2;
+    assert!(o.validate().unwrap_err().to_string().contains("drop -q"));
+}
+
+fn transfer(
+    data: Vec<u8>,
+    opts: FileOptions,
+) -> (file::TransferOutcome, file::TransferOutcome, Vec<u8>) {
+    // One model pair, each side's buffer big enough for the sender's layout.
+    let (mut rx_ep, mut b) = pair(opts.sender_buffer_len(), false);
+    let (mut sa, mut sb) = UnixStream::pair().unwrap();
+    let o2 = opts.clone();
+    let receiver = std::thread::spawn(move || {
+        let mut written = Vec::new();
+        let outcome =
+            file::recv(&mut rx_ep, &mut sa, &mut written, &o2, 7, &mut |_, _| {}).unwrap();
+        (outcome, written)
+    });
+    let len = data.len() as u64;
+    let mut reader = std::io::Cursor::new(data);
+    let mut acked = Vec::new();
+    let sent = file::send(
+        &mut b,
+        &mut sb,
+        &mut reader,
+        "blob.bin",
+        len,
+        &opts,
+        9,
+        &mut |n| acked.push(n),
+    )
+    .unwrap();
+    assert!(
+        acked.windows(2).all(|w| w[0] <= w[1]),
+        "progress is monotonic"
+    );
+    let (received, written) = receiver.join().unwrap();
+    (sent, received, written)
+}
+
+#[test]
+fn file_transfer_verifies_sha256() {
+    let data: Vec<u8> = (0..(3 << 20) + 12345u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let opts = FileOptions {
+        chunk_size: 256 << 10,
+        slots: 4,
+        ..Default::default()
+    };
+    let (sent, received, written) = transfer(data.clone(), opts);
+    assert!(sent.verified && received.verified);
+    assert_eq!(sent.sha256, received.sha256);
+    assert_eq!(written, data);
+    assert_eq!(received.name, "blob.bin");
+    // Empty and one-byte files.
+    for data in [vec![], vec![42u8]] {
+        let (s, r, w) = transfer(
+            data.clone(),
+            FileOptions {
+                chunk_size: 4096,
+                slots: 2,
+                ..Default::default()
+            },
+        );
+        assert!(s.verified && r.verified);
+        assert_eq!(w, data);
+    }
+}
