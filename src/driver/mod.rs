@@ -21,6 +21,7 @@
 
 pub mod iface;
 pub mod loopback;
+pub mod mem;
 pub mod packet;
 pub mod xdp;
 
