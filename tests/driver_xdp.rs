@@ -296,6 +296,25 @@ fn roce_frames_cross_byte_for_byte_between_two_xdp_drivers() {
 }
 
 #[test]
+fn a_burst_larger_than_one_kick_arrives_complete_and_in_order() {
+    if !common::privileged_or_skip("a_burst_larger_than_one_kick_arrives_complete_and_in_order") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig::default()).expect("veth link");
+    // 1000 frames in one flush: copy-mode sendto() moves at most 32 per call.
+    let frames: Vec<Vec<u8>> = (0..1000u32)
+        .map(|i| {
+            let mut p = roce_payload(i as u8, 200);
+            p[8..12].copy_from_slice(&i.to_be_bytes()); // PSN-ish sequence number
+            ipv4_frame(&link, Vlan::None, ROCE_PORT, &p)
+        })
+        .collect();
+    let (got, stats) = receive_all(&link, frames.clone(), "xdp-send", &[]);
+    assert_eq!(got.len(), frames.len(), "{stats}");
+    assert!(got == frames, "frames differ or are reordered; {stats}");
+}
+
+#[test]
 fn vlan_tagged_and_malformed_frames_are_steered_and_counted() {
     if !common::privileged_or_skip("vlan_tagged_and_malformed_frames_are_steered_and_counted") {
         return;
@@ -330,6 +349,11 @@ fn vlan_tagged_and_malformed_frames_are_steered_and_counted() {
     let s = parse_stats(&stats);
     assert_eq!(s["redirected"], 3, "{stats}");
     assert!(s["malformed"] >= 1, "{stats}");
+    assert_eq!(
+        s["seen"],
+        s["redirected"] + s["passed"] + s["malformed"] + s["no_socket"],
+        "every frame is counted exactly once: {stats}"
+    );
     assert!(s["passed"] >= 2, "{stats}");
 }
 
