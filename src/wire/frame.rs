@@ -1,0 +1,756 @@
+//! Whole RoCEv2 frames: Ethernet (optionally one 802.1Q tag), IPv4 or IPv6, UDP to port
+//! 4791, the RoCE packet, pad and ICRC (RoCEv2 Annex A17.2).
+//!
+//! ```text
+//! | Ethernet 14 | [802.1Q 4] | IPv4 20 / IPv6 40 | UDP 8 | BTH 12 | ext hdrs | payload | pad 0-3 | ICRC 4 |
+//! ```
+//! Ethernet, VLAN, IP and UDP headers are parsed and written with `etherparse`; the RoCE
+//! headers with the views in this module's siblings.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use etherparse::{
+    EtherType, Ethernet2Header, Ethernet2HeaderSlice, IpFragOffset, IpNumber, Ipv4Dscp, Ipv4Ecn,
+    Ipv4Header, Ipv4HeaderSlice, Ipv6FlowLabel, Ipv6Header, Ipv6HeaderSlice, SingleVlanHeader,
+    SingleVlanHeaderSlice, UdpHeader, UdpHeaderSlice, VlanId, VlanPcp,
+};
+
+use super::bth::BTH_LEN;
+use super::error::{Layer, Result, WireError};
+use super::icrc::{self, ICRC_LEN};
+use super::packet::PacketRepr;
+
+/// The IANA UDP port of RoCEv2.
+pub const ROCEV2_UDP_PORT: u16 = 4791;
+/// Ethernet II header length.
+pub const ETH_LEN: usize = 14;
+/// 802.1Q tag length.
+pub const VLAN_LEN: usize = 4;
+/// IPv4 header length without options.
+pub const IPV4_LEN: usize = 20;
+/// IPv6 header length.
+pub const IPV6_LEN: usize = 40;
+/// UDP header length.
+pub const UDP_LEN: usize = 8;
+
+/// An IEEE 802.1Q tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct VlanTag {
+    /// Priority code point (3 bits); RoCE deployments map traffic classes onto it (PFC).
+    pub pcp: u8,
+    /// Drop eligible indicator.
+    pub dei: bool,
+    /// VLAN identifier (12 bits).
+    pub vid: u16,
+}
+
+/// The Ethernet header of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct EthRepr {
+    /// Destination MAC.
+    pub dst: [u8; 6],
+    /// Source MAC.
+    pub src: [u8; 6],
+    /// The 802.1Q tag, if the frame has one.
+    pub vlan: Option<VlanTag>,
+}
+
+impl EthRepr {
+    /// Header length: 14, or 18 with a VLAN tag.
+    pub fn buffer_len(&self) -> usize {
+        ETH_LEN + if self.vlan.is_some() { VLAN_LEN } else { 0 }
+    }
+}
+
+/// The IP header of a frame, with the fields RoCEv2 lets a sender choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpRepr {
+    /// IPv4 without options, protocol UDP, never fragmented.
+    V4 {
+        /// Source address.
+        src: Ipv4Addr,
+        /// Destination address.
+        dst: Ipv4Addr,
+        /// The whole TOS byte (DSCP << 2 | ECN). ICRC-masked.
+        tos: u8,
+        /// Time to live. ICRC-masked.
+        ttl: u8,
+        /// Identification. Covered by the ICRC (rxe varies it per packet).
+        ident: u16,
+        /// Don't Fragment (rxe sets it).
+        dont_fragment: bool,
+    },
+    /// IPv6 without extension headers, next header UDP.
+    V6 {
+        /// Source address.
+        src: Ipv6Addr,
+        /// Destination address.
+        dst: Ipv6Addr,
+        /// Traffic class (DSCP << 2 | ECN). ICRC-masked.
+        traffic_class: u8,
+        /// Flow label (20 bits). ICRC-masked.
+        flow_label: u32,
+        /// Hop limit. ICRC-masked.
+        hop_limit: u8,
+    },
+}
+
+impl IpRepr {
+    /// Header length: 20 or 40.
+    pub fn buffer_len(&self) -> usize {
+        match self {
+            IpRepr::V4 { .. } => IPV4_LEN,
+            IpRepr::V6 { .. } => IPV6_LEN,
+        }
+    }
+}
+
+/// A whole RoCEv2 frame as plain fields. The UDP destination port is always 4791 and the
+/// UDP checksum is emitted as 0 (RoCEv2 allows it; rxe does the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRepr<'a> {
+    /// Ethernet header.
+    pub eth: EthRepr,
+    /// IP header fields.
+    pub ip: IpRepr,
+    /// UDP source port (any value; rxe derives it from the QP numbers, see
+    /// [`rxe_udp_source_port`]).
+    pub udp_src_port: u16,
+    /// The RoCE packet (BTH to payload).
+    pub roce: PacketRepr<'a>,
+}
+
+/// Where each part starts inside a parsed frame (byte offsets from the frame's start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FrameOffsets {
+    /// IP header.
+    pub ip: usize,
+    /// UDP header.
+    pub udp: usize,
+    /// BTH.
+    pub bth: usize,
+    /// First payload byte (after the extension headers).
+    pub payload: usize,
+    /// First pad byte.
+    pub pad: usize,
+    /// ICRC.
+    pub icrc: usize,
+    /// End of the IP packet; bytes after it are Ethernet padding/trailer.
+    pub end: usize,
+}
+
+/// A frame as parsed, with what was found on the wire beyond the [`FrameRepr`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParsedFrame<'a> {
+    /// The frame's fields.
+    pub repr: FrameRepr<'a>,
+    /// ICRC carried by the frame.
+    pub icrc_received: u32,
+    /// ICRC computed over the frame.
+    pub icrc_computed: u32,
+    /// UDP checksum as received (not validated: RoCEv2 senders often send 0, and over veth
+    /// a kernel sender's checksum is only a partial sum).
+    pub udp_checksum: u16,
+    /// BTH byte 4 as received: FECN, BECN and the six reserved bits (which some hardware
+    /// sets; the ICRC masks the whole byte, so they are not validated).
+    pub bth_byte4: u8,
+    /// IPv4 header checksum as received (`None` for IPv6).
+    pub ipv4_checksum: Option<u16>,
+    /// Whether the IPv4 header checksum is right (always true for IPv6).
+    pub ipv4_checksum_ok: bool,
+    /// Offsets of the parts.
+    pub offsets: FrameOffsets,
+    /// Bytes after the IP packet (Ethernet minimum-size padding).
+    pub trailer_len: usize,
+}
+
+impl<'a> ParsedFrame<'a> {
+    /// True when the received ICRC is the computed one.
+    pub fn icrc_ok(&self) -> bool {
+        self.icrc_received == self.icrc_computed
+    }
+
+    /// Re-emits the frame exactly as received when it was well formed: the repr, plus the
+    /// received UDP checksum and BTH byte 4 (reserved bits included). The ICRC masks both,
+    /// so the emitted ICRC is unchanged.
+    pub fn emit_as_received(&self, buf: &mut [u8]) -> Result<usize> {
+        let n = self.repr.emit(buf)?;
+        let udp = self.repr.eth.buffer_len() + self.repr.ip.buffer_len();
+        buf[udp + 6..udp + 8].copy_from_slice(&self.udp_checksum.to_be_bytes());
+        buf[udp + UDP_LEN + 4] = self.bth_byte4;
+        Ok(n)
+    }
+}
+
+/// What [`locate`] finds below the RoCE packet.
+struct Located<'a> {
+    eth: EthRepr,
+    ip: IpRepr,
+    ip_header: &'a [u8],
+    udp_datagram: &'a [u8], // UDP header .. before the ICRC
+    udp_src_port: u16,
+    udp_checksum: u16,
+    ipv4_checksum: Option<u16>,
+    ipv4_checksum_ok: bool,
+    icrc_received: u32,
+    offsets: FrameOffsets,
+    trailer_len: usize,
+}
+
+impl Located<'_> {
+    fn icrc_computed(&self) -> u32 {
+        match self.ip {
+            IpRepr::V4 { .. } => icrc::icrc_ipv4(self.ip_header, self.udp_datagram),
+            IpRepr::V6 { .. } => icrc::icrc_ipv6(self.ip_header, self.udp_datagram),
+        }
+    }
+}
+
+fn truncated(layer: Layer, need: usize, have: usize) -> WireError {
+    WireError::Truncated { layer, need, have }
+}
+
+/// Parses Ethernet, VLAN, IP and UDP, and splits off the ICRC.
+fn locate(frame: &[u8]) -> Result<Located<'_>> {
+    let eth = Ethernet2HeaderSlice::from_slice(frame)
+        .map_err(|_| truncated(Layer::Ethernet, ETH_LEN, frame.len()))?;
+    let mut ether_type = eth.ether_type();
+    let mut at = ETH_LEN;
+    let mut vlan = None;
+    if ether_type == EtherType::VLAN_TAGGED_FRAME {
+        let tag = SingleVlanHeaderSlice::from_slice(&frame[at..])
+            .map_err(|_| truncated(Layer::Vlan, VLAN_LEN, frame.len() - at))?;
+        vlan = Some(VlanTag {
+            pcp: tag.priority_code_point().value(),
+            dei: tag.drop_eligible_indicator(),
+            vid: tag.vlan_identifier().value(),
+        });
+        ether_type = tag.ether_type();
+        at += VLAN_LEN;
+        if matches!(
+            ether_type,
+            EtherType::VLAN_TAGGED_FRAME
+                | EtherType::PROVIDER_BRIDGING
+                | EtherType::VLAN_DOUBLE_TAGGED_FRAME
+        ) {
+            return Err(WireError::StackedVlan {
+                ether_type: ether_type.0,
+            });
+        }
+    }
+    let eth_repr = EthRepr {
+        dst: eth.destination(),
+        src: eth.source(),
+        vlan,
+    };
+    let ip_start = at;
+    let rest = &frame[ip_start..];
+
+    let (ip, ip_header, ip_payload, ipv4_checksum, ipv4_checksum_ok) = match ether_type {
+        EtherType::IPV4 => {
+            let hdr = Ipv4HeaderSlice::from_slice(rest).map_err(|e| {
+                use etherparse::err::ipv4::{HeaderError, HeaderSliceError};
+                match e {
+                    HeaderSliceError::Len(l) => truncated(Layer::Ipv4, l.required_len, l.len),
+                    HeaderSliceError::Content(HeaderError::UnexpectedVersion {
+                        version_number,
+                    }) => WireError::IpVersionMismatch {
+                        version: version_number,
+                        expected: 4,
+                    },
+                    HeaderSliceError::Content(HeaderError::HeaderLengthSmallerThanHeader {
+                        ihl,
+                    }) => WireError::BadIpv4Ihl { ihl },
+                }
+            })?;
+            if hdr.ihl() != 5 {
+                return Err(WireError::Ipv4Options { ihl: hdr.ihl() });
+            }
+            let total = usize::from(hdr.total_len());
+            if total < IPV4_LEN {
+                return Err(WireError::BadIpLength {
+                    ip_len: total,
+                    header_len: IPV4_LEN,
+                });
+            }
+            if total > rest.len() {
+                return Err(truncated(Layer::Ipv4, total, rest.len()));
+            }
+            if hdr.more_fragments() || hdr.fragments_offset().value() != 0 {
+                return Err(WireError::Fragmented {
+                    offset: hdr.fragments_offset().value(),
+                });
+            }
+            if hdr.protocol() != IpNumber::UDP {
+                return Err(WireError::NotUdp {
+                    protocol: hdr.protocol().0,
+                });
+            }
+            let checksum_ok = hdr.to_header().calc_header_checksum() == hdr.header_checksum();
+            let ip = IpRepr::V4 {
+                src: hdr.source_addr(),
+                dst: hdr.destination_addr(),
+                tos: rest[1],
+                ttl: hdr.ttl(),
+                ident: hdr.identification(),
+                dont_fragment: hdr.dont_fragment(),
+            };
+            (
+                ip,
+                hdr.slice(),
+                &rest[IPV4_LEN..total],
+                Some(hdr.header_checksum()),
+                checksum_ok,
+            )
+        }
+        EtherType::IPV6 => {
+            let hdr = Ipv6HeaderSlice::from_slice(rest).map_err(|e| {
+                use etherparse::err::ipv6::{HeaderError, HeaderSliceError};
+                match e {
+                    HeaderSliceError::Len(l) => truncated(Layer::Ipv6, l.required_len, l.len),
+                    HeaderSliceError::Content(HeaderError::UnexpectedVersion {
+                        version_number,
+                    }) => WireError::IpVersionMismatch {
+                        version: version_number,
+                        expected: 6,
+                    },
+                }
+            })?;
+            let total = IPV6_LEN + usize::from(hdr.payload_length());
+            if total > rest.len() {
+                return Err(truncated(Layer::Ipv6, total, rest.len()));
+            }
+            if hdr.next_header() != IpNumber::UDP {
+                return Err(WireError::NotUdp {
+                    protocol: hdr.next_header().0,
+                });
+            }
+            let ip = IpRepr::V6 {
+                src: hdr.source_addr(),
+                dst: hdr.destination_addr(),
+                traffic_class: hdr.traffic_class(),
+                flow_label: hdr.flow_label().value(),
+                hop_limit: hdr.hop_limit(),
+            };
+            (ip, hdr.slice(), &rest[IPV6_LEN..total], None, true)
+        }
+        other => {
+            return Err(WireError::NotIp {
+                ether_type: other.0,
+            })
+        }
+    };
+
+    let udp = UdpHeaderSlice::from_slice(ip_payload)
+        .map_err(|_| truncated(Layer::Udp, UDP_LEN, ip_payload.len()))?;
+    if udp.destination_port() != ROCEV2_UDP_PORT {
+        return Err(WireError::NotRoce {
+            dst_port: udp.destination_port(),
+        });
+    }
+    if usize::from(udp.length()) != ip_payload.len() {
+        return Err(WireError::BadUdpLength {
+            udp_len: udp.length(),
+            ip_payload_len: ip_payload.len(),
+        });
+    }
+    let roce_len = ip_payload.len() - UDP_LEN;
+    if roce_len < BTH_LEN {
+        return Err(truncated(Layer::Bth, BTH_LEN, roce_len));
+    }
+    if roce_len < BTH_LEN + ICRC_LEN {
+        return Err(truncated(Layer::Icrc, BTH_LEN + ICRC_LEN, roce_len));
+    }
+    let icrc_at = ip_payload.len() - ICRC_LEN;
+    let mut icrc_bytes = [0u8; 4];
+    icrc_bytes.copy_from_slice(&ip_payload[icrc_at..]);
+
+    let udp_off = ip_start + ip_header.len();
+    let end = udp_off + ip_payload.len();
+    Ok(Located {
+        eth: eth_repr,
+        ip,
+        ip_header,
+        udp_datagram: &ip_payload[..icrc_at],
+        udp_src_port: udp.source_port(),
+        udp_checksum: udp.checksum(),
+        ipv4_checksum,
+        ipv4_checksum_ok,
+        icrc_received: icrc::from_wire(icrc_bytes),
+        offsets: FrameOffsets {
+            ip: ip_start,
+            udp: udp_off,
+            bth: udp_off + UDP_LEN,
+            payload: 0,
+            pad: 0,
+            icrc: udp_off + icrc_at,
+            end,
+        },
+        trailer_len: frame.len() - end,
+    })
+}
+
+/// The ICRC a frame carries and the one computed over it, needing only Ethernet/IP/UDP to
+/// be well formed (the RoCE headers may be anything). `xroce dump` uses it to say whether a
+/// frame that does not parse was damaged in transit.
+pub fn frame_icrc(frame: &[u8]) -> Result<(u32, u32)> {
+    let loc = locate(frame)?;
+    Ok((loc.icrc_received, loc.icrc_computed()))
+}
+
+/// Parses a frame, computing but not enforcing the ICRC (see [`ParsedFrame::icrc_ok`]).
+///
+/// Errors: anything that is not Ethernet/IP/UDP to port 4791, and any malformed header or
+/// length ([`WireError`]). A bad ICRC is not an error here.
+pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>> {
+    let loc = locate(frame)?;
+    let icrc_computed = loc.icrc_computed();
+    let roce = PacketRepr::parse(&loc.udp_datagram[UDP_LEN..])?;
+    let mut offsets = loc.offsets;
+    offsets.payload = offsets.bth + roce.header_len();
+    offsets.pad = offsets.payload + roce.payload.len();
+    Ok(ParsedFrame {
+        repr: FrameRepr {
+            eth: loc.eth,
+            ip: loc.ip,
+            udp_src_port: loc.udp_src_port,
+            roce,
+        },
+        icrc_received: loc.icrc_received,
+        icrc_computed,
+        udp_checksum: loc.udp_checksum,
+        bth_byte4: loc.udp_datagram[UDP_LEN + 4],
+        ipv4_checksum: loc.ipv4_checksum,
+        ipv4_checksum_ok: loc.ipv4_checksum_ok,
+        offsets,
+        trailer_len: loc.trailer_len,
+    })
+}
+
+/// Parses a frame and rejects it with [`WireError::BadIcrc`] unless its ICRC verifies.
+/// The ICRC is checked before the RoCE headers are parsed, so a damaged frame is reported
+/// as damaged rather than as whatever its damaged headers look like.
+pub fn parse_frame_verified(frame: &[u8]) -> Result<FrameRepr<'_>> {
+    let loc = locate(frame)?;
+    let expected = loc.icrc_computed();
+    if expected != loc.icrc_received {
+        return Err(WireError::BadIcrc {
+            expected,
+            found: loc.icrc_received,
+        });
+    }
+    let roce = PacketRepr::parse(&loc.udp_datagram[UDP_LEN..])?;
+    Ok(FrameRepr {
+        eth: loc.eth,
+        ip: loc.ip,
+        udp_src_port: loc.udp_src_port,
+        roce,
+    })
+}
+
+impl FrameRepr<'_> {
+    /// Total frame length [`emit`](Self::emit) writes.
+    pub fn buffer_len(&self) -> usize {
+        self.eth.buffer_len() + self.ip.buffer_len() + UDP_LEN + self.roce.buffer_len() + ICRC_LEN
+    }
+
+    /// Writes the whole frame to the start of `buf` and returns its length: Ethernet (and
+    /// VLAN), IP with total length and header checksum, UDP with length and checksum 0, the
+    /// RoCE packet with PadCnt and zero pad, and the ICRC. Does not allocate.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        self.roce.check()?;
+        let len = self.buffer_len();
+        if buf.len() < len {
+            return Err(WireError::BufferTooSmall {
+                need: len,
+                have: buf.len(),
+            });
+        }
+        let udp_len = UDP_LEN + self.roce.buffer_len() + ICRC_LEN;
+        let udp_len16 = u16::try_from(udp_len).map_err(|_| WireError::TooLarge { len: udp_len })?;
+        let buf = &mut buf[..len];
+
+        let ip_ether_type = match self.ip {
+            IpRepr::V4 { .. } => EtherType::IPV4,
+            IpRepr::V6 { .. } => EtherType::IPV6,
+        };
+        let mut at = 0;
+        fn put(buf: &mut [u8], at: &mut usize, bytes: &[u8]) {
+            buf[*at..*at + bytes.len()].copy_from_slice(bytes);
+            *at += bytes.len();
+        }
+        match self.eth.vlan {
+            None => {
+                let eth = Ethernet2Header {
+                    source: self.eth.src,
+                    destination: self.eth.dst,
+                    ether_type: ip_ether_type,
+                };
+                put(buf, &mut at, &eth.to_bytes());
+            }
+            Some(tag) => {
+                let eth = Ethernet2Header {
+                    source: self.eth.src,
+                    destination: self.eth.dst,
+                    ether_type: EtherType::VLAN_TAGGED_FRAME,
+                };
+                put(buf, &mut at, &eth.to_bytes());
+                let vlan = SingleVlanHeader {
+                    pcp: VlanPcp::try_new(tag.pcp).map_err(|_| WireError::FieldOutOfRange {
+                        field: "VLAN PCP",
+                        value: tag.pcp.into(),
+                    })?,
+                    drop_eligible_indicator: tag.dei,
+                    vlan_id: VlanId::try_new(tag.vid).map_err(|_| WireError::FieldOutOfRange {
+                        field: "VLAN VID",
+                        value: tag.vid.into(),
+                    })?,
+                    ether_type: ip_ether_type,
+                };
+                put(buf, &mut at, &vlan.to_bytes());
+            }
+        }
+        let ip_start = at;
+        match self.ip {
+            IpRepr::V4 {
+                src,
+                dst,
+                tos,
+                ttl,
+                ident,
+                dont_fragment,
+            } => {
+                let total = IPV4_LEN + udp_len;
+                let total = u16::try_from(total).map_err(|_| WireError::TooLarge { len: total })?;
+                let mut h = Ipv4Header {
+                    // Both `try_new` succeed: the values are masked to 6 and 2 bits.
+                    dscp: Ipv4Dscp::try_new(tos >> 2).unwrap_or(Ipv4Dscp::ZERO),
+                    ecn: Ipv4Ecn::try_new(tos & 3).unwrap_or(Ipv4Ecn::ZERO),
+                    total_len: total,
+                    identification: ident,
+                    dont_fragment,
+                    more_fragments: false,
+                    fragment_offset: IpFragOffset::ZERO,
+                    time_to_live: ttl,
+                    protocol: IpNumber::UDP,
+                    header_checksum: 0,
+                    source: src.octets(),
+                    destination: dst.octets(),
+                    options: Default::default(),
+                };
+                h.header_checksum = h.calc_header_checksum();
+                put(buf, &mut at, &h.to_bytes());
+            }
+            IpRepr::V6 {
+                src,
+                dst,
+                traffic_class,
+                flow_label,
+                hop_limit,
+            } => {
+                let h = Ipv6Header {
+                    traffic_class,
+                    flow_label: Ipv6FlowLabel::try_new(flow_label).map_err(|_| {
+                        WireError::FieldOutOfRange {
+                            field: "IPv6 flow label",
+                            value: flow_label.into(),
+                        }
+                    })?,
+                    payload_length: udp_len16,
+                    next_header: IpNumber::UDP,
+                    hop_limit,
+                    source: src.octets(),
+                    destination: dst.octets(),
+                };
+                put(buf, &mut at, &h.to_bytes());
+            }
+        }
+        let udp_start = at;
+        let udp = UdpHeader {
+            source_port: self.udp_src_port,
+            destination_port: ROCEV2_UDP_PORT,
+            length: udp_len16,
+            checksum: 0,
+        };
+        put(buf, &mut at, &udp.to_bytes());
+        let roce_len = self.roce.emit(&mut buf[at..])?;
+        let icrc_at = at + roce_len;
+        let crc = match self.ip {
+            IpRepr::V4 { .. } => {
+                icrc::icrc_ipv4(&buf[ip_start..udp_start], &buf[udp_start..icrc_at])
+            }
+            IpRepr::V6 { .. } => {
+                icrc::icrc_ipv6(&buf[ip_start..udp_start], &buf[udp_start..icrc_at])
+            }
+        };
+        buf[icrc_at..icrc_at + ICRC_LEN].copy_from_slice(&icrc::to_wire(crc));
+        Ok(len)
+    }
+}
+
+/// The UDP source port rxe uses for a QP pair (`rxe_get_udp_sport`-equivalent): the 20-bit
+/// fold of `src_qpn * dst_qpn`, squeezed into 0xC000..=0xFFFF. Any source port is valid on
+/// the wire; this one spreads QPs over ECMP paths the way rxe does.
+pub fn rxe_udp_source_port(src_qpn: u32, dst_qpn: u32) -> u16 {
+    let mut v = u64::from(src_qpn) * u64::from(dst_qpn);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    let fl = (v & 0xF_FFFF) as u32;
+    (0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14))) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{AethRepr, Opcode, Psn, Syndrome};
+
+    // rxe_rc_pingpong.pcap frame 16: an RC ACK from 198.18.0.11 to 198.18.0.12.
+    static ACK: [u8; 62] = [
+        0x52, 0x54, 0x00, 0x00, 0x00, 0x12, 0x52, 0x54, 0x00, 0x00, 0x00, 0x11, 0x08,
+        0x00, // Ethernet
+        0x45, 0x00, 0x00, 0x30, 0x53, 0xa5, 0x40, 0x00, 0x40, 0x11, 0x5a, 0xdc, 0xc6, 0x12, 0x00,
+        0x0b, 0xc6, 0x12, 0x00, 0x0c, // IPv4
+        0xc1, 0x21, 0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00, // UDP
+        0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x00, 0x2f, 0xa5, 0x27, // BTH
+        0x1f, 0x00, 0x00, 0x01, // AETH
+        0x0d, 0x78, 0x6f, 0xf0, // ICRC
+    ];
+
+    #[test]
+    fn parse_real_ack() {
+        let p = parse_frame(&ACK).unwrap();
+        assert!(p.icrc_ok());
+        assert!(p.ipv4_checksum_ok);
+        let f = p.repr;
+        assert_eq!(f.eth.dst, [0x52, 0x54, 0, 0, 0, 0x12]);
+        assert_eq!(
+            f.ip,
+            IpRepr::V4 {
+                src: Ipv4Addr::new(198, 18, 0, 11),
+                dst: Ipv4Addr::new(198, 18, 0, 12),
+                tos: 0,
+                ttl: 64,
+                ident: 0x53a5,
+                dont_fragment: true
+            }
+        );
+        assert_eq!(f.udp_src_port, 0xc121);
+        assert_eq!(f.roce.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+        assert_eq!(f.roce.bth.psn, Psn::new(0x2fa527));
+        assert_eq!(
+            f.roce.aeth,
+            Some(AethRepr {
+                syndrome: Syndrome::ACK_UNLIMITED,
+                msn: 1
+            })
+        );
+        assert_eq!(p.offsets.icrc, 58);
+        let mut out = [0u8; 62];
+        assert_eq!(f.emit(&mut out), Ok(62));
+        assert_eq!(out, ACK);
+        assert_eq!(parse_frame_verified(&ACK), Ok(f));
+    }
+
+    #[test]
+    fn bad_icrc_is_reported() {
+        let mut bad = ACK;
+        bad[56] ^= 0x01; // MSN
+        let p = parse_frame(&bad).unwrap();
+        assert!(!p.icrc_ok());
+        assert_eq!(
+            parse_frame_verified(&bad),
+            Err(WireError::BadIcrc {
+                expected: p.icrc_computed,
+                found: 0xf06f_780d
+            })
+        );
+    }
+
+    #[test]
+    fn lower_layer_errors() {
+        assert!(matches!(
+            parse_frame(&ACK[..10]),
+            Err(WireError::Truncated {
+                layer: Layer::Ethernet,
+                ..
+            })
+        ));
+        let mut v = ACK;
+        v[37] = 0x50; // UDP dst 0x1250
+        assert_eq!(
+            parse_frame(&v),
+            Err(WireError::NotRoce { dst_port: 0x1250 })
+        );
+        let mut v = ACK;
+        v[39] = 0x1d;
+        assert_eq!(
+            parse_frame(&v),
+            Err(WireError::BadUdpLength {
+                udp_len: 0x1d,
+                ip_payload_len: 28
+            })
+        );
+        let mut v = ACK;
+        v[23] = 6;
+        assert_eq!(parse_frame(&v), Err(WireError::NotUdp { protocol: 6 }));
+        let mut v = ACK;
+        v[12] = 0x88;
+        v[13] = 0x08;
+        assert_eq!(
+            parse_frame(&v),
+            Err(WireError::NotIp { ether_type: 0x8808 })
+        );
+        assert!(matches!(
+            parse_frame(&ACK[..61]),
+            Err(WireError::Truncated {
+                layer: Layer::Ipv4,
+                ..
+            })
+        ));
+        let mut v = ACK;
+        v[20] = 0x20; // MF
+        assert_eq!(parse_frame(&v), Err(WireError::Fragmented { offset: 0 }));
+        let mut v = ACK;
+        v[14] = 0x46;
+        assert_eq!(parse_frame(&v), Err(WireError::Ipv4Options { ihl: 6 }));
+        let mut v = ACK;
+        v[14] = 0x65;
+        assert_eq!(
+            parse_frame(&v),
+            Err(WireError::IpVersionMismatch {
+                version: 6,
+                expected: 4
+            })
+        );
+    }
+
+    #[test]
+    fn vlan_and_ipv6_round_trip() {
+        let f = parse_frame(&ACK).unwrap().repr;
+        let mut g = f;
+        g.eth.vlan = Some(VlanTag {
+            pcp: 3,
+            dei: false,
+            vid: 100,
+        });
+        g.ip = IpRepr::V6 {
+            src: "fe80::1".parse().unwrap(),
+            dst: "fe80::2".parse().unwrap(),
+            traffic_class: 0x68,
+            flow_label: 0x12345,
+            hop_limit: 1,
+        };
+        let mut buf = [0u8; 128];
+        let n = g.emit(&mut buf).unwrap();
+        assert_eq!(n, 18 + 40 + 8 + 16 + 4);
+        let p = parse_frame(&buf[..n]).unwrap();
+        assert!(p.icrc_ok());
+        assert_eq!(p.repr, g);
+    }
+
+    #[test]
+    fn rxe_port_matches_capture() {
+        // Both QPs of rxe_rc_pingpong.pcap are 0x11; rxe chose source port 0xc121.
+        assert_eq!(rxe_udp_source_port(0x11, 0x11), 0xc121);
+    }
+}

@@ -1,0 +1,150 @@
+//! The invariant CRC (IBTA 14.x / RoCEv2 Annex A17.3.3): a CRC-32 over the parts of a
+//! packet that no switch or router may change.
+//!
+//! Input, in order:
+//! 1. eight `0xFF` bytes, standing in for the InfiniBand LRH that RoCEv2 does not have;
+//! 2. the IP header with its *variant* fields set to all ones: IPv4 TOS (DSCP+ECN), TTL and
+//!    header checksum; IPv6 traffic class, flow label and hop limit;
+//! 3. the UDP header with its checksum set to all ones;
+//! 4. the BTH with byte 4 (FECN, BECN, resv6) set to all ones;
+//! 5. everything after the BTH up to the ICRC: extension headers, payload, pad.
+//!
+//! The CRC is the IEEE 802.3 CRC-32 (reflected polynomial 0xEDB88320, register starts at
+//! all ones, result complemented): what `crc32fast` and zlib compute. It is sent least
+//! significant byte first, unlike every other RoCE field.
+//!
+//! Masking copies only the fixed-size headers to the stack (at most 60 + 20 bytes); the
+//! payload is hashed in place, so computing an ICRC never allocates.
+
+use crc32fast::Hasher;
+
+/// Length of the ICRC trailer.
+pub const ICRC_LEN: usize = 4;
+
+/// The CRC-32 value (as `crc32fast` reports it) after hashing eight `0xFF` bytes. The CRC
+/// register at that point is its complement, 0xDEBB20E3 (the facts file's shortcut).
+pub const CRC_OF_LRH_STANDIN: u32 = !0xDEBB_20E3;
+
+/// Offsets inside an IPv4 header that the ICRC sees as all ones: TOS, TTL, checksum.
+pub const IPV4_VARIANT_BYTES: [usize; 4] = [1, 8, 10, 11];
+/// Offsets inside the UDP header + BTH (counted from the UDP header) seen as all ones: the
+/// UDP checksum and BTH byte 4.
+pub const UDP_BTH_VARIANT_BYTES: [usize; 3] = [6, 7, 8 + 4];
+
+/// A hasher that has already consumed the eight `0xFF` LRH stand-in bytes.
+fn start() -> Hasher {
+    Hasher::new_with_initial(CRC_OF_LRH_STANDIN)
+}
+
+/// Hashes the UDP header, BTH and the rest of the datagram (without the ICRC), masking the
+/// UDP checksum and BTH byte 4. Short input is hashed as far as it goes.
+fn hash_udp_part(h: &mut Hasher, udp_datagram: &[u8]) {
+    let head_len = udp_datagram.len().min(20);
+    let mut head = [0u8; 20];
+    head[..head_len].copy_from_slice(&udp_datagram[..head_len]);
+    for i in UDP_BTH_VARIANT_BYTES {
+        if i < head_len {
+            head[i] = 0xFF;
+        }
+    }
+    h.update(&head[..head_len]);
+    h.update(&udp_datagram[head_len..]);
+}
+
+/// ICRC of a RoCEv2 packet carried over IPv4.
+///
+/// `ip_header` is the IPv4 header (20-60 bytes, as on the wire); `udp_datagram` is the UDP
+/// header and everything after it up to, but not including, the ICRC.
+pub fn icrc_ipv4(ip_header: &[u8], udp_datagram: &[u8]) -> u32 {
+    let mut h = start();
+    let len = ip_header.len().min(60);
+    let mut ip = [0u8; 60];
+    ip[..len].copy_from_slice(&ip_header[..len]);
+    for i in IPV4_VARIANT_BYTES {
+        if i < len {
+            ip[i] = 0xFF;
+        }
+    }
+    h.update(&ip[..len]);
+    hash_udp_part(&mut h, udp_datagram);
+    h.finalize()
+}
+
+/// ICRC of a RoCEv2 packet carried over IPv6.
+///
+/// `ip_header` is the 40-byte IPv6 header; `udp_datagram` as for [`icrc_ipv4`].
+pub fn icrc_ipv6(ip_header: &[u8], udp_datagram: &[u8]) -> u32 {
+    let mut h = start();
+    let len = ip_header.len().min(40);
+    let mut ip = [0u8; 40];
+    ip[..len].copy_from_slice(&ip_header[..len]);
+    // Version (high nibble of byte 0) stays; traffic class and flow label (the next 28
+    // bits) and the hop limit (byte 7) become ones.
+    if len > 0 {
+        ip[0] |= 0x0F;
+    }
+    for i in [1, 2, 3, 7] {
+        if i < len {
+            ip[i] = 0xFF;
+        }
+    }
+    h.update(&ip[..len]);
+    hash_udp_part(&mut h, udp_datagram);
+    h.finalize()
+}
+
+/// The ICRC as it appears on the wire (least significant byte first).
+pub const fn to_wire(icrc: u32) -> [u8; 4] {
+    icrc.to_le_bytes()
+}
+
+/// Reads a wire ICRC (least significant byte first).
+pub const fn from_wire(bytes: [u8; 4]) -> u32 {
+    u32::from_le_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lrh_standin_shortcut() {
+        let mut h = Hasher::new();
+        h.update(&[0xFF; 8]);
+        assert_eq!(h.finalize(), CRC_OF_LRH_STANDIN);
+    }
+
+    // rxe_rc_pingpong.pcap frame 16: an RC ACK, from the IP header to the end.
+    static ACK_IP: [u8; 48] = [
+        0x45, 0x00, 0x00, 0x30, 0x53, 0xa5, 0x40, 0x00, 0x40, 0x11, 0x5a, 0xdc, 0xc6, 0x12, 0x00,
+        0x0b, 0xc6, 0x12, 0x00, 0x0c, // IPv4
+        0xc1, 0x21, 0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00, // UDP
+        0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x00, 0x2f, 0xa5, 0x27, // BTH
+        0x1f, 0x00, 0x00, 0x01, // AETH
+        0x0d, 0x78, 0x6f, 0xf0, // ICRC, LSB first
+    ];
+
+    #[test]
+    fn real_ack_icrc() {
+        let crc = icrc_ipv4(&ACK_IP[..20], &ACK_IP[20..44]);
+        assert_eq!(to_wire(crc), [0x0d, 0x78, 0x6f, 0xf0]);
+        assert_eq!(from_wire([0x0d, 0x78, 0x6f, 0xf0]), crc);
+        // The masked fields do not matter; anything else does.
+        let mut v = ACK_IP;
+        v[1] = 0x02; // TOS
+        v[8] = 1; // TTL
+        v[10] ^= 0x55; // IP checksum
+        v[26] = 0x12; // UDP checksum
+        v[20 + 8 + 4] = 0xC0; // FECN + BECN
+        assert_eq!(icrc_ipv4(&v[..20], &v[20..44]), crc);
+        v[4] ^= 1; // IP ID is covered
+        assert_ne!(icrc_ipv4(&v[..20], &v[20..44]), crc);
+    }
+
+    #[test]
+    fn short_input_does_not_panic() {
+        let _ = icrc_ipv4(&[], &[]);
+        let _ = icrc_ipv6(&[0x60], &[1, 2, 3]);
+        let _ = icrc_ipv4(&[0u8; 70], &[0u8; 9]);
+    }
+}
