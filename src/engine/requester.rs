@@ -1,0 +1,363 @@
+//! The requester: turns send WQEs into request packets (IBTA 9.7.1–9.7.4).
+//!
+//! Each call of [`next_request`] produces at most one packet of the WQE at `send_idx`,
+//! segmented by the path MTU, and moves `next_psn` on. Transmission stops at the 128-PSN
+//! window, at `max_rd_atomic` outstanding READ/ATOMICs, at a fence, or during an RNR wait.
+//! A retry (completer) only rewinds `send_idx`/`send_pkt`/`next_psn`: the same WQE then
+//! yields the same PSNs again.
+use std::time::Duration;
+
+use crate::wire::{AtomicEthRepr, DethRepr, Opcode, RethRepr};
+
+use super::qp::{Qp, SendWqe};
+use super::timers::local_ack_timeout;
+use super::types::{Access, EngineError, QpState, QpType, SendFlags, SendWr, Wc, WcStatus, WrOp};
+use super::{OutPacket, Shared, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
+
+/// Check a send WR and turn it into a WQE (inline data copied now).
+pub(crate) fn make_wqe(qp: &Qp, sh: &Shared, wr: &SendWr) -> Result<SendWqe, EngineError> {
+    let bad = |s: String| Err(EngineError::InvalidWr(s));
+    match (qp.qp_type, &wr.op) {
+        (QpType::Ud, WrOp::Send | WrOp::SendWithImm { .. }) => {
+            if wr.ud.is_none() {
+                return bad("a UD send needs a destination (ud)".into());
+            }
+        }
+        (QpType::Ud, op) => return bad(format!("{op:?} is not allowed on a UD QP")),
+        (QpType::Rc, _) => {}
+    }
+    let inline = wr.flags.contains(SendFlags::INLINE);
+    let need = if wr.op.is_read_or_atomic() {
+        Access::LOCAL_WRITE
+    } else {
+        Access::NONE
+    };
+    if inline && wr.op.is_read_or_atomic() {
+        return bad("INLINE is only for SEND and WRITE".into());
+    }
+    let total = sh
+        .mrs
+        .check_sges(qp.pd, &wr.sg_list, need)
+        .map_err(|f| EngineError::InvalidWr(format!("SGE: {f:?}")))?;
+    if total > u32::MAX as u64 {
+        return bad("message longer than 4 GiB".into());
+    }
+    let len = total as u32;
+    if wr.op.is_atomic() && len != 8 {
+        return bad(format!("atomic needs an 8-byte SGE list, got {len} bytes"));
+    }
+    // A misaligned atomic is still posted: the responder NAKs it (C9-163), which is the
+    // behaviour a conformance test wants to see on the wire.
+    if qp.qp_type == QpType::Ud && len > qp.mtu() {
+        return bad(format!(
+            "UD message of {len} bytes exceeds the path MTU {}",
+            qp.mtu()
+        ));
+    }
+    let inline_data = if inline {
+        if len > qp.caps.max_inline_data {
+            return bad(format!(
+                "inline data {len} > max_inline_data {}",
+                qp.caps.max_inline_data
+            ));
+        }
+        let mut data = vec![0; len as usize];
+        if !sh.mrs.gather(&wr.sg_list, 0, &mut data) {
+            return bad("inline SGE not readable".into());
+        }
+        Some(data)
+    } else {
+        None
+    };
+    Ok(SendWqe {
+        wr_id: wr.wr_id,
+        op: wr.op,
+        sges: if inline {
+            Vec::new()
+        } else {
+            wr.sg_list.clone()
+        },
+        inline: inline_data,
+        signaled: qp.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
+        fence: wr.flags.contains(SendFlags::FENCE),
+        solicited: wr.flags.contains(SendFlags::SOLICITED),
+        ud: wr.ud,
+        len,
+        first_psn: None,
+        npkts: 0,
+        read_done_pkts: 0,
+    })
+}
+
+/// The completion of a send WQE.
+pub(crate) fn wc_for(qp: &Qp, wqe: &SendWqe, status: WcStatus) -> Wc {
+    Wc {
+        wr_id: wqe.wr_id,
+        status,
+        opcode: wqe.op.wc_opcode(),
+        byte_len: if matches!(wqe.op, WrOp::Read { .. }) || wqe.op.is_atomic() {
+            wqe.len
+        } else {
+            0
+        },
+        imm_data: None,
+        invalidated_rkey: None,
+        qp_num: qp.qpn,
+        src_qp: qp.attr.dest_qp_num,
+        grh_present: false,
+        sender_ip: None,
+        sender_mac: None,
+    }
+}
+
+/// Position of packet `k` of `n`.
+fn position(k: u32, n: u32) -> (bool, bool) {
+    (k == 0, k + 1 == n)
+}
+
+/// Produce the next request packet of this QP, if any may be sent now.
+pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Option<OutPacket> {
+    let state = qp.state();
+    if !matches!(state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
+        return None;
+    }
+    if qp.qp_type == QpType::Ud {
+        return next_ud(qp, sh);
+    }
+    let av = *qp.av()?;
+    let idx = qp.req.send_idx;
+    let mtu = qp.mtu();
+    let wqe = qp.sq.get(idx)?;
+    // rxe: at most 128 PSNs between the oldest unacknowledged and the next to send.
+    if qp.req.una.distance_to(qp.req.next_psn) >= MAX_UNACKED_PSNS {
+        return None;
+    }
+    if wqe.first_psn.is_none() {
+        if state == QpState::Sqd {
+            return None;
+        }
+        let rd_atomic_before = || {
+            qp.sq
+                .iter()
+                .take(idx)
+                .filter(|w| w.op.is_read_or_atomic())
+                .count()
+        };
+        // Fence (IBTA 10.8.3.3): wait for every earlier READ/ATOMIC to complete.
+        if wqe.fence && rd_atomic_before() > 0 {
+            return None;
+        }
+        if wqe.op.is_read_or_atomic()
+            && rd_atomic_before() >= Qp::rd_atomic_limit(qp.attr.max_rd_atomic)
+        {
+            return None;
+        }
+    }
+    let npkts = match wqe.op {
+        WrOp::CompareSwap { .. } | WrOp::FetchAdd { .. } => 1,
+        _ => qp.packets_for(wqe.len),
+    };
+    let next_psn = qp.req.next_psn;
+    let wqe = qp.sq.get_mut(idx)?;
+    if wqe.first_psn.is_none() {
+        wqe.first_psn = Some(next_psn);
+        wqe.npkts = npkts;
+    }
+    let first_psn = wqe.first_psn?;
+    let k = qp.req.send_pkt;
+    let psn = first_psn.wrapping_add(k);
+    let dest_qp = qp.attr.dest_qp_num;
+    let mut pkt = OutPacket::new(av, dest_qp, Opcode(0), psn);
+    let (is_first, is_last) = position(k, npkts);
+    let mut consumed = 1;
+    match wqe.op {
+        WrOp::Send
+        | WrOp::SendWithImm { .. }
+        | WrOp::SendWithInv { .. }
+        | WrOp::Write { .. }
+        | WrOp::WriteWithImm { .. } => {
+            let offset = k as u64 * mtu as u64;
+            let plen = (wqe.len as u64 - offset.min(wqe.len as u64)).min(mtu as u64) as usize;
+            if sh.scratch.len() < plen {
+                sh.scratch.resize(plen, 0);
+            }
+            let ok = match &wqe.inline {
+                Some(data) => {
+                    sh.scratch[..plen]
+                        .copy_from_slice(&data[offset as usize..offset as usize + plen]);
+                    true
+                }
+                None => sh.mrs.gather(&wqe.sges, offset, &mut sh.scratch[..plen]),
+            };
+            if !ok {
+                // The MR was deregistered under a posted WR: a local protection error.
+                super::fail_qp(qp, sh, WcStatus::LocProtErr);
+                return None;
+            }
+            pkt.payload_len = plen;
+            pkt.opcode = data_opcode(&wqe.op, is_first, is_last);
+            match wqe.op {
+                WrOp::SendWithImm { imm } | WrOp::WriteWithImm { imm, .. } if is_last => {
+                    pkt.immdt = Some(imm)
+                }
+                WrOp::SendWithInv { rkey } if is_last => pkt.ieth = Some(rkey),
+                _ => {}
+            }
+            if let WrOp::Write { remote_addr, rkey }
+            | WrOp::WriteWithImm {
+                remote_addr, rkey, ..
+            } = wqe.op
+            {
+                if is_first {
+                    pkt.reth = Some(RethRepr {
+                        va: remote_addr,
+                        rkey,
+                        dma_len: wqe.len,
+                    });
+                }
+            }
+            pkt.solicited = is_last && wqe.solicited;
+            pkt.ack_req = is_last || qp.req.since_ackreq + 1 >= ACK_REQ_INTERVAL;
+        }
+        WrOp::Read { remote_addr, rkey } => {
+            // A retried READ asks only for the part not yet received (IBTA 9.7.4.1.4).
+            let offset = k * mtu;
+            pkt.opcode = Opcode::RC_RDMA_READ_REQUEST;
+            pkt.reth = Some(RethRepr {
+                va: remote_addr + offset as u64,
+                rkey,
+                dma_len: wqe.len - offset.min(wqe.len),
+            });
+            pkt.ack_req = true;
+            consumed = npkts - k;
+        }
+        WrOp::CompareSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            pkt.opcode = Opcode::RC_COMPARE_SWAP;
+            pkt.atomic_eth = Some(AtomicEthRepr {
+                va: remote_addr,
+                rkey,
+                swap_add: swap,
+                compare,
+            });
+            pkt.ack_req = true;
+        }
+        WrOp::FetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            pkt.opcode = Opcode::RC_FETCH_ADD;
+            pkt.atomic_eth = Some(AtomicEthRepr {
+                va: remote_addr,
+                rkey,
+                swap_add: add,
+                compare: 0,
+            });
+            pkt.ack_req = true;
+        }
+    }
+    qp.req.since_ackreq = if pkt.ack_req {
+        0
+    } else {
+        qp.req.since_ackreq + 1
+    };
+    qp.req.send_pkt += consumed;
+    if qp.req.send_pkt >= npkts {
+        qp.req.send_idx += 1;
+        qp.req.send_pkt = 0;
+    }
+    qp.req.next_psn = psn.wrapping_add(consumed);
+    if psn.is_before(qp.req.high_psn) {
+        sh.counters.retransmitted_packets += 1;
+    }
+    if qp.req.high_psn.is_before(qp.req.next_psn) {
+        qp.req.high_psn = qp.req.next_psn;
+    }
+    if qp.req.retrans_deadline.is_none() {
+        qp.req.retrans_deadline = local_ack_timeout(qp.attr.timeout).map(|t| now + t);
+    }
+    Some(pkt)
+}
+
+/// SEND/WRITE opcode for a packet position (IBTA 9.2, table 38).
+fn data_opcode(op: &WrOp, first: bool, last: bool) -> Opcode {
+    use Opcode as O;
+    match (op, first, last) {
+        (WrOp::Send, true, true) => O::RC_SEND_ONLY,
+        (WrOp::SendWithImm { .. }, true, true) => O::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (WrOp::SendWithInv { .. }, true, true) => O::RC_SEND_ONLY_WITH_INVALIDATE,
+        (WrOp::Send | WrOp::SendWithImm { .. } | WrOp::SendWithInv { .. }, true, false) => {
+            O::RC_SEND_FIRST
+        }
+        (WrOp::Send, false, true) => O::RC_SEND_LAST,
+        (WrOp::SendWithImm { .. }, false, true) => O::RC_SEND_LAST_WITH_IMMEDIATE,
+        (WrOp::SendWithInv { .. }, false, true) => O::RC_SEND_LAST_WITH_INVALIDATE,
+        (WrOp::Send | WrOp::SendWithImm { .. } | WrOp::SendWithInv { .. }, false, false) => {
+            O::RC_SEND_MIDDLE
+        }
+        (WrOp::WriteWithImm { .. }, true, true) => O::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (_, true, true) => O::RC_RDMA_WRITE_ONLY,
+        (_, true, false) => O::RC_RDMA_WRITE_FIRST,
+        (WrOp::WriteWithImm { .. }, false, true) => O::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (_, false, true) => O::RC_RDMA_WRITE_LAST,
+        (_, false, false) => O::RC_RDMA_WRITE_MIDDLE,
+    }
+}
+
+/// UD: one packet per WQE, completed as soon as it is sent (there is no ACK).
+fn next_ud(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
+    if qp.state() == QpState::Sqd {
+        return None;
+    }
+    let wqe = qp.sq.pop_front()?;
+    let dest = wqe.ud?;
+    let plen = wqe.len as usize;
+    if sh.scratch.len() < plen {
+        sh.scratch.resize(plen, 0);
+    }
+    let ok = match &wqe.inline {
+        Some(data) => {
+            sh.scratch[..plen].copy_from_slice(data);
+            true
+        }
+        None => sh.mrs.gather(&wqe.sges, 0, &mut sh.scratch[..plen]),
+    };
+    if !ok {
+        let wc = wc_for(qp, &wqe, WcStatus::LocProtErr);
+        sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
+        return None;
+    }
+    let psn = qp.req.next_psn;
+    qp.req.next_psn = psn.wrapping_add(1);
+    let opcode = match wqe.op {
+        WrOp::SendWithImm { .. } => Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
+        _ => Opcode::UD_SEND_ONLY,
+    };
+    let mut pkt = OutPacket::new(dest.av, dest.remote_qpn, opcode, psn);
+    // IBTA 10.2.4 (C10-15): a Q_Key with the top bit set means "use the QP's own Q_Key".
+    let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+        qp.attr.qkey
+    } else {
+        dest.remote_qkey
+    };
+    pkt.deth = Some(DethRepr {
+        qkey,
+        src_qp: qp.qpn,
+    });
+    if let WrOp::SendWithImm { imm } = wqe.op {
+        pkt.immdt = Some(imm);
+    }
+    pkt.solicited = wqe.solicited;
+    pkt.payload_len = plen;
+    if wqe.signaled {
+        let mut wc = wc_for(qp, &wqe, WcStatus::Success);
+        wc.src_qp = dest.remote_qpn;
+        sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
+    }
+    Some(pkt)
+}
