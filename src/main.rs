@@ -21,6 +21,12 @@ enum Command {
     Devinfo(cli::devinfo::Args),
     /// The rxe lab: QEMU guests running Linux soft-RoCE, endpoints attached to their bridge.
     Lab(cli::lab::Args),
+    /// ibv_rc_pingpong / ibv_ud_pingpong: RC (or --ud) SEND ping-pong, same options and TCP exchange.
+    Pingpong(cli::pingpong::Args),
+    /// perftest: ib_{send,write,read,atomic}_{bw,lat} with perftest's options and TCP exchange.
+    Perf(cli::perf::Args),
+    /// Copy a file with RDMA WRITE + WRITE_WITH_IMM and verify its SHA-256.
+    File(cli::file::Args),
 }
 
 fn main() {
@@ -30,6 +36,9 @@ fn main() {
         Command::Sim(args) => cli::sim::run(args),
         Command::Devinfo(args) => cli::devinfo::run(args),
         Command::Lab(args) => cli::lab::run(args),
+        Command::Pingpong(args) => cli::pingpong::run(args),
+        Command::Perf(args) => cli::perf::run(args),
+        Command::File(args) => cli::file::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -251,15 +251,15 @@ impl ToolEndpoint for ModelEndpoint {
 
 fn pingpong_pair(opts: PingpongOptions) -> (String, String) {
     let (mut a, mut b) = pair(pingpong::buffer_len(&opts), opts.ud);
-    let (mut sa, mut sb) = UnixStream::pair().unwrap();
+    let (sa, sb) = UnixStream::pair().unwrap();
     let o2 = opts.clone();
     let server = std::thread::spawn(move || {
         let mut out = Vec::new();
-        pingpong::run(&mut a, &mut sa, Role::Server, &o2, 0x111111, &mut out).unwrap();
+        pingpong::run(&mut a, || Ok(sa), Role::Server, &o2, 0x111111, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     });
     let mut out = Vec::new();
-    pingpong::run(&mut b, &mut sb, Role::Client, &opts, 0x222222, &mut out).unwrap();
+    pingpong::run(&mut b, || Ok(sb), Role::Client, &opts, 0x222222, &mut out).unwrap();
     (server.join().unwrap(), String::from_utf8(out).unwrap())
 }
 
@@ -311,8 +311,9 @@ fn ud_pingpong_both_roles_and_size_limit() {
         ..Default::default()
     };
     let (mut a, _b) = pair(4096, true);
-    let (mut sa, _sb) = UnixStream::pair().unwrap();
-    let err = pingpong::run(&mut a, &mut sa, Role::Server, &opts, 1, &mut Vec::new()).unwrap_err();
+    let (sa, _sb) = UnixStream::pair().unwrap();
+    let err =
+        pingpong::run(&mut a, || Ok(sa), Role::Server, &opts, 1, &mut Vec::new()).unwrap_err();
     assert!(
         err.to_string()
             .contains("Requested size larger than port MTU (1024)"),

@@ -2,5 +2,8 @@
 //! returning the process exit status.
 pub mod devinfo;
 pub mod dump;
+pub mod file;
 pub mod lab;
+pub mod perf;
+pub mod pingpong;
 pub mod sim;

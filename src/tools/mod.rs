@@ -14,5 +14,7 @@ pub mod perftest_oob;
 pub mod pingpong;
 pub mod pingpong_oob;
 pub mod report;
+pub mod setup;
 pub mod stats;
 pub mod tcp_streams;
+pub mod verbs_endpoint;

@@ -158,12 +158,12 @@ impl PerfOptions {
 
 /// The RDMA side of a perftest conversation (implements [`PerftestRunner`]).
 pub struct PerfRunner<'a> {
-    eps: Vec<&'a mut dyn ToolEndpoint>,
+    eps: Vec<&'a mut (dyn ToolEndpoint + 'static)>,
     opts: PerfOptions,
     role: Role,
     local_dests: Vec<PerftestDest>,
     remote: Vec<PerftestDest>,
-    out: &'a mut dyn Write,
+    out: &'a mut (dyn Write + 'static),
     /// Results so far, for `--json`.
     pub results: Vec<JsonResult>,
     header_printed: bool,
@@ -174,11 +174,11 @@ pub struct PerfRunner<'a> {
 impl<'a> PerfRunner<'a> {
     /// A runner over one endpoint per QP; `local_dests` are what we announced.
     pub fn new(
-        eps: Vec<&'a mut dyn ToolEndpoint>,
+        eps: Vec<&'a mut (dyn ToolEndpoint + 'static)>,
         opts: PerfOptions,
         role: Role,
         local_dests: Vec<PerftestDest>,
-        out: &'a mut dyn Write,
+        out: &'a mut (dyn Write + 'static),
     ) -> Self {
         let n = eps.len();
         PerfRunner {

@@ -74,11 +74,12 @@ pub fn buffer_len(opts: &PingpongOptions) -> usize {
     }
 }
 
-/// Runs one side. `stream` is the connected TCP stream (the server has accepted),
-/// `out` receives the lines the C tools print on stdout.
-pub fn run<S: Read + Write>(
+/// Runs one side. `open_stream` connects (client) or accepts (server) the TCP stream; it
+/// is called after the local address line is printed, as in the C tools. `out` receives
+/// the lines they print on stdout.
+pub fn run<S: Read + Write, F: FnOnce() -> anyhow::Result<S>>(
     ep: &mut dyn ToolEndpoint,
-    stream: &mut S,
+    open_stream: F,
     role: Role,
     opts: &PingpongOptions,
     psn: u32,
@@ -111,6 +112,9 @@ pub fn run<S: Read + Write>(
         gid: local_info.gid,
     };
     writeln!(out, "{}", mine.address_line("local address: ", opts.ud))?;
+    out.flush()?;
+    let mut stream = open_stream()?;
+    let stream = &mut stream;
     let params = |remote: &PingpongDest| {
         let mut p = ConnectParams::rc_pingpong(mine.psn, opts.mtu, opts.sl);
         if opts.ud {

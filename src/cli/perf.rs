@@ -1,0 +1,361 @@
+//! `xroce perf <test>`: perftest's `ib_send_bw` ... `ib_atomic_lat`, with perftest's
+//! options, TCP exchange (byte-exact with perftest 6.06, Debian bookworm) and output.
+use std::io::Write;
+use std::time::Duration;
+
+use xroce::tools::perf::{PerfOptions, PerfRunner};
+use xroce::tools::perftest_oob::{
+    self, enums, LocalSide, NegotiateParams, PerftestComm, PerftestDest, Role, SysData, TestKind,
+    BOOKWORM_VERSION,
+};
+use xroce::tools::report::{self, JsonReport, TestInfo};
+use xroce::tools::setup;
+use xroce::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
+
+const EXAMPLES: &str = "\
+Examples:
+  # RDMA WRITE bandwidth: server first, then the client
+  xroce perf write_bw -d veth0 -x 1
+  xroce perf write_bw -d veth1 -x 1 198.18.0.1
+  # every size from 2 bytes to 8 MiB, Gb/s, JSON for scripts
+  xroce perf write_bw -d veth1 -x 1 -a --report_gbits --json 198.18.0.1
+  # READ latency with min/median/avg/max/p99/p99.9, against perftest on an rxe host:
+  #   (on the rxe host) ib_read_lat -d rxe0 -x 1 -F
+  xroce perf read_lat -d eth0 -x 1 -F 198.18.0.11
+  # atomics: fetch-and-add or compare-and-swap
+  xroce perf atomic_bw -A CMP_AND_SWAP -d eth0 -x 1 198.18.0.11";
+
+/// The eight tests.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+#[value(rename_all = "snake_case")]
+pub enum Test {
+    /// SEND bandwidth (ib_send_bw).
+    SendBw,
+    /// RDMA WRITE bandwidth (ib_write_bw).
+    WriteBw,
+    /// RDMA READ bandwidth (ib_read_bw).
+    ReadBw,
+    /// Atomic bandwidth (ib_atomic_bw).
+    AtomicBw,
+    /// SEND latency, ping-pong (ib_send_lat).
+    SendLat,
+    /// RDMA WRITE latency, ping-pong through memory (ib_write_lat).
+    WriteLat,
+    /// RDMA READ latency (ib_read_lat).
+    ReadLat,
+    /// Atomic latency (ib_atomic_lat).
+    AtomicLat,
+}
+
+impl Test {
+    fn kind(self) -> TestKind {
+        match self {
+            Test::SendBw => TestKind::SendBw,
+            Test::WriteBw => TestKind::WriteBw,
+            Test::ReadBw => TestKind::ReadBw,
+            Test::AtomicBw => TestKind::AtomicBw,
+            Test::SendLat => TestKind::SendLat,
+            Test::WriteLat => TestKind::WriteLat,
+            Test::ReadLat => TestKind::ReadLat,
+            Test::AtomicLat => TestKind::AtomicLat,
+        }
+    }
+}
+
+/// Connection type (`-c`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conn {
+    /// Reliable connected.
+    #[value(name = "RC")]
+    Rc,
+    /// Unreliable datagram (send tests only).
+    #[value(name = "UD")]
+    Ud,
+}
+
+/// Atomic operation (`-A`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Atomic {
+    /// Compare and swap.
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+    /// Fetch and add.
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+}
+
+/// Arguments (perftest's names).
+#[derive(clap::Args, Debug)]
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// Which test.
+    #[arg(value_enum)]
+    pub test: Test,
+    /// Server to connect to; without it, wait for a client.
+    pub host: Option<String>,
+    /// Network interface (the "IB device").
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// GID index (RoCE needs one; default: the first IPv4 GID).
+    #[arg(short = 'x', long = "gid-index")]
+    pub gid_index: Option<u32>,
+    /// Message size (default 65536 for bw, 2 for lat, 8 for atomics).
+    #[arg(short = 's', long = "size")]
+    pub size: Option<u64>,
+    /// Iterations (default 5000 for bw, 1000 for lat).
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Run every size from 2 bytes to 8 MiB.
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the largest the link carries).
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
+    /// TCP port.
+    #[arg(short = 'p', long = "port", default_value_t = perftest_oob::DEFAULT_PORT)]
+    pub port: u16,
+    /// Number of QPs (bw tests).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qp: usize,
+    /// Run for this many seconds instead of -n (write/read/atomic bw, read/atomic lat).
+    #[arg(short = 'D', long = "duration")]
+    pub duration: Option<u64>,
+    /// Send queue depth (default 128 for bw, 1 for lat).
+    #[arg(short = 't', long = "tx-depth")]
+    pub tx_depth: Option<u32>,
+    /// Receive queue depth (send tests).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    pub rx_depth: u32,
+    /// Completion moderation: signal every n-th send (bw tests).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    pub cq_mod: u32,
+    /// Accepted for perftest compatibility (xroce measures wall time, not CPU cycles).
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+    /// Connection type.
+    #[arg(short = 'c', long = "connection", value_enum, default_value_t = Conn::Rc)]
+    pub connection: Conn,
+    /// Atomic operation.
+    #[arg(short = 'A', long = "atomic_type", value_enum, default_value_t = Atomic::FetchAndAdd)]
+    pub atomic_type: Atomic,
+    /// Outstanding READ/atomic requests (default: the device maximum).
+    #[arg(short = 'o', long = "outs")]
+    pub outs: Option<u32>,
+    /// Report Gb/s instead of MB/s.
+    #[arg(long = "report_gbits")]
+    pub report_gbits: bool,
+    /// Skip the version, page-size and MTU exchange (only between xroce peers; perftest
+    /// 6.06 itself refuses to run this way).
+    #[arg(long = "dont_xchg_versions")]
+    pub dont_xchg_versions: bool,
+    /// Version to announce; "6.29" or later also exchanges the parameter block.
+    #[arg(long = "perftest-version", default_value = BOOKWORM_VERSION)]
+    pub perftest_version: String,
+    /// Print the results as JSON on stdout (the tables go to stderr).
+    #[arg(long = "json")]
+    pub json: bool,
+    /// Frame driver.
+    #[arg(long = "driver", value_enum, default_value_t = DriverChoice::Xdp)]
+    pub driver: DriverChoice,
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let kind = args.test.kind();
+    let mut opts = PerfOptions::defaults(kind);
+    if let Some(s) = args.size {
+        opts.size = s;
+    }
+    if let Some(n) = args.iters {
+        opts.iters = n;
+    }
+    opts.all_sizes = args.all;
+    opts.duration = args.duration;
+    opts.num_qps = args.qp;
+    if let Some(t) = args.tx_depth {
+        opts.tx_depth = t;
+    }
+    opts.rx_depth = args.rx_depth;
+    opts.cq_mod = args.cq_mod;
+    opts.fetch_add = args.atomic_type == Atomic::FetchAndAdd;
+    opts.ud = args.connection == Conn::Ud;
+    opts.report_gbits = args.report_gbits;
+    opts.validate()?;
+    if perftest_oob::version_number(&args.perftest_version) < perftest_oob::MIN_COMPATIBLE_VERSION {
+        anyhow::bail!("--perftest-version must be 5.70 or newer (perftest refuses older peers)");
+    }
+
+    let dev = setup::pick_device(args.ib_dev.as_deref())?;
+    let gid = setup::pick_gid(&dev, args.gid_index, "-x")?;
+    let mtu = setup::pick_mtu(&dev, args.mtu)?;
+    let mtu_enum = perftest_oob::mtu_enum(mtu).unwrap_or(3);
+    let sizes = opts.sizes(mtu);
+    if opts.ud && sizes.iter().any(|&s| s > u64::from(mtu)) {
+        anyhow::bail!(
+            "Max message size in UD cannot be greater than MTU ({mtu}); use -s {mtu} or less"
+        );
+    }
+    let spec = EndpointSpec {
+        rc: !opts.ud,
+        buf_len: 2 * opts.half_len(),
+        max_send_wr: opts.tx_depth.max(2),
+        max_recv_wr: opts.rx_depth.max(2),
+        driver: args.driver,
+    };
+    let mut eps = verbs_endpoint::open(&dev, &gid, &spec, opts.num_qps)?;
+    let info0 = eps[0].local();
+    opts.out_reads = args.outs.unwrap_or(info0.max_rd_atomic).max(1);
+    let role = if args.host.is_some() {
+        Role::Client
+    } else {
+        Role::Server
+    };
+
+    let dests: Vec<PerftestDest> = eps
+        .iter()
+        .map(|ep| {
+            let info = ep.local();
+            PerftestDest {
+                lid: 0,
+                out_reads: if kind.is_read_like() {
+                    opts.out_reads
+                } else {
+                    1
+                },
+                qpn: info.qpn,
+                psn: setup::random_psn(),
+                rkey: info.rkey,
+                vaddr: info.buf_addr + opts.half_len() as u64,
+                gid: Some(gid.gid.0),
+                srqn: 0,
+            }
+        })
+        .collect();
+    let local = LocalSide {
+        sys_data: SysData {
+            page_size: 4096,
+            cache_line: 64,
+        },
+        mtu_enum,
+        params: NegotiateParams {
+            test_method: if opts.all_sizes {
+                enums::RUN_ALL
+            } else {
+                enums::RUN_REGULAR
+            },
+            connection_type: if opts.ud {
+                enums::CONN_UD
+            } else {
+                enums::CONN_RC
+            },
+            verb: kind.verb(),
+            tst: if kind.is_bw() {
+                enums::TST_BW
+            } else {
+                enums::TST_LAT
+            },
+            atomic_type: if opts.fetch_add {
+                enums::FETCH_AND_ADD
+            } else {
+                enums::CMP_AND_SWAP
+            },
+            test_type: if opts.duration.is_some() {
+                enums::DURATION
+            } else {
+                enums::ITERATIONS
+            },
+            report_fmt: if opts.report_gbits {
+                enums::GBS
+            } else {
+                enums::MBS
+            },
+            size: opts.size,
+            iters: opts.iters,
+            aes_xts: 0,
+            num_of_qps: opts.num_qps as i32,
+            duration: opts.duration.unwrap_or(5) as i32,
+            use_rdma_cm: 0,
+            use_write_with_imm: 0,
+            no_enhanced_reorder: 0,
+            sig_offload: 0,
+            data_validation: 0,
+            device_attr: NegotiateParams::device_attr_block(info0.max_rd_atomic as i32),
+            mlx5dv_comp_mask: Some(0),
+        },
+        dests: dests.clone(),
+    };
+
+    // With --json the human tables go to stderr and stdout carries only the document.
+    let mut text: Box<dyn Write> = if args.json {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    let info = TestInfo {
+        kind,
+        device: dev.name.clone(),
+        num_qps: opts.num_qps,
+        connection: if opts.ud { "UD" } else { "RC" },
+        is_client: role == Role::Client,
+        tx_depth: opts.tx_depth,
+        rx_depth: opts.rx_depth,
+        cq_mod: opts.cq_mod,
+        mtu,
+        gid_index: Some(gid.index),
+        inline_size: 0,
+        out_reads: opts.out_reads,
+        atomic_type: (kind.verb() == enums::VERB_ATOMIC).then_some(if opts.fetch_add {
+            "FETCH_AND_ADD"
+        } else {
+            "CMP_AND_SWAP"
+        }),
+    };
+    let stream = match &args.host {
+        Some(host) => setup::connect(host, args.port, Duration::from_secs(10))?,
+        None => {
+            writeln!(text, "\n************************************")?;
+            writeln!(text, "* Waiting for client to connect... *")?;
+            writeln!(text, "************************************")?;
+            text.flush()?;
+            setup::accept_one(args.port)?
+        }
+    };
+    write!(text, "{}", report::header(&info))?;
+    let steps = perftest_oob::script(kind, role, &sizes, opts.num_qps);
+    let mut comm = PerftestComm::new(
+        stream,
+        role,
+        &args.perftest_version,
+        args.dont_xchg_versions,
+        true,
+    );
+    let ep_refs: Vec<&mut (dyn xroce::tools::endpoint::ToolEndpoint + 'static)> =
+        eps.iter_mut().map(|e| e.as_mut()).collect();
+    let mut runner = PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut());
+    let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
+    if role == Role::Server && kind.is_bw() && kind != TestKind::SendBw {
+        if let Some(rep) = outcome.remote_report {
+            runner.print_remote_bw(&rep)?;
+        }
+    }
+    runner.finish()?;
+    let results = std::mem::take(&mut runner.results);
+    drop(runner);
+    if args.json {
+        let doc = JsonReport {
+            test: kind,
+            role: if role == Role::Client {
+                "client"
+            } else {
+                "server"
+            },
+            device: dev.name.clone(),
+            connection: if opts.ud { "UD" } else { "RC" },
+            mtu: perftest_oob::mtu_bytes(outcome.mtu_enum).unwrap_or(mtu),
+            remote_version: outcome.remote_version,
+            results,
+        };
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    }
+    Ok(0)
+}

@@ -1,0 +1,136 @@
+//! `xroce pingpong`: rdma-core's `ibv_rc_pingpong` (and with `--ud`, `ibv_ud_pingpong`),
+//! same options, same TCP exchange, same output. Interoperates with the C tools.
+use std::time::Duration;
+
+use xroce::tools::perftest_oob::Role;
+use xroce::tools::pingpong::{self, PingpongOptions};
+use xroce::tools::pingpong_oob::DEFAULT_PORT;
+use xroce::tools::setup;
+use xroce::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
+
+const EXAMPLES: &str = "\
+Examples:
+  # server (in one namespace / host), then the client pointing at it:
+  xroce pingpong -d veth0 -g 1
+  xroce pingpong -d veth1 -g 1 198.18.0.1
+  # against rdma-core on an rxe host: ibv_rc_pingpong -g 1 -d rxe0 <xroce host>
+  xroce pingpong -d eth0 -g 1 -s 65536 -n 100 198.18.0.11
+  # UD, like ibv_ud_pingpong (messages up to the path MTU):
+  xroce pingpong --ud -d eth0 -g 1 -s 1024";
+
+/// Arguments (rdma-core's names; `-i` must be 1: an xroce device has one port).
+#[derive(clap::Args, Debug)]
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// Server to connect to; without it, wait for a client (server mode).
+    pub host: Option<String>,
+    /// Listen on / connect to this TCP port.
+    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Network interface (the "IB device"); default: the first one up with an IPv4 address.
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Port of the device (xroce devices have port 1 only).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u32,
+    /// Message size in bytes (default 4096; 1024 with --ud).
+    #[arg(short = 's', long = "size")]
+    pub size: Option<usize>,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (RC only).
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    pub mtu: u32,
+    /// Receives to post at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    pub rx_depth: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    pub iters: u64,
+    /// Service level.
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    pub sl: u8,
+    /// Sleep on CQ events instead of busy polling (accepted; xroce polls its CQ).
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Local GID index (RoCE needs one; default: the first IPv4 GID, usually 1).
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<u32>,
+    /// Validate the received buffer (server side).
+    #[arg(short = 'c', long = "chk")]
+    pub chk: bool,
+    /// Unreliable datagram, as ibv_ud_pingpong (Q_Key 0x11111111, GRH space in receives).
+    #[arg(long = "ud")]
+    pub ud: bool,
+    /// Frame driver: AF_XDP (root) or a kernel UDP socket.
+    #[arg(long = "driver", value_enum, default_value_t = DriverChoice::Xdp)]
+    pub driver: DriverChoice,
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    if args.ib_port != 1 {
+        anyhow::bail!(
+            "-i {}: xroce devices have a single port; use -i 1",
+            args.ib_port
+        );
+    }
+    if !args.ud && ![256, 512, 1024, 2048, 4096].contains(&args.mtu) {
+        anyhow::bail!(
+            "-m {}: path MTU must be 256, 512, 1024, 2048 or 4096",
+            args.mtu
+        );
+    }
+    if args.rx_depth < 2 {
+        anyhow::bail!("-r must be at least 2 (receives are re-posted when one is left)");
+    }
+    let dev = setup::pick_device(args.ib_dev.as_deref())?;
+    let gid = setup::pick_gid(&dev, args.gid_idx, "-g")?;
+    let mtu = setup::pick_mtu(
+        &dev,
+        Some(if args.ud {
+            dev.active_mtu().map(|m| m.bytes()).unwrap_or(1024)
+        } else {
+            args.mtu
+        }),
+    )?;
+    let opts = PingpongOptions {
+        size: args.size.unwrap_or(if args.ud { 1024 } else { 4096 }),
+        iters: args.iters,
+        rx_depth: args.rx_depth,
+        mtu,
+        sl: args.sl,
+        validate: args.chk,
+        ud: args.ud,
+        stall_timeout: Duration::from_secs(30),
+    };
+    if opts.size == 0 {
+        anyhow::bail!("-s must be at least 1");
+    }
+    let spec = EndpointSpec {
+        rc: !args.ud,
+        buf_len: pingpong::buffer_len(&opts),
+        max_send_wr: 1,
+        max_recv_wr: args.rx_depth,
+        driver: args.driver,
+    };
+    let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
+    let ep = eps[0].as_mut();
+    let role = if args.host.is_some() {
+        Role::Client
+    } else {
+        Role::Server
+    };
+    let open_stream = || match &args.host {
+        Some(host) => setup::connect(host, args.port, Duration::from_secs(10)),
+        None => setup::accept_one(args.port),
+    };
+    let mut stdout = std::io::stdout();
+    pingpong::run(
+        ep,
+        open_stream,
+        role,
+        &opts,
+        setup::random_psn(),
+        &mut stdout,
+    )?;
+    Ok(0)
+}

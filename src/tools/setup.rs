@@ -1,0 +1,142 @@
+//! What every tool does before RDMA: pick the interface and GID, open the TCP connection.
+//! Errors name the cause and what to do.
+
+use std::net::{IpAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use crate::netdev::{self, GidEntry, NetdevInfo};
+
+/// The interface given with `-d`, or the first one that is up, not loopback, and has an
+/// IPv4 address.
+pub fn pick_device(name: Option<&str>) -> anyhow::Result<NetdevInfo> {
+    if let Some(name) = name {
+        let info = netdev::query(name).map_err(|e| {
+            let known = netdev::list().unwrap_or_default().join(", ");
+            anyhow::anyhow!("-d {name}: {e}; interfaces here: {known}")
+        })?;
+        if !info.is_active() {
+            anyhow::bail!(
+                "interface {name} is not up: run `ip link set {name} up` (and give it an address)"
+            );
+        }
+        return Ok(info);
+    }
+    let names = netdev::list()?;
+    for name in &names {
+        if name == "lo" {
+            continue;
+        }
+        if let Ok(info) = netdev::query(name) {
+            if info.is_active() && info.first_ipv4().is_some() {
+                return Ok(info);
+            }
+        }
+    }
+    anyhow::bail!(
+        "no usable interface found (need one that is up with an IPv4 address; have: {}); pick one with -d IFACE",
+        names.join(", ")
+    )
+}
+
+/// The GID at `index` (`-g`/`-x`), or when none is given the first IPv4-mapped GID (RoCE
+/// needs a GID; rdma-core's tools would send an all-zero one).
+pub fn pick_gid(dev: &NetdevInfo, index: Option<u32>, flag: &str) -> anyhow::Result<GidEntry> {
+    let table = dev.gid_table();
+    match index {
+        Some(i) => table.iter().copied().find(|e| e.index == i).ok_or_else(|| {
+            let ipv4 = table.iter().find(|e| e.gid.is_ipv4()).map(|e| e.index);
+            anyhow::anyhow!(
+                "no GID at index {i} on {}: this interface has {} GID{}; try {flag} {}",
+                dev.name,
+                table.len(),
+                if table.len() == 1 { "" } else { "s" },
+                ipv4.unwrap_or(0)
+            )
+        }),
+        None => table.iter().copied().find(|e| e.gid.is_ipv4()).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} has no IPv4 address, so no IPv4 GID: add one (ip addr add ... dev {}) or choose an IPv6 GID with {flag}",
+                dev.name,
+                dev.name
+            )
+        }),
+    }
+}
+
+/// Path MTU for `requested` bytes (`-m`), checked against what the link carries.
+pub fn pick_mtu(dev: &NetdevInfo, requested: Option<u32>) -> anyhow::Result<u32> {
+    let active = dev.active_mtu().ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} has MTU {}, too small for RoCE (needs at least 336): raise it with ip link set {} mtu 1500",
+            dev.name,
+            dev.mtu,
+            dev.name
+        )
+    })?;
+    match requested {
+        None => Ok(active.bytes()),
+        Some(m) => {
+            if netdev::IbMtu::from_bytes(m).is_none() {
+                anyhow::bail!("-m {m}: path MTU must be 256, 512, 1024, 2048 or 4096");
+            }
+            if m > active.bytes() {
+                anyhow::bail!(
+                    "-m {m} does not fit the link MTU {} of {} (RoCE needs 80 bytes of headers): use -m {} or raise the link MTU",
+                    dev.mtu,
+                    dev.name,
+                    active.bytes()
+                );
+            }
+            Ok(m)
+        }
+    }
+}
+
+/// Waits for one client on `port` (all addresses), as the C tools' servers do.
+pub fn accept_one(port: u16) -> anyhow::Result<TcpStream> {
+    let listener = TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+        .map_err(|e| anyhow::anyhow!("Couldn't listen to port {port}: {e} (is another server running? choose another with -p)"))?;
+    let (stream, _) = listener
+        .accept()
+        .map_err(|e| anyhow::anyhow!("accept() failed: {e}"))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Connects to `host:port`, retrying refused connections for up to `patience` (the server
+/// may still be starting).
+pub fn connect(host: &str, port: u16, patience: Duration) -> anyhow::Result<TcpStream> {
+    let addrs: Vec<_> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| anyhow::anyhow!("cannot resolve {host}: {e}"))?
+        .collect();
+    let start = Instant::now();
+    loop {
+        let mut last_err = None;
+        for addr in &addrs {
+            match TcpStream::connect_timeout(addr, Duration::from_secs(5)) {
+                Ok(s) => {
+                    s.set_nodelay(true)?;
+                    return Ok(s);
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        if start.elapsed() >= patience {
+            let e = last_err.map(|e| e.to_string()).unwrap_or_default();
+            anyhow::bail!("Couldn't connect to {host}:{port}: {e} (start the server side first, and check -p)");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A random 24-bit PSN (`lrand48() & 0xffffff`).
+pub fn random_psn() -> u32 {
+    rand::random::<u32>() & 0xFF_FFFF
+}
+
+/// The local IP of a GID (for messages).
+pub fn gid_ip(gid: &GidEntry) -> IpAddr {
+    gid.gid.to_ip()
+}
