@@ -110,6 +110,8 @@ fn progressed(qp: &mut Qp, now: Duration) {
     };
 }
 
+/// The oldest WQE is done: complete it (if signaled) and consider every PSN it used
+/// acknowledged.
 fn complete_front(qp: &mut Qp, sh: &mut Shared) {
     if let Some(wqe) = qp.sq.pop_front() {
         if wqe.signaled {
@@ -120,6 +122,9 @@ fn complete_front(qp: &mut Qp, sh: &mut Shared) {
             qp.req.send_idx -= 1;
         } else {
             qp.req.send_pkt = 0;
+        }
+        if let Some(last) = wqe.last_psn() {
+            advance_una(qp, last.wrapping_add(1));
         }
     }
 }
@@ -310,7 +315,14 @@ fn retry(qp: &mut Qp, sh: &mut Shared, now: Duration, psn: Psn) {
 
 /// Rewind transmission to `psn`: the WQE holding it resumes at that packet, every later
 /// WQE is sent again from its start with the same PSNs.
-pub(crate) fn go_back(qp: &mut Qp, psn: Psn) {
+pub(crate) fn go_back(qp: &mut Qp, mut psn: Psn) {
+    // Never rewind before the oldest outstanding WQE (its earlier PSNs are done).
+    if let Some(first) = qp.sq.front().and_then(|w| w.first_psn) {
+        let resume = first.wrapping_add(qp.sq[0].read_done_pkts);
+        if psn.is_before(resume) {
+            psn = resume;
+        }
+    }
     qp.req.next_psn = psn;
     qp.req.since_ackreq = 0;
     let mut started = 0;
