@@ -5,16 +5,18 @@
 //! `XROCE_DRIVER_HELPER=<role>` on its `helper` test (see the bottom of the file).
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use common::{hex, unhex, Helper};
+
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 use etherparse::{PacketBuilder, VlanId};
 use xroce::driver::packet::PacketSocket;
 use xroce::driver::xdp::{AttachMode, XdpConfig, XdpDriver};
 use xroce::driver::{poll_readable, Driver, DriverError};
-use xroce::netns::{LinkConfig, Netns, VethLink};
+use xroce::netns::{LinkConfig, VethLink};
 
 const ROCE_PORT: u16 = 4791;
 
@@ -106,17 +108,6 @@ fn ipv4_checksum(hdr: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
 fn write_frames(frames: &[Vec<u8>]) -> PathBuf {
     let path = std::env::temp_dir().join(xroce::netns::unique_name("xroce-frames-"));
     let mut f = std::fs::File::create(&path).unwrap();
@@ -128,88 +119,6 @@ fn write_frames(frames: &[Vec<u8>]) -> PathBuf {
 
 // ---------------------------------------------------------------------------------------
 // Child processes
-
-/// A helper child with its stdout read line by line.
-struct Helper {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Helper {
-    fn spawn(ns: &Netns, role: &str, env: &[(&str, String)]) -> Helper {
-        Self::spawn_cmd(ns.command(std::env::current_exe().unwrap()), role, env)
-    }
-
-    fn spawn_cmd(mut cmd: Command, role: &str, env: &[(&str, String)]) -> Helper {
-        cmd.args(["--exact", "helper", "--nocapture", "--test-threads=1"])
-            .env("XROCE_DRIVER_HELPER", role)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn helper");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Helper {
-            child,
-            lines: rx,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Wait for a line starting with `prefix` (returns it), or panic with what was seen.
-    fn expect(&mut self, prefix: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    // libtest prints "test helper ... " before the helper's first line.
-                    let line = line.trim_start_matches("test helper ... ").to_string();
-                    self.seen.push(line.clone());
-                    if line.starts_with(prefix) {
-                        return line;
-                    }
-                    if line.starts_with("ERROR") && !prefix.starts_with("ERROR") {
-                        panic!("helper failed: {line}\nall output: {:#?}", self.seen);
-                    }
-                }
-                Err(_) => panic!(
-                    "no {prefix:?} line within {timeout:?}; helper said: {:#?}",
-                    self.seen
-                ),
-            }
-        }
-    }
-
-    fn wait(mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                assert!(st.success(), "helper exited with {st}: {:#?}", self.seen);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("helper did not exit: {:#?}", self.seen);
-    }
-}
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn parse_stats(line: &str) -> std::collections::HashMap<String, u64> {
     line.split_whitespace()

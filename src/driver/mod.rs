@@ -7,7 +7,7 @@
 //! | driver | mode | what it does | ICRC of received frames |
 //! |---|---|---|---|
 //! | [`xdp::XdpDriver`] | `xdp-copy`, `xdp-zerocopy` | an XDP program steers UDP 4791 to an AF_XDP socket; frames are sent raw | verifiable |
-//! | `udp::UdpDriver` | `udp` | a kernel UDP socket on port 4791; frames are rewritten to what the kernel emits | not verifiable (the socket hides the IP header) |
+//! | [`udp::UdpDriver`] | `udp` | a kernel UDP socket on port 4791; frames are rewritten to what the kernel emits | not verifiable (the socket hides the IP header) |
 //! | [`loopback::LoopbackDriver`] | `loopback` | two in-process ends joined by a socket pair, for tests | verifiable |
 //!
 //! The AF_XDP and UDP drivers are being written (see issue 4).
@@ -23,6 +23,7 @@ pub mod iface;
 pub mod loopback;
 pub mod mem;
 pub mod packet;
+pub mod udp;
 pub mod xdp;
 
 use std::fmt;

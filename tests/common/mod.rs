@@ -1,7 +1,12 @@
 //! Helpers shared by the integration tests (include with `mod common;`).
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use xroce::netns::Netns;
 
 /// `true` if the test may go on; `false` (after a visible "SKIPPED" line) if it must skip
 /// for lack of root. Under `XROCE_CI=1` a missing privilege fails the test instead.
@@ -15,4 +20,103 @@ pub fn privileged_or_skip(test: &str) -> bool {
 /// Path of the `xroce` binary built for this test run.
 pub fn xroce_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_xroce"))
+}
+
+/// Lowercase hex of `b`.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Bytes of a hex string.
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A helper child with its stdout read line by line.
+pub struct Helper {
+    /// The child process.
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Helper {
+    /// Run this test binary's `helper` test as `role` inside `ns`.
+    pub fn spawn(ns: &Netns, role: &str, env: &[(&str, String)]) -> Helper {
+        Self::spawn_cmd(ns.command(std::env::current_exe().unwrap()), role, env)
+    }
+
+    /// Run `cmd` (this test binary, possibly wrapped) as helper `role`.
+    pub fn spawn_cmd(mut cmd: Command, role: &str, env: &[(&str, String)]) -> Helper {
+        cmd.args(["--exact", "helper", "--nocapture", "--test-threads=1"])
+            .env("XROCE_DRIVER_HELPER", role)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn helper");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Helper {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait for a line starting with `prefix` (returns it), or panic with what was seen.
+    pub fn expect(&mut self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    // libtest prints "test helper ... " before the helper's first line.
+                    let line = line.trim_start_matches("test helper ... ").to_string();
+                    self.seen.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
+                    if line.starts_with("ERROR") && !prefix.starts_with("ERROR") {
+                        panic!("helper failed: {line}\nall output: {:#?}", self.seen);
+                    }
+                }
+                Err(_) => panic!(
+                    "no {prefix:?} line within {timeout:?}; helper said: {:#?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    /// Wait (up to 20 s) for a successful exit.
+    pub fn wait(mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "helper exited with {st}: {:#?}", self.seen);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("helper did not exit: {:#?}", self.seen);
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
