@@ -152,6 +152,8 @@ pub(crate) struct OutPacket {
     pub ieth: Option<u32>,
     pub deth: Option<DethRepr>,
     pub payload_len: usize,
+    /// The payload lies in one MR (key, address): emitted straight from it, no gather copy.
+    pub payload_mr: Option<(u32, u64)>,
 }
 
 impl OutPacket {
@@ -171,6 +173,7 @@ impl OutPacket {
             ieth: None,
             deth: None,
             payload_len: 0,
+            payload_mr: None,
         }
     }
 }
@@ -996,6 +999,10 @@ fn emit_packet(qp: &Qp, sh: &mut Shared, pkt: &OutPacket, buf: &mut [u8]) -> Opt
         },
         _ => return None,
     };
+    let payload = match pkt.payload_mr {
+        Some((key, va)) => sh.mrs.slice(key, va, pkt.payload_len as u64)?,
+        None => &sh.scratch[..pkt.payload_len],
+    };
     let udp_src_port = av
         .udp_src_port
         .unwrap_or_else(|| rxe_udp_src_port(qp.qpn, pkt.dest_qp));
@@ -1032,7 +1039,7 @@ fn emit_packet(qp: &Qp, sh: &mut Shared, pkt: &OutPacket, buf: &mut [u8]) -> Opt
             immdt: pkt.immdt,
             ieth: pkt.ieth,
             deth: pkt.deth,
-            payload: &sh.scratch[..pkt.payload_len],
+            payload,
         },
     };
     frame.emit(buf).ok()

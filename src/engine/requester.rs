@@ -11,7 +11,9 @@ use crate::wire::{AtomicEthRepr, DethRepr, Opcode, RethRepr};
 
 use super::qp::{Qp, SendWqe};
 use super::timers::local_ack_timeout;
-use super::types::{Access, EngineError, QpState, QpType, SendFlags, SendWr, Wc, WcStatus, WrOp};
+use super::types::{
+    Access, EngineError, QpState, QpType, SendFlags, SendWr, Sge, Wc, WcStatus, WrOp,
+};
 use super::{OutPacket, Shared, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
 
 /// Check a send WR and turn it into a WQE (inline data copied now).
@@ -110,6 +112,18 @@ pub(crate) fn wc_for(qp: &Qp, wqe: &SendWqe, status: WcStatus) -> Wc {
     }
 }
 
+/// If `[offset, offset+len)` of the SGE list lies inside one SGE: its (lkey, address).
+fn single_sge_span(sges: &[Sge], mut offset: u64, len: u64) -> Option<(u32, u64)> {
+    for sge in sges {
+        let l = sge.length as u64;
+        if offset < l || (l == 0 && offset == 0 && len == 0) {
+            return (offset + len <= l).then_some((sge.lkey, sge.addr + offset));
+        }
+        offset -= l;
+    }
+    None
+}
+
 /// Position of packet `k` of `n`.
 fn position(k: u32, n: u32) -> (bool, bool) {
     (k == 0, k + 1 == n)
@@ -187,7 +201,14 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Optio
                         .copy_from_slice(&data[offset as usize..offset as usize + plen]);
                     true
                 }
-                None => sh.mrs.gather(&wqe.sges, offset, &mut sh.scratch[..plen]),
+                None => match single_sge_span(&wqe.sges, offset, plen as u64) {
+                    // The packet's bytes are contiguous in one MR: emit them from there.
+                    Some((key, va)) => {
+                        pkt.payload_mr = Some((key, va));
+                        sh.mrs.slice(key, va, plen as u64).is_some()
+                    }
+                    None => sh.mrs.gather(&wqe.sges, offset, &mut sh.scratch[..plen]),
+                },
             };
             if !ok {
                 // The MR was deregistered under a posted WR: a local protection error.

@@ -595,15 +595,12 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
             if last {
                 qp.resp.responses.pop_front();
             }
-            if sh.scratch.len() < plen {
-                sh.scratch.resize(plen, 0);
-            }
+            let mut pkt = OutPacket::new(av, dest_qp, opcode, psn.wrapping_add(k));
             if plen > 0 {
                 // The MR may have been deregistered since the READ was accepted.
-                let src = sh.mrs.slice(rkey, data_va, plen as u64)?;
-                sh.scratch[..plen].copy_from_slice(src);
+                sh.mrs.slice(rkey, data_va, plen as u64)?;
+                pkt.payload_mr = Some((rkey, data_va));
             }
-            let mut pkt = OutPacket::new(av, dest_qp, opcode, psn.wrapping_add(k));
             pkt.payload_len = plen;
             if first || last {
                 pkt.aeth = Some(AethRepr {
