@@ -32,13 +32,12 @@ pub struct CapturedFrame {
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
     /// The file could not be opened or read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Io {
         /// The file.
         path: String,
         /// The OS error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file starts with neither a pcap nor a pcapng magic number.
     #[error("{path} is not a pcap or pcapng file (magic {magic:02x?})")]
@@ -49,16 +48,23 @@ pub enum CaptureError {
         magic: Vec<u8>,
     },
     /// The file header or a record is malformed or cut short.
-    #[error("{path} is malformed after {frames} frames: {source}")]
+    #[error("{path} is malformed after {frames} frames: {}", describe(.error))]
     Malformed {
         /// The file.
         path: String,
         /// Frames read successfully before the damage.
         frames: usize,
         /// What the pcap reader reported.
-        #[source]
-        source: PcapError,
+        error: PcapError,
     },
+}
+
+/// The pcap error and its cause ("Error reading bytes: unexpected end of file").
+fn describe(e: &PcapError) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
 }
 
 enum Inner {
@@ -78,19 +84,19 @@ impl CaptureReader {
     /// Opens a capture, detecting pcap (either byte order, micro- or nanosecond) or pcapng.
     pub fn open(path: impl AsRef<Path>) -> Result<CaptureReader, CaptureError> {
         let path_str = path.as_ref().display().to_string();
-        let io = |source| CaptureError::Io {
+        let io = |error| CaptureError::Io {
             path: path_str.clone(),
-            source,
+            error,
         };
         let mut magic = [0u8; 4];
         let mut f = File::open(path.as_ref()).map_err(io)?;
         let n = read_up_to(&mut f, &mut magic).map_err(io)?;
         let f = File::open(path.as_ref()).map_err(io)?;
         let reader = BufReader::new(f);
-        let malformed = |source| CaptureError::Malformed {
+        let malformed = |error| CaptureError::Malformed {
             path: path_str.clone(),
             frames: 0,
-            source,
+            error,
         };
         let inner = match magic {
             [0x0a, 0x0d, 0x0d, 0x0a] => {
@@ -181,12 +187,12 @@ impl Iterator for CaptureReader {
                 frame.number = self.count;
                 Some(Ok(frame))
             }
-            Err(source) => {
+            Err(error) => {
                 self.failed = true;
                 Some(Err(CaptureError::Malformed {
                     path: self.path.clone(),
                     frames: self.count,
-                    source,
+                    error,
                 }))
             }
         }

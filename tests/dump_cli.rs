@@ -1,0 +1,350 @@
+//! `xroce dump` end to end: the binary over the fixtures, corrupted copies, pcapng, bad files.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use xroce::wire::capture::read_capture;
+use xroce::wire::parse_frame;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn dump(args: &[&str], file: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xroce"))
+        .arg("dump")
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("run xroce dump")
+}
+
+/// A file in the temp dir, unique to this process and test, removed on drop.
+struct TempFile(PathBuf);
+impl TempFile {
+    fn new(tag: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!("xroce-dump-{}-{tag}", std::process::id())))
+    }
+}
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn summary_value(text: &str, key: &str) -> usize {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no '{key}' line in:\n{text}"));
+    line[key.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn every_fixture_dumps_clean() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("pcap") {
+            continue;
+        }
+        seen += 1;
+        let o = dump(&[], &path);
+        assert!(
+            o.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let text = stdout(&o);
+        let roce = summary_value(&text, "RoCE frames:");
+        assert!(roce > 0);
+        assert_eq!(summary_value(&text, "ICRC ok:"), roce, "{}", path.display());
+        assert_eq!(summary_value(&text, "ICRC bad:"), 0);
+        assert_eq!(summary_value(&text, "did not parse:"), 0);
+        assert_eq!(text.lines().filter(|l| l.starts_with('#')).count(), roce);
+        assert_eq!(
+            text.matches("ICRC ok").count(),
+            roce + 1,
+            "one per frame + the summary label"
+        );
+    }
+    assert!(seen >= 9, "fixtures missing: {seen}");
+}
+
+#[test]
+fn text_line_shows_the_fields() {
+    let text = stdout(&dump(&[], &fixture("rxe_rc_pingpong.pcap")));
+    let ack = text.lines().find(|l| l.starts_with("#16 ")).unwrap();
+    for want in [
+        "198.18.0.11 > 198.18.0.12",
+        "RC_ACKNOWLEDGE",
+        "qp=0x11",
+        "psn=3122471",
+        "ACK (credits unlimited)",
+        "msn=1",
+        "ICRC ok",
+    ] {
+        assert!(ack.contains(want), "{want:?} missing in {ack}");
+    }
+    assert!(text.contains("10  0x00 RC_SEND_FIRST"));
+    assert!(text.contains("20  0x01 RC_SEND_MIDDLE"));
+    assert!(text.contains("IP but not UDP (protocol 6)"));
+    let ud = stdout(&dump(&[], &fixture("rxe_ud_pingpong.pcap")));
+    assert!(ud.contains("qkey=0x11111111"), "{ud}");
+    let nak = stdout(&dump(&[], &fixture("rxe_host_peer_loss.pcap")));
+    let l = nak.lines().find(|l| l.starts_with("#28 ")).unwrap();
+    assert!(l.contains("NAK (PSN sequence error)"), "{l}");
+    let rd = stdout(&dump(&[], &fixture("rxe_read_lat.pcap")));
+    let l = rd
+        .lines()
+        .find(|l| l.contains("RC_RDMA_READ_REQUEST"))
+        .unwrap();
+    assert!(
+        l.contains("rkey=0x")
+            && l.contains("va=0x")
+            && l.contains("dma_len=64")
+            && l.contains("flags=A"),
+        "{l}"
+    );
+}
+
+#[test]
+fn json_has_the_agreed_fields() {
+    let o = dump(&["--json"], &fixture("rxe_read_lat.pcap"));
+    assert!(o.status.success());
+    let mut n = 0;
+    for line in stdout(&o).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect(line);
+        n += 1;
+        for key in [
+            "frame",
+            "opcode",
+            "opcode_name",
+            "dest_qp",
+            "psn",
+            "ack_req",
+            "payload_len",
+            "icrc_ok",
+        ] {
+            assert!(v.get(key).is_some(), "{key} missing in {line}");
+        }
+        assert_eq!(v["icrc_ok"], true);
+        match v["opcode"].as_u64().unwrap() {
+            0x0c => {
+                assert_eq!(v["opcode_name"], "RC_RDMA_READ_REQUEST");
+                assert_eq!(v["reth"]["dma_len"], 64);
+                assert!(v["reth"]["rkey"].is_u64() && v["reth"]["va"].is_u64());
+                assert_eq!(v["payload_len"], 0);
+            }
+            0x10 => {
+                assert_eq!(v["aeth"]["type"], "ACK");
+                assert_eq!(v["aeth"]["credit"], 31);
+                assert_eq!(v["payload_len"], 64);
+            }
+            other => panic!("unexpected opcode {other}"),
+        }
+    }
+    assert_eq!(n, 40);
+    // The summary goes to stderr so stdout stays one object per line.
+    assert!(String::from_utf8_lossy(&o.stderr).contains("RoCE frames:        40"));
+    let ud = stdout(&dump(&["--json"], &fixture("rxe_ud_pingpong.pcap")));
+    let v: serde_json::Value = serde_json::from_str(ud.lines().next().unwrap()).unwrap();
+    assert_eq!(v["deth"]["qkey"], 0x1111_1111);
+}
+
+#[test]
+fn explain_draws_every_header() {
+    let o = dump(&["--explain"], &fixture("rxe_ud_pingpong.pcap"));
+    assert!(o.status.success());
+    let text = stdout(&o);
+    let first = text.split("=== frame").nth(1).unwrap();
+    for want in [
+        "Ethernet [0..14]",
+        "IPv4 [14..34]",
+        "UDP [34..42]",
+        "BTH [42..54]",
+        "DETH [54..62]",
+        "Q_Key 0x11111111",
+        "opcode 0x64 UD_SEND_ONLY",
+        "TTL 64",
+        "[ICRC: masked]",
+        "ICRC [",
+        "matches",
+    ] {
+        assert!(first.contains(want), "{want:?} missing in\n{first}");
+    }
+    // TOS, TTL, IP checksum, UDP checksum and BTH byte 4: five masked rows per IPv4 frame.
+    assert_eq!(first.matches("[ICRC: masked]").count(), 5, "{first}");
+}
+
+/// Byte offset of every record's data in a little-endian classic pcap.
+fn pcap_record_offsets(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut at = 24;
+    let mut out = vec![];
+    while at + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        out.push((at + 16, incl));
+        at += 16 + incl;
+    }
+    out
+}
+
+#[test]
+fn corrupted_copy_reports_exactly_the_corrupted_frames() {
+    let src = fixture("rxe_write_bw.pcap");
+    let mut bytes = std::fs::read(&src).unwrap();
+    let frames = read_capture(&src).unwrap();
+    let records = pcap_record_offsets(&bytes);
+    assert_eq!(records.len(), frames.len());
+    let roce: Vec<usize> = frames
+        .iter()
+        .filter(|f| parse_frame(&f.data).is_ok())
+        .map(|f| f.number)
+        .collect();
+    // Damage every 7th RoCE frame, each in a different ICRC-covered place.
+    let mut damaged = BTreeSet::new();
+    for (k, &number) in roce.iter().enumerate().filter(|(k, _)| k % 7 == 3) {
+        let (off, len) = records[number - 1];
+        let at = match k % 4 {
+            0 => off + 18,      // IP identification
+            1 => off + 42 + 11, // PSN low byte
+            2 => off + len - 5, // last byte before the ICRC
+            _ => off + len - 1, // the ICRC itself
+        };
+        bytes[at] ^= 0x20;
+        damaged.insert(number);
+    }
+    assert!(damaged.len() >= 10, "{damaged:?}");
+    // Also flip a masked field in a frame left intact: it must still verify.
+    let intact = roce.iter().copied().find(|n| !damaged.contains(n)).unwrap();
+    bytes[records[intact - 1].0 + 22] ^= 0xFF; // TTL
+    let tmp = TempFile::new("corrupt.pcap");
+    std::fs::write(&tmp.0, &bytes).unwrap();
+
+    let o = dump(&["--json"], &tmp.0);
+    assert!(o.status.success(), "bad packets are reported, not fatal");
+    let bad: BTreeSet<usize> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["icrc_ok"] == false)
+        .map(|v| v["frame"].as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(bad, damaged);
+
+    let text = stdout(&dump(&[], &tmp.0));
+    let bad_lines: BTreeSet<usize> = text
+        .lines()
+        .filter(|l| l.contains("ICRC BAD (expected"))
+        .map(|l| l[1..].split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(bad_lines, damaged);
+    assert_eq!(summary_value(&text, "ICRC bad:"), damaged.len());
+}
+
+#[test]
+fn pcapng_is_read_too() {
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+    use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+    use pcap_file::pcapng::PcapNgWriter;
+    use pcap_file::DataLink;
+
+    let frames = read_capture(fixture("rxe_send_lat.pcap")).unwrap();
+    let tmp = TempFile::new("send_lat.pcapng");
+    {
+        let file = std::fs::File::create(&tmp.0).unwrap();
+        let mut w = PcapNgWriter::new(file).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ETHERNET, 65535))
+            .unwrap();
+        for f in &frames {
+            let epb = EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: f.timestamp,
+                original_len: f.orig_len,
+                data: std::borrow::Cow::Borrowed(&f.data),
+                options: vec![],
+            };
+            w.write_pcapng_block(epb).unwrap();
+        }
+    }
+    let o = dump(&[], &tmp.0);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = stdout(&o);
+    assert_eq!(summary_value(&text, "RoCE frames:"), 80);
+    assert_eq!(summary_value(&text, "ICRC ok:"), 80);
+    assert_eq!(summary_value(&text, "frames read:"), frames.len());
+}
+
+#[test]
+fn missing_or_malformed_files_fail_clearly() {
+    let o = dump(&[], Path::new("/nonexistent/xroce.pcap"));
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("No such file"),
+        "{o:?}"
+    );
+
+    let tmp = TempFile::new("not-a-capture");
+    std::fs::write(&tmp.0, b"this is not a capture file").unwrap();
+    let o = dump(&[], &tmp.0);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not a pcap or pcapng file"),
+        "{o:?}"
+    );
+
+    // A capture cut in the middle of a record: frames before it are reported, then an error.
+    let bytes = std::fs::read(fixture("rxe_ud_pingpong.pcap")).unwrap();
+    let cut = TempFile::new("cut.pcap");
+    std::fs::write(&cut.0, &bytes[..bytes.len() - 100]).unwrap();
+    let o = dump(&[], &cut.0);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("malformed after 20 frames"), "{err}");
+    assert!(stdout(&o).contains("frames read:        20"));
+
+    let empty = TempFile::new("empty");
+    std::fs::write(&empty.0, b"").unwrap();
+    assert!(!dump(&[], &empty.0).status.success());
+}
+
+#[test]
+fn malformed_roce_frames_are_counted_with_their_reason() {
+    // Turn the opcode of one UD frame into a reserved value: it still goes to port 4791,
+    // so it is a RoCE frame that did not parse, and its ICRC no longer matches.
+    let src = fixture("rxe_ud_pingpong.pcap");
+    let mut bytes = std::fs::read(&src).unwrap();
+    let frames = read_capture(&src).unwrap();
+    let records = pcap_record_offsets(&bytes);
+    let target = frames
+        .iter()
+        .find(|f| parse_frame(&f.data).is_ok())
+        .unwrap()
+        .number;
+    bytes[records[target - 1].0 + 42] = 0x7f;
+    let tmp = TempFile::new("badop.pcap");
+    std::fs::write(&tmp.0, &bytes).unwrap();
+    let o = dump(&[], &tmp.0);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    assert!(text.contains(&format!("#{target:<5}")), "{text}");
+    assert!(
+        text.contains("MALFORMED: unknown or unsupported opcode 0x7f"),
+        "{text}"
+    );
+    assert_eq!(summary_value(&text, "did not parse:"), 1);
+    assert_eq!(summary_value(&text, "ICRC bad:"), 1);
+}
