@@ -1,5 +1,82 @@
-//! The libibverbs-like public API: device, protection domain, memory region, completion
-//! queue and channel, queue pair, address handle; a progress thread per device.
+//! The libibverbs object model in safe Rust, on top of the sans-IO engine.
+//!
+//! | libibverbs | xroce |
+//! |---|---|
+//! | `ibv_open_device` | [`Device::open`]`(ifname, DeviceConfig { driver, progress, .. })` |
+//! | `ibv_query_device` / `_port` / `_gid` | [`Device::query_device`], [`Device::query_port`], [`Device::query_gid`] |
+//! | `ibv_alloc_pd` | [`Device::alloc_pd`] → [`Pd`] |
+//! | `ibv_reg_mr` | [`Pd::reg_mr`] → [`Mr`] (`addr`, `lkey`, `rkey`, `read`, `write`) |
+//! | `ibv_create_comp_channel` | [`Device::create_comp_channel`] → [`CompletionChannel`] (an fd) |
+//! | `ibv_create_cq` / `ibv_poll_cq` / `ibv_req_notify_cq` | [`Device::create_cq`] → [`Cq::poll`], [`Cq::req_notify`] |
+//! | `ibv_create_qp` / `_modify_qp` / `_query_qp` | [`Pd::create_qp`] → [`Qp::modify`], [`Qp::query`] |
+//! | `ibv_post_send` / `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_recv`] (and batches) |
+//! | `ibv_create_ah` | [`Pd::create_ah`] → [`AddressHandle`] |
+//!
+//! Objects are reference-counted handles: a QP keeps its PD and CQs alive, an MR its PD,
+//! everything its device. Memory regions are owned by the device (the transport writes into
+//! them), so safe code cannot free memory the wire still targets. Every call is safe from
+//! any thread. Errors are [`VerbsError`]s naming the attribute or limit at fault; remote
+//! failures are completion statuses.
+//!
+//! # Progress
+//! Each device runs a progress thread that moves frames between the driver and the
+//! engine and runs transport timers (see `progress.rs` and `docs/architecture.md`); the
+//! responder side therefore works even if the application never polls. In
+//! [`ProgressMode::Wakeup`] it sleeps in poll(2) between events; in
+//! [`ProgressMode::BusyPoll`] it spins.
+//!
+//! # Example (two devices joined in memory)
+//! ```
+//! use std::time::Duration;
+//! use xroce::verbs::*;
+//!
+//! let (a, b, _link) = Device::mem_pair(&mem_link_config(1500, 0.0, 1), DeviceConfig::default())?;
+//! let setup = |dev: &Device| -> Result<_, VerbsError> {
+//!     let pd = dev.alloc_pd()?;
+//!     let cq = dev.create_cq(64, None)?;
+//!     let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+//!     let mr = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//!     Ok((pd, cq, qp, mr))
+//! };
+//! let (_pda, cqa, qpa, mra) = setup(&a)?;
+//! let (_pdb, _cqb, qpb, mrb) = setup(&b)?;
+//! let opts = RcOptions::default();
+//! qpa.connect_rc(&RcPeer { qpn: qpb.qp_num(), psn: 0, gid: b.query_gid(1)? }, &RcOptions { sgid_index: 1, ..opts })?;
+//! qpb.connect_rc(&RcPeer { qpn: qpa.qp_num(), psn: 0, gid: a.query_gid(1)? }, &RcOptions { sgid_index: 1, ..opts })?;
+//! mra.write(0, b"hello")?;
+//! qpa.post_send(&SendWr {
+//!     wr_id: 1,
+//!     op: WrOp::Write { remote_addr: mrb.addr(), rkey: mrb.rkey() },
+//!     sg_list: vec![mra.sge(0, 5)?],
+//!     flags: SendFlags::SIGNALED,
+//!     ud: None,
+//! })?;
+//! let wcs = cqa.wait(1, Duration::from_secs(5))?;
+//! assert_eq!(wcs[0].status, WcStatus::Success);
+//! assert_eq!(mrb.to_vec(0, 5)?, b"hello");
+//! # Ok::<(), VerbsError>(())
+//! ```
 pub mod attr;
+mod cq;
+mod device;
+mod error;
+mod pd;
+mod progress;
+mod qp;
 
 pub use attr::{DeviceAttr, LinkLayer, PortAttr, PortState};
+pub use cq::{CompletionChannel, Cq};
+pub use device::{
+    mem_link_config, Device, DeviceConfig, DeviceIdentity, DriverKind, ProgressMode, ProgressStats,
+    TracedFrame,
+};
+pub use error::{Result, VerbsError};
+pub use pd::{AddressHandle, AhAttr, Mr, Pd};
+pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
+
+pub use crate::driver::mem::{MemLink, MemLinkConfig};
+pub use crate::engine::{
+    Access, AddressVector, CqId, Event, Mtu, QpAttr, QpAttrMask, QpCaps, QpState, QpType, RecvWr,
+    SendFlags, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus, WrOp,
+};
+pub use crate::netdev::{Gid, GidEntry, GidType, IbMtu, MacAddr};

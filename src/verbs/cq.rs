@@ -1,0 +1,239 @@
+//! Completion queues and completion channels.
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::UnixDatagram;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::driver::mem::wait_readable;
+use crate::engine::{CqId, Wc};
+
+use super::attr::limits;
+use super::device::{drain, lock, Core, Device};
+use super::error::{Result, VerbsError};
+
+/// The shared half of a completion channel: the progress thread (or any verbs call) pushes
+/// the id of a CQ that fired and writes a byte to make the fd readable.
+#[derive(Debug)]
+pub(crate) struct ChannelShared {
+    rx: UnixDatagram,
+    tx: UnixDatagram,
+    fired: Mutex<VecDeque<CqId>>,
+}
+
+impl ChannelShared {
+    pub fn notify(&self, cq: CqId) {
+        lock(&self.fired).push_back(cq);
+        let _ = self.tx.send(&[1]);
+    }
+}
+
+/// A completion channel (`ibv_comp_channel`): CQs armed with [`Cq::req_notify`] report
+/// here when a completion arrives. Block on it with [`CompletionChannel::get_cq_event`], or
+/// register [`AsRawFd::as_raw_fd`] with epoll/mio/tokio (`AsyncFd`): the fd is readable
+/// while an event is pending.
+#[derive(Clone, Debug)]
+pub struct CompletionChannel {
+    pub(crate) inner: Arc<ChannelShared>,
+    _device: Device,
+}
+
+impl CompletionChannel {
+    pub(crate) fn create(device: &Device) -> Result<CompletionChannel> {
+        let (rx, tx) = UnixDatagram::pair().map_err(|source| VerbsError::Io {
+            context: "creating a completion channel",
+            source,
+        })?;
+        for s in [&rx, &tx] {
+            s.set_nonblocking(true).map_err(|source| VerbsError::Io {
+                context: "making a completion channel non-blocking",
+                source,
+            })?;
+        }
+        Ok(CompletionChannel {
+            inner: Arc::new(ChannelShared {
+                rx,
+                tx,
+                fired: Mutex::new(VecDeque::new()),
+            }),
+            _device: device.clone(),
+        })
+    }
+
+    /// Takes a pending event without blocking: the id of the CQ that fired.
+    pub fn try_get_cq_event(&self) -> Option<CqId> {
+        let fired = {
+            let mut fired = lock(&self.inner.fired);
+            let cq = fired.pop_front();
+            if fired.is_empty() {
+                drain(&self.inner.rx);
+            }
+            cq
+        };
+        fired
+    }
+
+    /// Waits for an event (`ibv_get_cq_event`): the id of the CQ that fired (compare with
+    /// [`Cq::id`]). `None` waits forever. Re-arm the CQ with [`Cq::req_notify`] before
+    /// polling it, so no completion slips between the poll and the next wait.
+    pub fn get_cq_event(&self, timeout: Option<Duration>) -> Result<CqId> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(cq) = self.try_get_cq_event() {
+                return Ok(cq);
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Err(VerbsError::Timeout(timeout.unwrap_or_default()));
+            }
+            wait_readable(&[self.inner.rx.as_raw_fd()], left).map_err(|source| VerbsError::Io {
+                context: "waiting on a completion channel",
+                source,
+            })?;
+        }
+    }
+}
+
+impl AsRawFd for CompletionChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.rx.as_raw_fd()
+    }
+}
+
+impl AsFd for CompletionChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.rx.as_fd()
+    }
+}
+
+pub(crate) struct CqInner {
+    pub core: Arc<Core>,
+    pub id: CqId,
+    pub depth: u32,
+    has_channel: bool,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        let shared = &self.core.shared;
+        if self.has_channel {
+            lock(&shared.channels).remove(&self.id.0);
+        }
+        let _ = shared.with_engine(false, |e| e.destroy_cq(self.id));
+    }
+}
+
+/// A completion queue (`ibv_cq`). Clone to share between threads; polling is safe from any
+/// thread. Queue pairs using it keep it alive.
+#[derive(Clone)]
+pub struct Cq {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl std::fmt::Debug for Cq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cq")
+            .field("id", &self.inner.id)
+            .field("depth", &self.inner.depth)
+            .finish()
+    }
+}
+
+impl Cq {
+    pub(crate) fn create(
+        device: &Device,
+        depth: u32,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<Cq> {
+        if depth == 0 {
+            return Err(VerbsError::Zero { what: "cqe" });
+        }
+        if depth > limits::MAX_CQE {
+            return Err(VerbsError::LimitExceeded {
+                what: "cqe",
+                requested: depth as u64,
+                max: limits::MAX_CQE as u64,
+            });
+        }
+        let shared = device.shared();
+        let id = shared.with_engine(false, |e| e.create_cq(depth))??;
+        if let Some(channel) = channel {
+            lock(&shared.channels).insert(id.0, channel.inner.clone());
+        }
+        Ok(Cq {
+            inner: Arc::new(CqInner {
+                core: device.core.clone(),
+                id,
+                depth,
+                has_channel: channel.is_some(),
+            }),
+        })
+    }
+
+    /// The CQ's id (what a completion channel reports).
+    pub fn id(&self) -> CqId {
+        self.inner.id
+    }
+
+    /// Its depth.
+    pub fn depth(&self) -> u32 {
+        self.inner.depth
+    }
+
+    /// Takes up to `wcs.len()` completions, oldest first (`ibv_poll_cq`); returns how many.
+    pub fn poll(&self, wcs: &mut [Wc]) -> Result<usize> {
+        Ok(self
+            .inner
+            .core
+            .shared
+            .with_engine(false, |e| e.poll_cq(self.inner.id, wcs))??)
+    }
+
+    /// Takes one completion, if there is one.
+    pub fn poll_one(&self) -> Result<Option<Wc>> {
+        Ok(self
+            .inner
+            .core
+            .shared
+            .with_engine(false, |e| e.poll_cq_one(self.inner.id))??)
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): the next completion (with `solicited_only`, the
+    /// next solicited or failed one) raises one event on the CQ's completion channel.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        Ok(self
+            .inner
+            .core
+            .shared
+            .with_engine(false, |e| e.req_notify_cq(self.inner.id, solicited_only))??)
+    }
+
+    /// Polls until `count` completions have arrived or `timeout` passes; returns what
+    /// arrived (fewer than `count` on timeout). Sleeps briefly between polls: a convenience
+    /// for tools and tests, not the fast path.
+    pub fn wait(&self, count: usize, timeout: Duration) -> Result<Vec<Wc>> {
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::with_capacity(count);
+        let mut spins = 0u32;
+        while out.len() < count {
+            match self.poll_one()? {
+                Some(wc) => {
+                    out.push(wc);
+                    spins = 0;
+                }
+                None => {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    spins += 1;
+                    if spins < 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

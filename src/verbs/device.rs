@@ -1,0 +1,564 @@
+//! `Device`: one xroce RDMA device on one network interface, with its progress thread.
+use std::collections::{HashMap, VecDeque};
+use std::io::ErrorKind;
+use std::net::IpAddr;
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::driver::mem::{MemDriver, MemLink, MemLinkConfig};
+use crate::driver::{Driver, DriverInfo, XdpStats};
+use crate::engine::{Engine, EngineConfig, Event};
+use crate::netdev::{self, Gid, GidEntry, IbMtu, IfAddr, MacAddr, NetdevInfo, OperState};
+
+use super::attr::{DeviceAttr, PortAttr};
+use super::cq::{ChannelShared, CompletionChannel, Cq};
+use super::error::{Result, VerbsError};
+use super::pd::Pd;
+use super::progress;
+
+/// Which driver moves the device's frames.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum DriverKind {
+    /// AF_XDP: an XDP program steers UDP 4791 to an AF_XDP socket; needs root.
+    #[default]
+    Xdp,
+    /// A kernel UDP socket on port 4791 (no privileges; ICRC of received frames unchecked).
+    Udp,
+}
+
+/// How the progress thread waits for work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ProgressMode {
+    /// Sleep in poll(2) on the driver's fd and a wake-up fd until a frame arrives, a work
+    /// request is posted, or the next transport timer is due. Low CPU use.
+    #[default]
+    Wakeup,
+    /// Never sleep: spin on the driver. Lowest latency, one core at 100%.
+    BusyPoll,
+}
+
+/// How to open a [`Device`].
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// The driver.
+    pub driver: DriverKind,
+    /// The progress mode.
+    pub progress: ProgressMode,
+    /// AF_XDP: receive queue to bind.
+    pub xdp_queue: u32,
+    /// How long neighbour (ARP/ND) resolution may take when an address handle or a QP's
+    /// address vector is resolved.
+    pub neighbour_timeout: Duration,
+    /// Keep the last this many frames (both directions) for [`Device::take_trace`]; 0 = off.
+    pub trace_frames: usize,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig {
+            driver: DriverKind::Xdp,
+            progress: ProgressMode::Wakeup,
+            xdp_queue: 0,
+            neighbour_timeout: Duration::from_secs(3),
+            trace_frames: 0,
+        }
+    }
+}
+
+/// One frame seen by the progress thread (see [`DeviceConfig::trace_frames`]).
+#[derive(Clone, Debug)]
+pub struct TracedFrame {
+    /// Time since the device was opened.
+    pub at: Duration,
+    /// True if sent by this device, false if received.
+    pub outgoing: bool,
+    /// The whole Ethernet frame.
+    pub bytes: Vec<u8>,
+}
+
+/// Counters of the progress thread (the engine's own counters are [`Device::counters`]).
+#[derive(Debug, Default)]
+pub struct ProgressStats {
+    /// Frames handed to the engine.
+    pub rx_frames: AtomicU64,
+    /// Frames the engine produced and the driver accepted.
+    pub tx_frames: AtomicU64,
+    /// Frames the driver refused (counted, then dropped: the transport retries).
+    pub tx_errors: AtomicU64,
+    /// Loop iterations that went to sleep.
+    pub sleeps: AtomicU64,
+}
+
+/// State shared by the user-facing handles and the progress thread.
+pub(crate) struct Shared {
+    pub name: String,
+    pub engine: Mutex<Engine>,
+    pub start: Instant,
+    /// Writing a byte wakes the progress thread.
+    pub waker: UnixDatagram,
+    pub progress_mode: ProgressMode,
+    pub stop: AtomicBool,
+    /// Set when the progress thread died: why.
+    pub stopped: Mutex<Option<String>>,
+    pub netdev: NetdevInfo,
+    pub gid_table: Vec<GidEntry>,
+    pub driver_info: DriverInfo,
+    pub neighbour_timeout: Duration,
+    pub static_neighbours: Mutex<HashMap<IpAddr, MacAddr>>,
+    /// Completion channel of each CQ that has one, by CQ id.
+    pub channels: Mutex<HashMap<u32, Arc<ChannelShared>>>,
+    pub async_events: Mutex<VecDeque<Event>>,
+    pub stats: ProgressStats,
+    pub xdp_stats: Mutex<Option<XdpStats>>,
+    pub trace_limit: usize,
+    pub trace: Mutex<VecDeque<TracedFrame>>,
+}
+
+/// Locks a mutex, ignoring poisoning: every critical section here leaves its data valid.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    /// Time since the device was opened: the engine's clock.
+    pub fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// Runs `f` on the engine, then delivers the events it raised and, if `wake`, wakes the
+    /// progress thread so new work (a posted WR, a state change) is transmitted.
+    pub fn with_engine<R>(&self, wake: bool, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
+        if let Some(reason) = lock(&self.stopped).clone() {
+            return Err(VerbsError::DeviceStopped {
+                device: self.name.clone(),
+                reason,
+            });
+        }
+        let (out, events) = {
+            let mut engine = lock(&self.engine);
+            let out = f(&mut engine);
+            let mut events = Vec::new();
+            while let Some(ev) = engine.poll_event() {
+                events.push(ev);
+            }
+            (out, events)
+        };
+        self.dispatch(events);
+        if wake {
+            self.wake();
+        }
+        Ok(out)
+    }
+
+    /// Wakes the progress thread (no-op cost in busy-poll mode).
+    pub fn wake(&self) {
+        if self.progress_mode == ProgressMode::Wakeup {
+            // A full socket buffer already means "readable": ignore WouldBlock.
+            let _ = self.waker.send(&[1]);
+        }
+    }
+
+    /// Routes engine events: CQ notifications to the CQ's completion channel, the rest to
+    /// the device's asynchronous event queue.
+    pub fn dispatch(&self, events: Vec<Event>) {
+        for ev in events {
+            match ev {
+                Event::CqNotify(cq) => {
+                    let channel = lock(&self.channels).get(&cq.0).cloned();
+                    if let Some(channel) = channel {
+                        channel.notify(cq);
+                    }
+                }
+                other => lock(&self.async_events).push_back(other),
+            }
+        }
+    }
+
+    pub fn record(&self, outgoing: bool, bytes: &[u8]) {
+        if self.trace_limit == 0 {
+            return;
+        }
+        let mut trace = lock(&self.trace);
+        if trace.len() >= self.trace_limit {
+            trace.pop_front();
+        }
+        trace.push_back(TracedFrame {
+            at: self.now(),
+            outgoing,
+            bytes: bytes.to_vec(),
+        });
+    }
+}
+
+/// Owns the progress thread: when the last handle on the device (the [`Device`] and every
+/// object created from it) is dropped, the thread is stopped and joined.
+pub(crate) struct Core {
+    pub shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = self.shared.waker.send(&[1]);
+        if let Some(thread) = lock(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// An RDMA device: one RoCE v2 port on one network interface (`ibv_context`).
+///
+/// Cheap to clone (a handle). Every object created from it keeps it alive; the progress
+/// thread runs until the last of them is dropped. All methods may be called from any thread.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) core: Arc<Core>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.core.shared.name)
+            .field("driver", &self.core.shared.driver_info.mode)
+            .finish()
+    }
+}
+
+/// Who the device is on the network when it is not opened on a kernel interface.
+#[derive(Clone, Debug)]
+pub struct DeviceIdentity {
+    /// A name for messages ("mem0").
+    pub name: String,
+    /// Its MAC address.
+    pub mac: MacAddr,
+    /// Link MTU.
+    pub mtu: u32,
+    /// Its IP addresses (the GID table is built from them).
+    pub addrs: Vec<IpAddr>,
+}
+
+impl Device {
+    /// Opens the device on network interface `ifname` with the driver of `config`.
+    ///
+    /// Errors name the cause: a missing or down interface, missing privileges for AF_XDP,
+    /// another XDP program attached, no IPv4 address for the UDP driver, ...
+    pub fn open(ifname: &str, config: DeviceConfig) -> Result<Device> {
+        let net = netdev::query(ifname)?;
+        if !net.admin_up {
+            return Err(crate::driver::DriverError::InterfaceDown {
+                ifname: ifname.to_string(),
+            }
+            .into());
+        }
+        let (driver, fixed_ip_ident): (Box<dyn Driver>, Option<u16>) = match config.driver {
+            DriverKind::Xdp => {
+                let mut xcfg = crate::driver::xdp::XdpConfig::new(ifname);
+                xcfg.queue = config.xdp_queue;
+                (Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?), None)
+            }
+            DriverKind::Udp => {
+                // The UDP driver lands with issue 4's driver part.
+                return Err(VerbsError::InvalidArgument(
+                    "the UDP driver is not available in this build".into(),
+                ));
+            }
+        };
+        Device::start(net, driver, fixed_ip_ident, config)
+    }
+
+    /// A device over any driver, with an identity given by the caller (tests, the mem link).
+    pub fn with_driver(
+        driver: Box<dyn Driver>,
+        identity: DeviceIdentity,
+        config: DeviceConfig,
+    ) -> Result<Device> {
+        let net = NetdevInfo {
+            name: identity.name.clone(),
+            ifindex: 0,
+            mac: identity.mac,
+            mtu: identity.mtu,
+            max_mtu: Some(identity.mtu),
+            oper_state: OperState::Up,
+            admin_up: true,
+            link_type: "ether".into(),
+            driver: Some(driver.info().mode.to_string()),
+            num_rx_queues: Some(1),
+            addrs: identity
+                .addrs
+                .iter()
+                .map(|&ip| IfAddr {
+                    ip,
+                    prefix_len: if ip.is_ipv4() { 24 } else { 64 },
+                })
+                .collect(),
+            xdp: None,
+        };
+        Device::start(net, driver, None, config)
+    }
+
+    /// Two devices joined by an in-memory link (no kernel, no privileges): addresses
+    /// 198.18.0.1 and 198.18.0.2, MACs 02:00:00:00:00:01 and :02, each other's neighbour.
+    pub fn mem_pair(
+        link: &MemLinkConfig,
+        config: DeviceConfig,
+    ) -> Result<(Device, Device, MemLink)> {
+        let macs = [MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2])];
+        let ips: [IpAddr; 2] = [[198, 18, 0, 1].into(), [198, 18, 0, 2].into()];
+        let (a, b, handle) = MemDriver::pair(macs[0].0, macs[1].0, link)?;
+        let identity = |i: usize| DeviceIdentity {
+            name: format!("mem{i}"),
+            mac: macs[i],
+            mtu: link.mtu,
+            addrs: vec![ips[i]],
+        };
+        let dev_a = Device::with_driver(Box::new(a), identity(0), config.clone())?;
+        let dev_b = Device::with_driver(Box::new(b), identity(1), config)?;
+        dev_a.add_static_neighbour(ips[1], macs[1]);
+        dev_b.add_static_neighbour(ips[0], macs[0]);
+        Ok((dev_a, dev_b, handle))
+    }
+
+    fn start(
+        net: NetdevInfo,
+        driver: Box<dyn Driver>,
+        fixed_ip_ident: Option<u16>,
+        config: DeviceConfig,
+    ) -> Result<Device> {
+        let gid_table = net.gid_table();
+        let mut engine_config = EngineConfig::new(
+            net.mac.0,
+            gid_table
+                .first()
+                .map(|g| g.gid.to_ip())
+                .unwrap_or(IpAddr::from([0u8; 16])),
+        );
+        engine_config.gids = gid_table.iter().map(|g| g.gid.to_ip()).collect();
+        engine_config.fixed_ip_ident = fixed_ip_ident;
+        let (waker_rx, waker_tx) = UnixDatagram::pair().map_err(|source| VerbsError::Io {
+            context: "creating the progress thread's wake-up socket",
+            source,
+        })?;
+        for s in [&waker_rx, &waker_tx] {
+            s.set_nonblocking(true).map_err(|source| VerbsError::Io {
+                context: "making the wake-up socket non-blocking",
+                source,
+            })?;
+        }
+        let shared = Arc::new(Shared {
+            name: format!("xroce_{}", net.name),
+            engine: Mutex::new(Engine::new(engine_config)),
+            start: Instant::now(),
+            waker: waker_tx,
+            progress_mode: config.progress,
+            stop: AtomicBool::new(false),
+            stopped: Mutex::new(None),
+            gid_table,
+            driver_info: driver.info(),
+            netdev: net,
+            neighbour_timeout: config.neighbour_timeout,
+            static_neighbours: Mutex::new(HashMap::new()),
+            channels: Mutex::new(HashMap::new()),
+            async_events: Mutex::new(VecDeque::new()),
+            stats: ProgressStats::default(),
+            xdp_stats: Mutex::new(None),
+            trace_limit: config.trace_frames,
+            trace: Mutex::new(VecDeque::new()),
+        });
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("xroce-progress-{}", shared.netdev.name))
+            .spawn(move || progress::run(thread_shared, driver, waker_rx))
+            .map_err(|source| VerbsError::Io {
+                context: "spawning the progress thread",
+                source,
+            })?;
+        Ok(Device {
+            core: Arc::new(Core {
+                shared,
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.core.shared
+    }
+
+    /// The device name, `xroce_<interface>`.
+    pub fn name(&self) -> &str {
+        &self.shared().name
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        DeviceAttr::for_netdev(&self.shared().netdev)
+    }
+
+    /// `ibv_query_port`; only port 1 exists. Reads the interface again for a fresh state.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(VerbsError::NoSuchPort(port));
+        }
+        let shared = self.shared();
+        let net = if shared.netdev.ifindex != 0 {
+            netdev::query(&shared.netdev.name).unwrap_or_else(|_| shared.netdev.clone())
+        } else {
+            shared.netdev.clone()
+        };
+        Ok(PortAttr::for_netdev(&net))
+    }
+
+    /// The active path MTU of port 1 (largest IB MTU fitting the link MTU minus 80).
+    pub fn active_mtu(&self) -> IbMtu {
+        self.shared().netdev.active_mtu().unwrap_or(IbMtu::Mtu256)
+    }
+
+    /// `ibv_query_gid` on port 1.
+    pub fn query_gid(&self, index: u32) -> Result<Gid> {
+        let table = &self.shared().gid_table;
+        table
+            .get(index as usize)
+            .map(|e| e.gid)
+            .ok_or_else(|| VerbsError::NoSuchGid {
+                index,
+                device: self.name().to_string(),
+                len: table.len() as u32,
+            })
+    }
+
+    /// The whole GID table (with types) of port 1.
+    pub fn gid_table(&self) -> &[GidEntry] {
+        &self.shared().gid_table
+    }
+
+    /// The index of the GID of `ip`, if it is one of the device's addresses.
+    pub fn gid_index_of(&self, ip: IpAddr) -> Option<u32> {
+        let gid = Gid::from_ip(ip);
+        self.gid_table()
+            .iter()
+            .find(|e| e.gid == gid)
+            .map(|e| e.index)
+    }
+
+    /// The first IPv4 GID's index (what rdma-core tools select with `-g 1` on rxe).
+    pub fn ipv4_gid_index(&self) -> Option<u32> {
+        self.gid_table()
+            .iter()
+            .find(|e| e.gid.is_ipv4())
+            .map(|e| e.index)
+    }
+
+    /// The interface facts the device was opened with.
+    pub fn netdev(&self) -> &NetdevInfo {
+        &self.shared().netdev
+    }
+
+    /// The driver in use.
+    pub fn driver_info(&self) -> &DriverInfo {
+        &self.shared().driver_info
+    }
+
+    /// A snapshot of the engine's counters (rxe names, drops by reason).
+    pub fn counters(&self) -> crate::engine::Counters {
+        lock(&self.shared().engine).counters().clone()
+    }
+
+    /// The progress thread's counters.
+    pub fn progress_stats(&self) -> &ProgressStats {
+        &self.shared().stats
+    }
+
+    /// The XDP program's counters (AF_XDP driver only), as last read by the progress thread.
+    pub fn xdp_stats(&self) -> Option<XdpStats> {
+        *lock(&self.shared().xdp_stats)
+    }
+
+    /// Takes the frames traced so far (see [`DeviceConfig::trace_frames`]).
+    pub fn take_trace(&self) -> Vec<TracedFrame> {
+        lock(&self.shared().trace).drain(..).collect()
+    }
+
+    /// Next asynchronous event (QP fatal, CQ overrun, SQ drained), if any.
+    pub fn poll_async_event(&self) -> Option<Event> {
+        lock(&self.shared().async_events).pop_front()
+    }
+
+    /// Why the progress thread stopped, if it did (the driver failed).
+    pub fn stopped_reason(&self) -> Option<String> {
+        lock(&self.shared().stopped).clone()
+    }
+
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        Pd::alloc(self)
+    }
+
+    /// Creates a completion queue of `depth` entries (`ibv_create_cq`), optionally
+    /// reporting to a completion channel.
+    pub fn create_cq(&self, depth: u32, channel: Option<&CompletionChannel>) -> Result<Cq> {
+        Cq::create(self, depth, channel)
+    }
+
+    /// Creates a completion channel (`ibv_create_comp_channel`).
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
+        CompletionChannel::create(self)
+    }
+
+    /// Declares the MAC of a neighbour, bypassing the kernel's table (used by the in-memory
+    /// link, where there is no kernel).
+    pub fn add_static_neighbour(&self, ip: IpAddr, mac: MacAddr) {
+        lock(&self.shared().static_neighbours).insert(ip, mac);
+    }
+
+    /// The MAC that frames to `ip` must carry: a static neighbour, else the kernel's
+    /// neighbour table, resolving the address when missing (within the configured timeout).
+    pub fn resolve_mac(&self, ip: IpAddr) -> Result<MacAddr> {
+        let shared = self.shared();
+        if let Some(mac) = lock(&shared.static_neighbours).get(&ip) {
+            return Ok(*mac);
+        }
+        if shared.netdev.addrs.iter().any(|a| a.ip == ip) {
+            return Ok(shared.netdev.mac);
+        }
+        if shared.netdev.ifindex == 0 {
+            return Err(netdev::NetdevError::NeighbourTimeout {
+                ifname: shared.netdev.name.clone(),
+                ip,
+                timeout: Duration::ZERO,
+            }
+            .into());
+        }
+        Ok(netdev::resolve_neighbour(
+            &shared.netdev.name,
+            ip,
+            shared.neighbour_timeout,
+        )?)
+    }
+}
+
+/// The default in-memory link configuration, re-exported for convenience.
+pub fn mem_link_config(mtu: u32, loss: f64, seed: u64) -> MemLinkConfig {
+    MemLinkConfig { mtu, loss, seed }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Device>();
+}
+
+/// Waits on a non-blocking datagram socket's byte queue: drains it.
+pub(crate) fn drain(sock: &UnixDatagram) {
+    let mut buf = [0u8; 64];
+    loop {
+        match sock.recv(&mut buf) {
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(_) => break,
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! Protection domains, memory regions and address handles.
+use std::sync::Arc;
+
+use crate::engine::{Access, AddressVector, MrInfo, PdId, Sge};
+use crate::netdev::Gid;
+
+use super::attr::limits;
+use super::device::{Core, Device};
+use super::error::{Result, VerbsError};
+use super::qp::{Qp, QpInitAttr};
+
+pub(crate) struct PdInner {
+    pub core: Arc<Core>,
+    pub id: PdId,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // Every MR, QP and AH holds this PD alive, so nothing uses it any more.
+        let _ = self
+            .core
+            .shared
+            .with_engine(false, |e| e.dealloc_pd(self.id));
+    }
+}
+
+/// A protection domain (`ibv_pd`): memory regions and queue pairs of one PD may be used
+/// together; a remote access through a QP to an MR of another PD fails.
+#[derive(Clone)]
+pub struct Pd {
+    pub(crate) inner: Arc<PdInner>,
+}
+
+impl std::fmt::Debug for Pd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Pd").field(&self.inner.id).finish()
+    }
+}
+
+impl Pd {
+    pub(crate) fn alloc(device: &Device) -> Result<Pd> {
+        let id = device.shared().with_engine(false, |e| e.alloc_pd())?;
+        Ok(Pd {
+            inner: Arc::new(PdInner {
+                core: device.core.clone(),
+                id,
+            }),
+        })
+    }
+
+    /// The PD's id.
+    pub fn id(&self) -> PdId {
+        self.inner.id
+    }
+
+    /// Registers a new, zeroed memory region of `len` bytes (`ibv_reg_mr`). The device
+    /// owns the bytes (the transport reads and writes them without copies through the
+    /// application); reach them with [`Mr::read`] and [`Mr::write`]. The region lives as
+    /// long as the returned handle (or a clone of it).
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        if len == 0 {
+            return Err(VerbsError::Zero { what: "MR length" });
+        }
+        if len as u64 > limits::MAX_MR_SIZE {
+            return Err(VerbsError::LimitExceeded {
+                what: "max_mr_size",
+                requested: len as u64,
+                max: limits::MAX_MR_SIZE,
+            });
+        }
+        // IBTA 10.6.3.1 (and libibverbs): remote write or atomic access needs local write.
+        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidArgument(
+                "MR access REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE".into(),
+            ));
+        }
+        let info = self
+            .inner
+            .core
+            .shared
+            .with_engine(false, |e| e.reg_mr(self.inner.id, len, access))??;
+        Ok(Mr {
+            inner: Arc::new(MrInner {
+                pd: self.inner.clone(),
+                info,
+            }),
+        })
+    }
+
+    /// Registers a region holding a copy of `data`.
+    pub fn reg_mr_with(&self, data: &[u8], access: Access) -> Result<Mr> {
+        let mr = self.reg_mr(data.len(), access)?;
+        mr.write(0, data)?;
+        Ok(mr)
+    }
+
+    /// Creates a queue pair (`ibv_create_qp`); see [`QpInitAttr`].
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
+        Qp::create(self, init)
+    }
+
+    /// Creates an address handle for UD sends (`ibv_create_ah`): resolves the destination
+    /// GID's MAC through the neighbour table (which may take up to the device's
+    /// neighbour timeout).
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle> {
+        let device = Device {
+            core: self.inner.core.clone(),
+        };
+        let av = device.resolve_av(attr)?;
+        Ok(AddressHandle {
+            av,
+            _pd: self.inner.clone(),
+        })
+    }
+}
+
+pub(crate) struct MrInner {
+    pd: Arc<PdInner>,
+    info: MrInfo,
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        let lkey = self.info.lkey;
+        let _ = self.pd.core.shared.with_engine(false, |e| e.dereg_mr(lkey));
+    }
+}
+
+/// A registered memory region (`ibv_mr`). The bytes belong to the device, so no
+/// use-after-free is possible: a WR naming a deregistered region fails with a protection
+/// error instead of touching freed memory.
+#[derive(Clone)]
+pub struct Mr {
+    inner: Arc<MrInner>,
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mr")
+            .field("addr", &format_args!("{:#x}", self.inner.info.addr))
+            .field("len", &self.inner.info.length)
+            .field("lkey", &format_args!("{:#x}", self.inner.info.lkey))
+            .finish()
+    }
+}
+
+impl Mr {
+    /// Start address in the device's address space (what the peer puts in a RETH).
+    pub fn addr(&self) -> u64 {
+        self.inner.info.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.info.length
+    }
+
+    /// Always false: zero-length regions cannot be registered.
+    pub fn is_empty(&self) -> bool {
+        self.inner.info.length == 0
+    }
+
+    /// Local key, for SGEs.
+    pub fn lkey(&self) -> u32 {
+        self.inner.info.lkey
+    }
+
+    /// Remote key, for the peer's RDMA READ/WRITE/atomics.
+    pub fn rkey(&self) -> u32 {
+        self.inner.info.rkey
+    }
+
+    /// Access flags.
+    pub fn access(&self) -> Access {
+        self.inner.info.access
+    }
+
+    /// The PD it belongs to.
+    pub fn pd(&self) -> PdId {
+        self.inner.info.pd
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<u64> {
+        let end = offset.checked_add(len);
+        match end {
+            Some(end) if end <= self.len() => Ok(self.addr() + offset as u64),
+            _ => Err(VerbsError::MrRange {
+                offset: offset as u64,
+                len: len as u64,
+                mr_len: self.len() as u64,
+            }),
+        }
+    }
+
+    /// An SGE for `len` bytes at `offset`.
+    pub fn sge(&self, offset: usize, len: u32) -> Result<Sge> {
+        let addr = self.check(offset, len as usize)?;
+        Ok(Sge {
+            addr,
+            length: len,
+            lkey: self.lkey(),
+        })
+    }
+
+    /// An SGE covering the whole region.
+    pub fn sge_all(&self) -> Sge {
+        Sge {
+            addr: self.addr(),
+            length: self.len().min(u32::MAX as usize) as u32,
+            lkey: self.lkey(),
+        }
+    }
+
+    /// Copies `out.len()` bytes from `offset` into `out`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let addr = self.check(offset, out.len())?;
+        let lkey = self.lkey();
+        Ok(self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(false, |e| e.mr_read(lkey, addr, out))??)
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let addr = self.check(offset, data.len())?;
+        let lkey = self.lkey();
+        Ok(self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(false, |e| e.mr_write(lkey, addr, data))??)
+    }
+
+    /// A copy of `len` bytes at `offset`.
+    pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0; len];
+        self.read(offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// The 64-bit value at `offset` in host byte order (atomics operate on such values;
+    /// the wire carries them big-endian and the engine converts).
+    pub fn read_u64(&self, offset: usize) -> Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(offset, &mut b)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+
+    /// Stores a 64-bit value at `offset` in host byte order.
+    pub fn write_u64(&self, offset: usize, value: u64) -> Result<()> {
+        self.write(offset, &value.to_ne_bytes())
+    }
+}
+
+/// Where to send: the destination of an address handle or of a connected QP (`ibv_ah_attr`
+/// with its GRH; RoCE always has one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AhAttr {
+    /// The destination GID (its IP address).
+    pub dgid: Gid,
+    /// Index of the source GID in the local table (selects IPv4 or IPv6 and the source).
+    pub sgid_index: u8,
+    /// IPv4 TTL / IPv6 hop limit.
+    pub hop_limit: u8,
+    /// IPv4 TOS / IPv6 traffic class.
+    pub traffic_class: u8,
+    /// IPv6 flow label.
+    pub flow_label: u32,
+}
+
+impl AhAttr {
+    /// Defaults for a destination: hop limit 64, traffic class 0, flow label 0.
+    pub fn new(dgid: Gid, sgid_index: u8) -> AhAttr {
+        AhAttr {
+            dgid,
+            sgid_index,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        }
+    }
+}
+
+impl Device {
+    /// Turns an [`AhAttr`] into the engine's address vector: checks the source GID index
+    /// and family, and resolves the destination MAC. Use it for RC QPs (`QpAttr::ah_attr`).
+    pub fn resolve_av(&self, attr: &AhAttr) -> Result<AddressVector> {
+        let sgid = self.query_gid(attr.sgid_index as u32)?;
+        if sgid.is_ipv4() != attr.dgid.is_ipv4() {
+            return Err(VerbsError::InvalidArgument(format!(
+                "source GID {} (index {}) and destination GID {} are not the same IP family",
+                sgid, attr.sgid_index, attr.dgid
+            )));
+        }
+        let ip = attr.dgid.to_ip();
+        let mac = self.resolve_mac(ip)?;
+        let mut av = AddressVector::new(mac.0, ip);
+        av.sgid_index = attr.sgid_index;
+        av.hop_limit = attr.hop_limit;
+        av.traffic_class = attr.traffic_class;
+        av.flow_label = attr.flow_label;
+        Ok(av)
+    }
+}
+
+/// An address handle (`ibv_ah`): a resolved destination for UD sends.
+#[derive(Clone)]
+pub struct AddressHandle {
+    av: AddressVector,
+    _pd: Arc<PdInner>,
+}
+
+impl std::fmt::Debug for AddressHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AddressHandle").field(&self.av).finish()
+    }
+}
+
+impl AddressHandle {
+    /// The resolved address vector (destination MAC and IP, source GID index, hop limit).
+    pub fn av(&self) -> AddressVector {
+        self.av
+    }
+}

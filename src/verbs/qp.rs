@@ -1,0 +1,414 @@
+//! Queue pairs: create with capabilities, modify through the state machine, post work.
+use std::sync::Arc;
+
+use crate::engine::{
+    Access, Mtu, QpAttr, QpAttrMask, QpCaps, QpInit, QpState, QpType, RecvWr, SendWr,
+};
+use crate::netdev::Gid;
+
+use super::attr::limits;
+use super::cq::{Cq, CqInner};
+use super::device::Device;
+use super::error::{Result, VerbsError};
+use super::pd::{AhAttr, Pd, PdInner};
+
+/// Arguments of [`Pd::create_qp`] (`ibv_qp_init_attr`).
+#[derive(Clone, Debug)]
+pub struct QpInitAttr<'a> {
+    /// RC or UD.
+    pub qp_type: QpType,
+    /// Where send completions go.
+    pub send_cq: &'a Cq,
+    /// Where receive completions go.
+    pub recv_cq: &'a Cq,
+    /// Queue sizes; checked against the device limits.
+    pub cap: QpCaps,
+    /// Every send WR completes (otherwise only those with `SendFlags::SIGNALED`).
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// An RC QP with default capabilities, all sends signaled.
+    pub fn rc(send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+        QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq,
+            recv_cq,
+            cap: QpCaps::default(),
+            sq_sig_all: true,
+        }
+    }
+
+    /// A UD QP with default capabilities, all sends signaled.
+    pub fn ud(send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+        QpInitAttr {
+            qp_type: QpType::Ud,
+            ..QpInitAttr::rc(send_cq, recv_cq)
+        }
+    }
+}
+
+fn check_cap(what: &'static str, requested: u32, max: u32, zero_ok: bool) -> Result<()> {
+    if requested == 0 && !zero_ok {
+        return Err(VerbsError::Zero { what });
+    }
+    if requested > max {
+        return Err(VerbsError::LimitExceeded {
+            what,
+            requested: requested as u64,
+            max: max as u64,
+        });
+    }
+    Ok(())
+}
+
+struct QpInner {
+    pd: Arc<PdInner>,
+    qpn: u32,
+    qp_type: QpType,
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        let _ = self
+            .pd
+            .core
+            .shared
+            .with_engine(true, |e| e.destroy_qp(self.qpn));
+    }
+}
+
+/// A queue pair (`ibv_qp`). Clone to post from several threads.
+#[derive(Clone)]
+pub struct Qp {
+    inner: Arc<QpInner>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &format_args!("{:#x}", self.inner.qpn))
+            .field("type", &self.inner.qp_type)
+            .finish()
+    }
+}
+
+/// What one side of an RC connection tells the other (the out-of-band exchange).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RcPeer {
+    /// The peer's QP number.
+    pub qpn: u32,
+    /// The first PSN the peer will send.
+    pub psn: u32,
+    /// The peer's GID.
+    pub gid: Gid,
+}
+
+/// The local choices of an RC connection (defaults are ibv_rc_pingpong's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RcOptions {
+    /// Local GID index (selects the source address).
+    pub sgid_index: u8,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// First PSN this side sends.
+    pub sq_psn: u32,
+    /// What the peer may do to our memory through this QP.
+    pub access: Access,
+    /// Local ACK timeout exponent (4.096 us x 2^timeout).
+    pub timeout: u8,
+    /// Transport retries (7 = rxe's infinite).
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// Advertised RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/ATOMIC as initiator and as responder.
+    pub max_rd_atomic: u8,
+    /// IPv4 TTL / IPv6 hop limit.
+    pub hop_limit: u8,
+}
+
+impl Default for RcOptions {
+    fn default() -> Self {
+        RcOptions {
+            sgid_index: 0,
+            path_mtu: Mtu::Mtu1024,
+            sq_psn: 0,
+            access: Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            hop_limit: 64,
+        }
+    }
+}
+
+impl Qp {
+    pub(crate) fn create(pd: &Pd, init: &QpInitAttr<'_>) -> Result<Qp> {
+        let same = |cq: &Cq| Arc::ptr_eq(&cq.inner.core, &pd.inner.core);
+        if !same(init.send_cq) || !same(init.recv_cq) {
+            return Err(VerbsError::WrongDevice {
+                what: "completion queue",
+            });
+        }
+        let cap = &init.cap;
+        check_cap("max_send_wr", cap.max_send_wr, limits::MAX_QP_WR, false)?;
+        check_cap("max_recv_wr", cap.max_recv_wr, limits::MAX_QP_WR, false)?;
+        check_cap("max_send_sge", cap.max_send_sge, limits::MAX_SGE, true)?;
+        check_cap("max_recv_sge", cap.max_recv_sge, limits::MAX_SGE, true)?;
+        check_cap(
+            "max_inline_data",
+            cap.max_inline_data,
+            limits::MAX_INLINE_DATA,
+            true,
+        )?;
+        let engine_init = QpInit {
+            qp_type: init.qp_type,
+            pd: pd.inner.id,
+            send_cq: init.send_cq.inner.id,
+            recv_cq: init.recv_cq.inner.id,
+            caps: *cap,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let qpn = pd
+            .inner
+            .core
+            .shared
+            .with_engine(false, |e| e.create_qp(engine_init))??;
+        Ok(Qp {
+            inner: Arc::new(QpInner {
+                pd: pd.inner.clone(),
+                qpn,
+                qp_type: init.qp_type,
+                _send_cq: init.send_cq.inner.clone(),
+                _recv_cq: init.recv_cq.inner.clone(),
+            }),
+        })
+    }
+
+    fn device(&self) -> Device {
+        Device {
+            core: self.inner.pd.core.clone(),
+        }
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.inner.qpn
+    }
+
+    /// RC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// Modifies the QP (`ibv_modify_qp`): the fields of `attr` named by `mask` are applied;
+    /// a state change must follow the IBTA state table with exactly the required and
+    /// optional attributes of that transition, otherwise the error names the attribute.
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        if mask.contains(QpAttrMask::AV) {
+            if let Some(av) = &attr.ah_attr {
+                let table_len = self.device().gid_table().len() as u32;
+                if av.sgid_index as u32 >= table_len {
+                    return Err(VerbsError::NoSuchGid {
+                        index: av.sgid_index as u32,
+                        device: self.device().name().to_string(),
+                        len: table_len,
+                    });
+                }
+            }
+        }
+        let qpn = self.inner.qpn;
+        Ok(self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(true, |e| e.modify_qp(qpn, attr, mask))??)
+    }
+
+    /// The attributes in force and the capabilities (`ibv_query_qp`).
+    pub fn query(&self) -> Result<(QpAttr, QpCaps)> {
+        let qpn = self.inner.qpn;
+        Ok(self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(false, |e| e.query_qp(qpn))??)
+    }
+
+    /// The current state.
+    pub fn state(&self) -> Result<QpState> {
+        Ok(self.query()?.0.cur_qp_state)
+    }
+
+    /// Posts one send WR (`ibv_post_send`).
+    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
+        let qpn = self.inner.qpn;
+        Ok(self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(true, |e| e.post_send(qpn, wr))??)
+    }
+
+    /// Posts send WRs in order; on the first refusal, stops and says which (the ones before
+    /// it are posted), like `ibv_post_send`'s `bad_wr`.
+    pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
+        let qpn = self.inner.qpn;
+        let refused = self.inner.pd.core.shared.with_engine(true, |e| {
+            for (index, wr) in wrs.iter().enumerate() {
+                if let Err(err) = e.post_send(qpn, wr) {
+                    return Some((index, wr.wr_id, err));
+                }
+            }
+            None
+        })?;
+        match refused {
+            None => Ok(()),
+            Some((index, wr_id, err)) => Err(VerbsError::PostFailed {
+                index,
+                wr_id,
+                source: Box::new(err.into()),
+            }),
+        }
+    }
+
+    /// Posts one receive WR (`ibv_post_recv`).
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        let qpn = self.inner.qpn;
+        Ok(self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(true, |e| e.post_recv(qpn, wr))??)
+    }
+
+    /// Posts receive WRs in order; stops at the first refusal (see [`Qp::post_send_batch`]).
+    pub fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<()> {
+        let qpn = self.inner.qpn;
+        let refused = self.inner.pd.core.shared.with_engine(true, |e| {
+            for (index, wr) in wrs.iter().enumerate() {
+                if let Err(err) = e.post_recv(qpn, wr) {
+                    return Some((index, wr.wr_id, err));
+                }
+            }
+            None
+        })?;
+        match refused {
+            None => Ok(()),
+            Some((index, wr_id, err)) => Err(VerbsError::PostFailed {
+                index,
+                wr_id,
+                source: Box::new(err.into()),
+            }),
+        }
+    }
+
+    /// RESET → INIT with port 1, P_Key index 0 and `access` (for UD: Q_Key `qkey`).
+    pub fn to_init(&self, access: Access, qkey: u32) -> Result<()> {
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            pkey_index: 0,
+            port_num: 1,
+            qp_access_flags: access,
+            qkey,
+            ..QpAttr::default()
+        };
+        let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+        let mask = match self.inner.qp_type {
+            QpType::Rc => mask | QpAttrMask::ACCESS_FLAGS,
+            QpType::Ud => mask | QpAttrMask::QKEY,
+        };
+        self.modify(&attr, mask)
+    }
+
+    /// Connects an RC QP to `peer`: RESET → INIT → RTR → RTS with `opts`, resolving the
+    /// peer's MAC (what ibv_rc_pingpong does after the out-of-band exchange).
+    pub fn connect_rc(&self, peer: &RcPeer, opts: &RcOptions) -> Result<()> {
+        if self.inner.qp_type != QpType::Rc {
+            return Err(VerbsError::InvalidArgument(
+                "connect_rc needs an RC queue pair".into(),
+            ));
+        }
+        let device = self.device();
+        let mut ah = AhAttr::new(peer.gid, opts.sgid_index);
+        ah.hop_limit = opts.hop_limit;
+        let av = device.resolve_av(&ah)?;
+        if self.state()? == QpState::Reset {
+            self.to_init(opts.access, 0)?;
+        }
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: opts.path_mtu,
+            dest_qp_num: peer.qpn,
+            rq_psn: peer.psn,
+            max_dest_rd_atomic: opts.max_rd_atomic,
+            min_rnr_timer: opts.min_rnr_timer,
+            ah_attr: Some(av),
+            ..QpAttr::default()
+        };
+        self.modify(
+            &rtr,
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER,
+        )?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: opts.sq_psn,
+            timeout: opts.timeout,
+            retry_cnt: opts.retry_cnt,
+            rnr_retry: opts.rnr_retry,
+            max_rd_atomic: opts.max_rd_atomic,
+            ..QpAttr::default()
+        };
+        self.modify(
+            &rts,
+            QpAttrMask::STATE
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC,
+        )
+    }
+
+    /// Brings a UD QP to RTS (RESET → INIT → RTR → RTS) with Q_Key `qkey`, first PSN `sq_psn`.
+    pub fn ready_ud(&self, qkey: u32, sq_psn: u32) -> Result<()> {
+        if self.inner.qp_type != QpType::Ud {
+            return Err(VerbsError::InvalidArgument(
+                "ready_ud needs a UD queue pair".into(),
+            ));
+        }
+        if self.state()? == QpState::Reset {
+            self.to_init(Access::NONE, qkey)?;
+        }
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        };
+        self.modify(&rtr, QpAttrMask::STATE)?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn,
+            ..QpAttr::default()
+        };
+        self.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+    }
+}
