@@ -3,7 +3,8 @@
 //! Everything is done with iproute2's `ip` command. Names are unique per process (they carry
 //! the pid and a counter), so tests may run in parallel; a [`Netns`] deletes its namespace when
 //! dropped, also while a failing test unwinds, and creating one first sweeps away namespaces
-//! left behind by xroce processes that died (a `kill -9` skips Drop guards).
+//! left behind by xroce processes that died (a `kill -9` skips Drop guards): their names
+//! carry the creating process's id.
 //!
 //! Only addresses in 198.18.0.0/15 (RFC 2544 benchmarking) and 2001:2::/48 (RFC 5180) are
 //! handed out, so no test traffic can ever leave the machine for a real network.
@@ -172,26 +173,27 @@ pub fn ip(args: &[&str]) -> Result<Output, NetnsError> {
     }
 }
 
-/// Delete namespaces named `xroce-<pid>-...` whose process no longer exists.
+/// The pid in a namespace name `xroce-<tag>-p<pid>-<n>` made by [`Netns::create`].
+pub fn creator_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(NETNS_PREFIX)?;
+    let mut parts = rest.rsplitn(3, '-');
+    let (_n, pid_part) = (parts.next()?.parse::<u32>().ok()?, parts.next()?);
+    parts.next()?; // the tag must be there too
+    pid_part.strip_prefix('p')?.parse().ok()
+}
+
+/// Delete namespaces named `xroce-<tag>-p<pid>-<n>` whose process no longer exists.
 pub fn sweep_stale() {
     let Ok(out) = ip(&["netns", "list"]) else {
         return;
     };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
-        let Some(rest) = name.strip_prefix(NETNS_PREFIX) else {
+        let Some(pid) = creator_pid(name) else {
             continue;
         };
-        // Names look like xroce-<tag><pid>-<n>[-suffix]; the pid is the first digit run.
-        let pid: String = rest
-            .chars()
-            .skip_while(|c| !c.is_ascii_digit())
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        if let Ok(pid) = pid.parse::<u32>() {
-            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = ip(&["netns", "delete", name]);
-            }
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = ip(&["netns", "delete", name]);
         }
     }
 }
@@ -203,13 +205,14 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// Create a namespace named `xroce-<tag><pid>-<n>` with its loopback interface up.
+    /// Create a namespace named `xroce-<tag>-p<pid>-<n>` with its loopback interface up.
     pub fn create(tag: &str) -> Result<Self, NetnsError> {
         if !is_privileged() {
             return Err(NetnsError::NotRoot);
         }
         sweep_stale();
-        let name = unique_name(&format!("{NETNS_PREFIX}{tag}"));
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{NETNS_PREFIX}{tag}-p{}-{n}", std::process::id());
         ip(&["netns", "add", &name])?;
         let ns = Netns { name };
         ns.ip(&["link", "set", "lo", "up"])?;
@@ -514,6 +517,17 @@ mod tests {
             VethLink::create(&cfg),
             Err(NetnsError::AddressNotAllowed { .. })
         ));
+    }
+
+    #[test]
+    fn stale_namespace_names_yield_their_pid() {
+        assert_eq!(creator_pid("xroce-a-p1234-0"), Some(1234));
+        assert_eq!(creator_pid("xroce-node1-p99-12"), Some(99));
+        assert_eq!(creator_pid("xroce-with-dash-p7-3"), Some(7));
+        assert_eq!(creator_pid("xroce-p7-3"), None, "no tag");
+        assert_eq!(creator_pid("rxelab"), None);
+        assert_eq!(creator_pid("xroce-a-1234-0"), None);
+        assert_eq!(creator_pid("xroce-a-px-0"), None);
     }
 
     #[test]

@@ -110,3 +110,23 @@ fn netns_helper_create_as_current_user() {
         Err(e) => println!("HELPER-RESULT: {e}"),
     }
 }
+
+#[test]
+fn namespaces_of_dead_processes_are_swept() {
+    if !common::privileged_or_skip("namespaces_of_dead_processes_are_swept") {
+        return;
+    }
+    // A pid that certainly is dead: a child we already reaped.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = format!("xroce-stale-p{dead}-0");
+    ip(&["netns", "add", &stale]).unwrap();
+    assert!(namespace_exists(&stale));
+    let fresh = Netns::create("sweep").unwrap();
+    assert!(
+        !namespace_exists(&stale),
+        "stale namespace of pid {dead} not swept"
+    );
+    assert!(namespace_exists(fresh.name()), "our own namespace is kept");
+}

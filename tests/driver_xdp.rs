@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use etherparse::{PacketBuilder, VlanId};
 use xroce::driver::packet::PacketSocket;
-use xroce::driver::xdp::{AttachMode, XdpConfig, XdpDriver};
+use xroce::driver::xdp::{AttachMode, XdpConfig, XdpDriver, ZeroCopy};
 use xroce::driver::{poll_readable, Driver, DriverError};
 use xroce::netns::{LinkConfig, VethLink};
 
@@ -468,6 +468,31 @@ fn clear_errors_for_missing_interface_other_program_and_no_privileges() {
 }
 
 #[test]
+fn zero_copy_on_veth_falls_back_or_is_refused_clearly() {
+    if !common::privileged_or_skip("zero_copy_on_veth_falls_back_or_is_refused_clearly") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig::default()).expect("veth link");
+    let open = |zc: &str| {
+        let mut h = Helper::spawn(
+            &link.b,
+            "xdp-open",
+            &[("IFNAME", link.b_if.clone()), ("ZERO_COPY", zc.into())],
+        );
+        let line = h.expect("OPEN", Duration::from_secs(20));
+        h.wait();
+        line
+    };
+    let line = open("require");
+    assert!(
+        line.contains("ZeroCopyUnsupported") && line.contains("use copy mode"),
+        "{line}"
+    );
+    let line = open("try");
+    assert!(line.starts_with("OPEN-OK xdp-copy"), "{line}");
+}
+
+#[test]
 fn generic_attach_mode_works_and_is_reported() {
     if !common::privileged_or_skip("generic_attach_mode_works_and_is_reported") {
         return;
@@ -510,6 +535,11 @@ fn open_from_env() -> Result<XdpDriver, DriverError> {
         Ok("generic") => AttachMode::Generic,
         Ok("native") => AttachMode::Native,
         _ => AttachMode::Auto,
+    };
+    cfg.zero_copy = match std::env::var("ZERO_COPY").as_deref() {
+        Ok("try") => ZeroCopy::Try,
+        Ok("require") => ZeroCopy::Require,
+        _ => ZeroCopy::Never,
     };
     XdpDriver::open(&cfg)
 }
