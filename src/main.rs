@@ -19,6 +19,11 @@ enum Command {
     Sim(cli::sim::Args),
     /// Show the RDMA device on a network interface, like `ibv_devinfo -v`.
     Devinfo(cli::devinfo::Args),
+    /// Two xroce endpoints run every RDMA operation over a virtual link, explained.
+    Demo(cli::demo::Args),
+    /// One endpoint of `xroce demo` (started by it inside a network namespace).
+    #[command(hide = true)]
+    DemoPeer(cli::demo::PeerArgs),
     /// The rxe lab: QEMU guests running Linux soft-RoCE, endpoints attached to their bridge.
     Lab(cli::lab::Args),
     /// ibv_rc_pingpong / ibv_ud_pingpong: RC (or --ud) SEND ping-pong, same options and TCP exchange.
@@ -35,6 +40,8 @@ fn main() {
         Command::Dump(args) => cli::dump::run(args),
         Command::Sim(args) => cli::sim::run(args),
         Command::Devinfo(args) => cli::devinfo::run(args),
+        Command::Demo(args) => cli::demo::run(args),
+        Command::DemoPeer(args) => cli::demo::run_peer(args),
         Command::Lab(args) => cli::lab::run(args),
         Command::Pingpong(args) => cli::pingpong::run(args),
         Command::Perf(args) => cli::perf::run(args),

@@ -54,6 +54,9 @@ pub struct DeviceConfig {
     pub neighbour_timeout: Duration,
     /// Keep the last this many frames (both directions) for [`Device::take_trace`]; 0 = off.
     pub trace_frames: usize,
+    /// UDP driver: the address to bind on port 4791. `None`: the interface's first IPv4
+    /// address. Any 127.0.0.0/8 address works on `lo` (two endpoints on one host).
+    pub udp_local_ip: Option<IpAddr>,
 }
 
 impl Default for DeviceConfig {
@@ -64,6 +67,7 @@ impl Default for DeviceConfig {
             xdp_queue: 0,
             neighbour_timeout: Duration::from_secs(3),
             trace_frames: 0,
+            udp_local_ip: None,
         }
     }
 }
@@ -113,6 +117,10 @@ pub(crate) struct Shared {
     pub async_events: Mutex<VecDeque<Event>>,
     pub stats: ProgressStats,
     pub xdp_stats: Mutex<Option<XdpStats>>,
+    /// Set by [`Device::xdp_stats`] to ask the progress thread for fresh counters.
+    pub xdp_stats_wanted: AtomicBool,
+    /// Bumped by the progress thread each time it refreshed `xdp_stats`.
+    pub xdp_stats_generation: AtomicU64,
     pub trace_limit: usize,
     pub trace: Mutex<VecDeque<TracedFrame>>,
 }
@@ -247,7 +255,7 @@ impl Device {
     /// Errors name the cause: a missing or down interface, missing privileges for AF_XDP,
     /// another XDP program attached, no IPv4 address for the UDP driver, ...
     pub fn open(ifname: &str, config: DeviceConfig) -> Result<Device> {
-        let net = netdev::query(ifname)?;
+        let mut net = netdev::query(ifname)?;
         if !net.admin_up {
             return Err(crate::driver::DriverError::InterfaceDown {
                 ifname: ifname.to_string(),
@@ -261,10 +269,34 @@ impl Device {
                 (Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?), None)
             }
             DriverKind::Udp => {
-                // The UDP driver lands with issue 4's driver part.
-                return Err(VerbsError::InvalidArgument(
-                    "the UDP driver is not available in this build".into(),
-                ));
+                let ip = match config.udp_local_ip {
+                    Some(ip) => ip,
+                    None => IpAddr::V4(net.first_ipv4().ok_or_else(|| {
+                        VerbsError::InvalidArgument(format!(
+                            "{ifname} has no IPv4 address for the UDP driver to bind; add one \
+                             (ip addr add ... dev {ifname}) or set udp_local_ip"
+                        ))
+                    })?),
+                };
+                // The socket receives only what is sent to the bound address, so that is the
+                // device's one IP GID (index 1, after the link-local one, as on rxe). It need
+                // not be listed on the interface: loopback answers for all of 127.0.0.0/8.
+                let prefix_len = net
+                    .addrs
+                    .iter()
+                    .find(|a| a.ip == ip)
+                    .map_or(32, |a| a.prefix_len);
+                net.addrs.retain(|a| match a.ip {
+                    IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80 && ip.is_ipv6(),
+                    IpAddr::V4(_) => false,
+                });
+                net.addrs.push(IfAddr { ip, prefix_len });
+                let ucfg = crate::driver::udp::UdpConfig::new(ifname, ip);
+                // The kernel sends DF=1 and IP ID 0 for this socket: the ICRC must cover that.
+                (
+                    Box::new(crate::driver::udp::UdpDriver::open(&ucfg)?),
+                    Some(0),
+                )
             }
         };
         Device::start(net, driver, fixed_ip_ident, config)
@@ -365,6 +397,8 @@ impl Device {
             async_events: Mutex::new(VecDeque::new()),
             stats: ProgressStats::default(),
             xdp_stats: Mutex::new(None),
+            xdp_stats_wanted: AtomicBool::new(false),
+            xdp_stats_generation: AtomicU64::new(0),
             trace_limit: config.trace_frames,
             trace: Mutex::new(VecDeque::new()),
         });
@@ -472,9 +506,25 @@ impl Device {
         &self.shared().stats
     }
 
-    /// The XDP program's counters (AF_XDP driver only), as last read by the progress thread.
+    /// The XDP program's counters (AF_XDP driver only). Asks the progress thread (which
+    /// owns the driver) for a fresh reading and waits up to 100 ms for it.
     pub fn xdp_stats(&self) -> Option<XdpStats> {
-        *lock(&self.shared().xdp_stats)
+        let shared = self.shared();
+        if shared.driver_info.xdp_attach.is_some()
+            || shared.driver_info.mode.as_str().starts_with("xdp")
+        {
+            let generation = shared.xdp_stats_generation.load(Ordering::SeqCst);
+            shared.xdp_stats_wanted.store(true, Ordering::SeqCst);
+            let _ = shared.waker.send(&[1]);
+            let deadline = Instant::now() + Duration::from_millis(100);
+            while shared.xdp_stats_generation.load(Ordering::SeqCst) == generation
+                && Instant::now() < deadline
+                && lock(&shared.stopped).is_none()
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        *lock(&shared.xdp_stats)
     }
 
     /// Takes the frames traced so far (see [`DeviceConfig::trace_frames`]).

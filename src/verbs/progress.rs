@@ -116,11 +116,13 @@ pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixD
                 return;
             }
         }
-        if now.saturating_sub(last_stats) >= STATS_PERIOD {
+        let wanted = shared.xdp_stats_wanted.swap(false, Ordering::SeqCst);
+        if wanted || now.saturating_sub(last_stats) >= STATS_PERIOD {
             last_stats = now;
             if let Some(stats) = driver.xdp_stats() {
                 *lock(&shared.xdp_stats) = Some(stats);
             }
+            shared.xdp_stats_generation.fetch_add(1, Ordering::SeqCst);
         }
         if work > 0 {
             continue;
