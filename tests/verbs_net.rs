@@ -534,14 +534,17 @@ fn helper_main(role: &str) -> Result<String, String> {
     }
     let c = dev.counters();
     let summary = format!(
-        "qps={qps} sizes={sizes:?} mtu={} driver={} secs={:.3} sent_pkts={} rcvd_pkts={} bad_icrc={} xdp={:?}",
+        "qps={qps} sizes={sizes:?} mtu={} driver={} secs={:.3} sent_pkts={} rcvd_pkts={} bad_icrc={} xdp={:?} drops={:?} retrans={} dup={}",
         mtu.bytes(),
         dev.driver_info().mode,
         elapsed.as_secs_f64(),
         c.sent_pkts,
         c.rcvd_pkts,
         c.drops.bad_icrc,
-        dev.xdp_stats().map(|x| (x.redirected, x.passed)),
+        dev.xdp_stats().map(|x| (x.redirected, x.passed, x.sock_rx_dropped, x.sock_rx_ring_full, x.sock_fill_ring_empty)),
+        c.drops,
+        c.retransmitted_packets,
+        c.duplicate_request,
     );
     if !hold.is_zero() {
         say(format!("HOLDING {summary}"));

@@ -49,6 +49,11 @@ pub struct DeviceConfig {
     pub progress: ProgressMode,
     /// AF_XDP: receive queue to bind.
     pub xdp_queue: u32,
+    /// AF_XDP: UMEM chunks (a power of two; half receive, half transmit; 4 KiB each). A
+    /// burst larger than the receive half (e.g. the responses of one multi-MiB RDMA READ
+    /// arriving faster than they are drained) is dropped by the kernel and recovered by
+    /// the transport's retry, at the cost of a local ACK timeout.
+    pub xdp_frame_count: u32,
     /// How long neighbour (ARP/ND) resolution may take when an address handle or a QP's
     /// address vector is resolved.
     pub neighbour_timeout: Duration,
@@ -65,6 +70,7 @@ impl Default for DeviceConfig {
             driver: DriverKind::Xdp,
             progress: ProgressMode::Wakeup,
             xdp_queue: 0,
+            xdp_frame_count: 8192,
             neighbour_timeout: Duration::from_secs(3),
             trace_frames: 0,
             udp_local_ip: None,
@@ -266,6 +272,7 @@ impl Device {
             DriverKind::Xdp => {
                 let mut xcfg = crate::driver::xdp::XdpConfig::new(ifname);
                 xcfg.queue = config.xdp_queue;
+                xcfg.frame_count = config.xdp_frame_count;
                 (Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?), None)
             }
             DriverKind::Udp => {
