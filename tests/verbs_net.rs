@@ -384,6 +384,17 @@ fn helper_main(role: &str) -> Result<String, String> {
         max: sizes.iter().copied().max().unwrap_or(0).max(8),
         sizes_total: sizes.iter().map(|s| s.max(&1)).sum(),
     };
+    // The source GID: IPv4-mapped by default; with XV_FAMILY=6 the global IPv6 address.
+    let sgid = if std::env::var("XV_FAMILY").is_ok_and(|v| v == "6") {
+        dev.gid_table()
+            .iter()
+            .rev()
+            .find(|e| !e.gid.is_ipv4())
+            .ok_or("no IPv6 GID")?
+            .index
+    } else {
+        dev.ipv4_gid_index().ok_or("no IPv4 GID")?
+    };
     let pd = dev.alloc_pd().unwrap();
     let access =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
@@ -424,7 +435,7 @@ fn helper_main(role: &str) -> Result<String, String> {
         .collect();
     let stream = if role == "server" {
         let listener = TcpListener::bind(addr).map_err(|e| format!("listen {addr}: {e}"))?;
-        say("LISTENING".into());
+        say(format!("LISTENING sgid={sgid} table={:?}", dev.gid_table()));
         listener.accept().map_err(|e| e.to_string())?.0
     } else {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -448,19 +459,14 @@ fn helper_main(role: &str) -> Result<String, String> {
         .collect();
     send_line(
         &mut w,
-        &(
-            mine.clone(),
-            dev.query_gid(dev.ipv4_gid_index().unwrap())
-                .unwrap()
-                .to_hex(),
-        ),
+        &(mine.clone(), dev.query_gid(sgid).unwrap().to_hex()),
     );
     let (theirs, gid): (Vec<Info>, String) = recv_line(&mut r).ok_or("peer closed early")?;
     let gid = Gid::from_hex(&gid).unwrap();
     let vanish_timeout = 12; // 4.096 us x 2^12 = 16.8 ms
     for (side, peer) in sides.iter().zip(&theirs) {
         let opts = RcOptions {
-            sgid_index: dev.ipv4_gid_index().unwrap() as u8,
+            sgid_index: sgid as u8,
             path_mtu: mtu,
             sq_psn: side.psn,
             timeout: if vanish { vanish_timeout } else { 14 },
@@ -534,7 +540,8 @@ fn helper_main(role: &str) -> Result<String, String> {
     }
     let c = dev.counters();
     let summary = format!(
-        "qps={qps} sizes={sizes:?} mtu={} driver={} secs={:.3} sent_pkts={} rcvd_pkts={} bad_icrc={} xdp={:?} drops={:?} retrans={} dup={}",
+        "qps={qps} sizes={sizes:?} gid={} mtu={} driver={} secs={:.3} sent_pkts={} rcvd_pkts={} bad_icrc={} xdp={:?} drops={:?} retrans={} dup={}",
+        dev.query_gid(sgid).unwrap(),
         mtu.bytes(),
         dev.driver_info().mode,
         elapsed.as_secs_f64(),
@@ -583,7 +590,7 @@ fn start(
 ) -> Run {
     let link = VethLink::create(&LinkConfig {
         mtu: link_mtu,
-        ipv6: false,
+        ipv6: extra.iter().any(|(k, v)| *k == "XV_FAMILY" && v == "6"),
         ..LinkConfig::default()
     })
     .expect("creating namespaces and veth");
@@ -602,7 +609,8 @@ fn start(
         env
     };
     let mut server = Helper::spawn(&link.b, "server", &env_for(&link.b_if));
-    server.expect("LISTENING", Duration::from_secs(30));
+    let listening = server.expect("LISTENING", Duration::from_secs(30));
+    eprintln!("server: {listening}");
     let client = Helper::spawn(&link.a, "client", &env_for(&link.a_if));
     Run {
         link,
@@ -714,6 +722,23 @@ fn xdp_many_qps_and_ping_still_reaches_the_kernel() {
     assert!(c.contains("qps=24"));
     run.client.expect("PASS", HELPER_TIMEOUT);
     run.server.expect("PASS", HELPER_TIMEOUT);
+}
+
+#[test]
+fn xdp_every_op_over_ipv6_gids() {
+    if !privileged_or_skip("xdp_every_op_over_ipv6_gids") {
+        return;
+    }
+    let mut run = start(
+        "xdp",
+        1500,
+        1024,
+        2,
+        &[0, 1500, 100_000],
+        &[("XV_FAMILY", "6".into())],
+    );
+    let (c, _) = both_pass(&mut run);
+    assert!(c.contains("gid=2001:2::"), "{c}");
 }
 
 fn vanished_peer(driver: &str) {
