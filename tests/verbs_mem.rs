@@ -658,3 +658,31 @@ fn objects_are_usable_from_many_threads() {
     }
     let _ = (&a.pd, &b.pd);
 }
+
+#[test]
+fn dropping_the_peer_device_looks_like_a_vanished_peer() {
+    let (a, b, _link) = pair(1500, 4096);
+    let opts = RcOptions {
+        timeout: 10,
+        retry_cnt: 2,
+        ..RcOptions::default()
+    };
+    connect(&a, &b, Mtu::Mtu1024, opts);
+    let (raddr, rkey) = (b.mr.addr(), b.mr.rkey());
+    drop(b); // the whole peer device: its progress thread stops, its driver end closes
+    a.qp.post_send(&wr(
+        1,
+        WrOp::Write {
+            remote_addr: raddr,
+            rkey,
+        },
+        vec![a.mr.sge(0, 10).unwrap()],
+    ))
+    .unwrap();
+    assert_eq!(one(&a.cq).status, WcStatus::RetryExcErr);
+    assert_eq!(
+        a.dev.stopped_reason(),
+        None,
+        "a lost peer is not a local failure"
+    );
+}

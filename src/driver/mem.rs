@@ -240,10 +240,15 @@ impl Driver for MemDriver {
             match self.notify_peer.send(&[1]) {
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                // The other end was dropped: nothing will ever read these frames.
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                    return Err(DriverError::PeerGone)
-                }
+                // The other end was dropped: its frames are lost, like frames sent to a host
+                // that went away (the transport's retry then gives up), not a local failure.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::ConnectionRefused
+                            | ErrorKind::NotConnected
+                            | ErrorKind::BrokenPipe
+                    ) => {}
                 Err(e) => return Err(DriverError::io("mem link notify", e)),
             }
         }

@@ -412,7 +412,21 @@ impl Device {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("xroce-progress-{}", shared.netdev.name))
-            .spawn(move || progress::run(thread_shared, driver, waker_rx))
+            .spawn(move || {
+                // A bug in the engine or a driver must not leave a device that silently
+                // stops answering: record why, so every later verbs call says so.
+                let shared = thread_shared.clone();
+                let run =
+                    std::panic::AssertUnwindSafe(|| progress::run(thread_shared, driver, waker_rx));
+                if let Err(panic) = std::panic::catch_unwind(run) {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    progress::fail(&shared, format!("progress thread panicked: {what}"));
+                }
+            })
             .map_err(|source| VerbsError::Io {
                 context: "spawning the progress thread",
                 source,

@@ -30,7 +30,8 @@ pub const RX_BATCH: usize = 64;
 pub const TX_BATCH: usize = 128;
 /// Longest sleep when the driver has no fd to wait on, or the backlog is waiting for room.
 const SHORT_WAIT: Duration = Duration::from_micros(200);
-/// How often the XDP counters are refreshed.
+/// How often the XDP counters are refreshed while busy (when idle, `Device::xdp_stats` asks
+/// for a fresh reading and wakes the thread).
 const STATS_PERIOD: Duration = Duration::from_millis(100);
 
 pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixDatagram) {
@@ -139,8 +140,6 @@ pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixD
                 if !backlog.is_empty() {
                     timeout = Some(timeout.map_or(SHORT_WAIT, |t| t.min(SHORT_WAIT)));
                 }
-                // Refresh the XDP counters now and then even when idle.
-                timeout = Some(timeout.map_or(STATS_PERIOD, |t| t.min(STATS_PERIOD)));
                 shared.stats.sleeps.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = wait_readable(&fds, timeout) {
                     fail(&shared, format!("poll failed: {e}"));
@@ -152,7 +151,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixD
     }
 }
 
-fn fail(shared: &Shared, reason: String) {
+pub(crate) fn fail(shared: &Shared, reason: String) {
     tracing::error!(device = %shared.name, %reason, "progress thread stopped");
     *lock(&shared.stopped) = Some(reason);
 }
