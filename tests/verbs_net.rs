@@ -356,7 +356,149 @@ fn check_receives(side: &QpSide, layout: Layout, sizes: &[usize]) -> Result<(), 
     Ok(())
 }
 
+/// Neighbour resolution through the kernel's table, from inside a namespace.
+fn neigh_main() -> Result<String, String> {
+    let ifname = env("XV_IFNAME");
+    let peer: std::net::IpAddr = env("XV_PEER_IP").parse().unwrap();
+    let absent: std::net::IpAddr = env("XV_ABSENT_IP").parse().unwrap();
+    let before = xroce::netdev::neighbour_lookup(&ifname, peer).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let mac = xroce::netdev::resolve_neighbour(&ifname, peer, Duration::from_secs(3))
+        .map_err(|e| e.to_string())?;
+    let resolve_ms = start.elapsed().as_millis();
+    let start = Instant::now();
+    let err = xroce::netdev::resolve_neighbour(&ifname, absent, Duration::from_millis(500))
+        .expect_err("nobody has the absent address");
+    let fail_ms = start.elapsed().as_millis();
+    let typed = matches!(
+        err,
+        xroce::netdev::NetdevError::NeighbourTimeout { .. }
+            | xroce::netdev::NetdevError::NeighbourFailed { .. }
+    );
+    Ok(format!(
+        "before={before:?} mac={mac} resolve_ms={resolve_ms} absent_typed={typed} absent_ms={fail_ms} err={err}"
+    ))
+}
+
+/// UD: the client sends datagrams of several sizes through an address handle.
+fn ud_main(role: &str) -> Result<String, String> {
+    let ifname = env("XV_IFNAME");
+    let addr: SocketAddr = env("XV_ADDR").parse().unwrap();
+    let sizes: Vec<usize> = env("XV_SIZES")
+        .split(',')
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let driver = match env("XV_DRIVER").as_str() {
+        "udp" => DriverKind::Udp,
+        _ => DriverKind::Xdp,
+    };
+    let dev = Device::open(
+        &ifname,
+        DeviceConfig {
+            driver,
+            ..DeviceConfig::default()
+        },
+    )
+    .map_err(|e| format!("opening {ifname}: {e}"))?;
+    let sgid = dev.ipv4_gid_index().ok_or("no IPv4 GID")?;
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(256, None).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::ud(&cq, &cq))
+        .map_err(|e| e.to_string())?;
+    const QKEY: u32 = 0x1111_2222;
+    qp.ready_ud(QKEY, 0).map_err(|e| e.to_string())?;
+    let slot = 40 + 4096;
+    let mr = pd.reg_mr(slot * sizes.len(), Access::LOCAL_WRITE).unwrap();
+    let gid = dev.query_gid(sgid).unwrap().to_hex();
+    if role == "ud-server" {
+        for i in 0..sizes.len() {
+            qp.post_recv(&RecvWr {
+                wr_id: i as u64,
+                sg_list: vec![mr.sge(i * slot, slot as u32).unwrap()],
+            })
+            .unwrap();
+        }
+        let listener = TcpListener::bind(addr).map_err(|e| format!("listen {addr}: {e}"))?;
+        say("LISTENING".into());
+        let stream = listener.accept().map_err(|e| e.to_string())?.0;
+        let (mut w, mut r) = line_io(&stream);
+        send_line(&mut w, &(qp.qp_num(), gid));
+        let client_qpn: u32 = recv_line(&mut r).ok_or("client closed")?;
+        for (i, &len) in sizes.iter().enumerate() {
+            let wc = expect_ok(wait_wc(&cq, "UD receive")?, "UD receive")?;
+            let data = mr.to_vec(i * slot + 40, len).unwrap();
+            if wc.wr_id != i as u64
+                || wc.byte_len as usize != 40 + len
+                || !wc.grh_present
+                || wc.src_qp != client_qpn
+                || data != pattern(len, i as u8 + 1)
+            {
+                return Err(format!(
+                    "datagram {i} ({len} bytes): {wc:?}, data ok: {}",
+                    data == pattern(len, i as u8 + 1)
+                ));
+            }
+        }
+        send_line(&mut w, &"ok");
+        Ok(format!("received {} datagrams", sizes.len()))
+    } else {
+        let stream = {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match TcpStream::connect(addr) {
+                    Ok(s) => break s,
+                    Err(e) if Instant::now() > deadline => return Err(format!("connect: {e}")),
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        };
+        let (mut w, mut r) = line_io(&stream);
+        let (server_qpn, server_gid): (u32, String) = recv_line(&mut r).ok_or("server closed")?;
+        let ah = pd
+            .create_ah(&AhAttr::new(
+                Gid::from_hex(&server_gid).unwrap(),
+                sgid as u8,
+            ))
+            .map_err(|e| format!("create_ah: {e}"))?;
+        send_line(&mut w, &qp.qp_num());
+        for (i, &len) in sizes.iter().enumerate() {
+            mr.write(i * slot, &pattern(len, i as u8 + 1)).unwrap();
+            let sg = if len == 0 {
+                vec![]
+            } else {
+                vec![mr.sge(i * slot, len as u32).unwrap()]
+            };
+            qp.post_send(&SendWr {
+                wr_id: i as u64,
+                op: WrOp::Send,
+                sg_list: sg,
+                flags: SendFlags::SIGNALED,
+                ud: Some(UdDest {
+                    av: ah.av(),
+                    remote_qpn: server_qpn,
+                    remote_qkey: QKEY,
+                }),
+            })
+            .map_err(|e| e.to_string())?;
+            expect_ok(wait_wc(&cq, "UD send")?, "UD send")?;
+        }
+        let verdict: String = recv_line(&mut r).ok_or("server closed before its verdict")?;
+        Ok(format!(
+            "sent {} datagrams, server: {verdict}, dest mac {:?}",
+            sizes.len(),
+            ah.av().dest_mac
+        ))
+    }
+}
+
 fn helper_main(role: &str) -> Result<String, String> {
+    if role == "neigh" {
+        return neigh_main();
+    }
+    if role.starts_with("ud-") {
+        return ud_main(role);
+    }
     let ifname = env("XV_IFNAME");
     let driver = match env("XV_DRIVER").as_str() {
         "xdp" => DriverKind::Xdp,
@@ -776,4 +918,92 @@ fn udp_vanished_peer_gives_retry_exceeded() {
         return;
     }
     vanished_peer("udp");
+}
+
+#[test]
+fn neighbour_resolution_through_the_kernel() {
+    if !privileged_or_skip("neighbour_resolution_through_the_kernel") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig {
+        ipv6: false,
+        ..LinkConfig::default()
+    })
+    .unwrap();
+    let mut helper = Helper::spawn(
+        &link.a,
+        "neigh",
+        &[
+            ("XV_IFNAME", link.a_if.clone()),
+            ("XV_PEER_IP", link.b_ip.to_string()),
+            ("XV_ABSENT_IP", "198.18.0.77".into()),
+        ],
+    );
+    let out = helper.expect("PASS", HELPER_TIMEOUT);
+    eprintln!("{out}");
+    let mac = link
+        .b_mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    assert!(
+        out.contains("before=None"),
+        "a fresh namespace has no entry yet: {out}"
+    );
+    assert!(
+        out.contains(&format!("mac={mac}")),
+        "resolved to the peer's MAC {mac}: {out}"
+    );
+    assert!(out.contains("absent_typed=true"), "{out}");
+    let ms: u64 = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("absent_ms="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (500..3000).contains(&ms),
+        "gave up after {ms} ms, timeout was 500 ms"
+    );
+}
+
+fn ud_datagrams(driver: &str) {
+    let link = VethLink::create(&LinkConfig {
+        ipv6: false,
+        ..LinkConfig::default()
+    })
+    .unwrap();
+    let addr = SocketAddr::new(link.b_ip.into(), TCP_PORT).to_string();
+    let env_for = |ifname: &str| {
+        vec![
+            ("XV_IFNAME", ifname.to_string()),
+            ("XV_DRIVER", driver.to_string()),
+            ("XV_ADDR", addr.clone()),
+            ("XV_SIZES", "0,1,1000,1024".to_string()),
+        ]
+    };
+    let mut server = Helper::spawn(&link.b, "ud-server", &env_for(&link.b_if));
+    server.expect("LISTENING", Duration::from_secs(30));
+    let mut client = Helper::spawn(&link.a, "ud-client", &env_for(&link.a_if));
+    let c = client.expect("PASS", HELPER_TIMEOUT);
+    let s = server.expect("PASS", HELPER_TIMEOUT);
+    eprintln!("client: {c}\nserver: {s}");
+    assert!(s.contains("received 4 datagrams"));
+}
+
+#[test]
+fn xdp_ud_datagrams_through_an_address_handle() {
+    if !privileged_or_skip("xdp_ud_datagrams_through_an_address_handle") {
+        return;
+    }
+    ud_datagrams("xdp");
+}
+
+#[test]
+fn udp_ud_datagrams_through_an_address_handle() {
+    if !privileged_or_skip("udp_ud_datagrams_through_an_address_handle") {
+        return;
+    }
+    ud_datagrams("udp");
 }
