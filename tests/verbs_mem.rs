@@ -686,3 +686,38 @@ fn dropping_the_peer_device_looks_like_a_vanished_peer() {
         "a lost peer is not a local failure"
     );
 }
+
+#[test]
+fn object_limits_are_enforced_and_released() {
+    let (da, _db, _link) =
+        Device::mem_pair(&mem_link_config(1500, 0.0, 1), DeviceConfig::default()).unwrap();
+    let max_pd = da.query_device().max_pd as usize;
+    let mut pds: Vec<Pd> = (0..max_pd).map(|_| da.alloc_pd().unwrap()).collect();
+    let err = da.alloc_pd().unwrap_err();
+    assert!(
+        matches!(err, VerbsError::LimitExceeded { what: "max_pd", .. }),
+        "{err}"
+    );
+    pds.pop();
+    let pd = da.alloc_pd().expect("a slot was given back");
+    let cq = da.create_cq(4, None).unwrap();
+    let max_qp = da.query_device().max_qp as usize;
+    let mut qps: Vec<Qp> = (0..max_qp)
+        .map(|_| {
+            pd.create_qp(&QpInitAttr {
+                cap: QpCaps {
+                    max_send_wr: 1,
+                    max_recv_wr: 1,
+                    ..QpCaps::default()
+                },
+                ..QpInitAttr::rc(&cq, &cq)
+            })
+            .unwrap()
+        })
+        .collect();
+    let err = pd.create_qp(&QpInitAttr::rc(&cq, &cq)).unwrap_err();
+    assert!(err.to_string().contains("max_qp"), "{err}");
+    qps.truncate(10);
+    pd.create_qp(&QpInitAttr::rc(&cq, &cq))
+        .expect("QP slots were given back");
+}

@@ -9,7 +9,7 @@ use crate::driver::mem::wait_readable;
 use crate::engine::{CqId, Wc};
 
 use super::attr::limits;
-use super::device::{drain, lock, Core, Device};
+use super::device::{drain, lock, Core, Device, ObjectKind, ObjectSlot};
 use super::error::{Result, VerbsError};
 
 /// The shared half of a completion channel: the progress thread (or any verbs call) pushes
@@ -111,6 +111,7 @@ pub(crate) struct CqInner {
     pub id: CqId,
     pub depth: u32,
     has_channel: bool,
+    _slot: ObjectSlot,
 }
 
 impl Drop for CqInner {
@@ -155,6 +156,7 @@ impl Cq {
                 max: limits::MAX_CQE as u64,
             });
         }
+        let slot = ObjectSlot::take(&device.core, ObjectKind::Cq)?;
         let shared = device.shared();
         let id = shared.with_engine(false, |e| e.create_cq(depth))??;
         if let Some(channel) = channel {
@@ -166,6 +168,7 @@ impl Cq {
                 id,
                 depth,
                 has_channel: channel.is_some(),
+                _slot: slot,
             }),
         })
     }

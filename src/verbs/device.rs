@@ -3,7 +3,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -129,6 +129,64 @@ pub(crate) struct Shared {
     pub xdp_stats_generation: AtomicU64,
     pub trace_limit: usize,
     pub trace: Mutex<VecDeque<TracedFrame>>,
+    /// Live objects of each kind, against the device limits.
+    pub objects: [AtomicU32; 5],
+}
+
+/// The kinds of object the device limits ([`DeviceAttr`]'s `max_pd`, `max_mr`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ObjectKind {
+    Pd = 0,
+    Mr = 1,
+    Cq = 2,
+    Qp = 3,
+    Ah = 4,
+}
+
+impl ObjectKind {
+    fn limit(self) -> (&'static str, u32) {
+        use super::attr::limits;
+        match self {
+            ObjectKind::Pd => ("max_pd", limits::MAX_PD),
+            ObjectKind::Mr => ("max_mr", limits::MAX_MR),
+            ObjectKind::Cq => ("max_cq", limits::MAX_CQ),
+            ObjectKind::Qp => ("max_qp", limits::MAX_QP),
+            ObjectKind::Ah => ("max_ah", limits::MAX_AH),
+        }
+    }
+}
+
+/// One counted object: taken at creation (or a typed error when the device limit is
+/// reached), given back when dropped.
+pub(crate) struct ObjectSlot {
+    core: Arc<Core>,
+    kind: ObjectKind,
+}
+
+impl ObjectSlot {
+    pub fn take(core: &Arc<Core>, kind: ObjectKind) -> Result<ObjectSlot> {
+        let (what, max) = kind.limit();
+        let counter = &core.shared.objects[kind as usize];
+        let before = counter.fetch_add(1, Ordering::SeqCst);
+        if before >= max {
+            counter.fetch_sub(1, Ordering::SeqCst);
+            return Err(VerbsError::LimitExceeded {
+                what,
+                requested: before as u64 + 1,
+                max: max as u64,
+            });
+        }
+        Ok(ObjectSlot {
+            core: core.clone(),
+            kind,
+        })
+    }
+}
+
+impl Drop for ObjectSlot {
+    fn drop(&mut self) {
+        self.core.shared.objects[self.kind as usize].fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data valid.
@@ -408,6 +466,7 @@ impl Device {
             xdp_stats_generation: AtomicU64::new(0),
             trace_limit: config.trace_frames,
             trace: Mutex::new(VecDeque::new()),
+            objects: Default::default(),
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()

@@ -5,13 +5,14 @@ use crate::engine::{Access, AddressVector, MrInfo, PdId, Sge};
 use crate::netdev::Gid;
 
 use super::attr::limits;
-use super::device::{Core, Device};
+use super::device::{Core, Device, ObjectKind, ObjectSlot};
 use super::error::{Result, VerbsError};
 use super::qp::{Qp, QpInitAttr};
 
 pub(crate) struct PdInner {
     pub core: Arc<Core>,
     pub id: PdId,
+    _slot: ObjectSlot,
 }
 
 impl Drop for PdInner {
@@ -39,11 +40,13 @@ impl std::fmt::Debug for Pd {
 
 impl Pd {
     pub(crate) fn alloc(device: &Device) -> Result<Pd> {
+        let slot = ObjectSlot::take(&device.core, ObjectKind::Pd)?;
         let id = device.shared().with_engine(false, |e| e.alloc_pd())?;
         Ok(Pd {
             inner: Arc::new(PdInner {
                 core: device.core.clone(),
                 id,
+                _slot: slot,
             }),
         })
     }
@@ -76,6 +79,7 @@ impl Pd {
                 "MR access REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE".into(),
             ));
         }
+        let slot = ObjectSlot::take(&self.inner.core, ObjectKind::Mr)?;
         let info = self
             .inner
             .core
@@ -85,6 +89,7 @@ impl Pd {
             inner: Arc::new(MrInner {
                 pd: self.inner.clone(),
                 info,
+                _slot: slot,
             }),
         })
     }
@@ -105,6 +110,7 @@ impl Pd {
     /// GID's MAC through the neighbour table (which may take up to the device's
     /// neighbour timeout).
     pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle> {
+        let slot = ObjectSlot::take(&self.inner.core, ObjectKind::Ah)?;
         let device = Device {
             core: self.inner.core.clone(),
         };
@@ -112,6 +118,7 @@ impl Pd {
         Ok(AddressHandle {
             av,
             _pd: self.inner.clone(),
+            _slot: Arc::new(slot),
         })
     }
 }
@@ -119,6 +126,7 @@ impl Pd {
 pub(crate) struct MrInner {
     pd: Arc<PdInner>,
     info: MrInfo,
+    _slot: ObjectSlot,
 }
 
 impl Drop for MrInner {
@@ -314,6 +322,7 @@ impl Device {
 pub struct AddressHandle {
     av: AddressVector,
     _pd: Arc<PdInner>,
+    _slot: Arc<ObjectSlot>,
 }
 
 impl std::fmt::Debug for AddressHandle {

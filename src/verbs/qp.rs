@@ -8,7 +8,7 @@ use crate::netdev::Gid;
 
 use super::attr::limits;
 use super::cq::{Cq, CqInner};
-use super::device::Device;
+use super::device::{Device, ObjectKind, ObjectSlot};
 use super::error::{Result, VerbsError};
 use super::pd::{AhAttr, Pd, PdInner};
 
@@ -63,6 +63,7 @@ fn check_cap(what: &'static str, requested: u32, max: u32, zero_ok: bool) -> Res
 }
 
 struct QpInner {
+    _slot: ObjectSlot,
     pd: Arc<PdInner>,
     qpn: u32,
     qp_type: QpType,
@@ -170,6 +171,7 @@ impl Qp {
             limits::MAX_INLINE_DATA,
             true,
         )?;
+        let slot = ObjectSlot::take(&pd.inner.core, ObjectKind::Qp)?;
         let engine_init = QpInit {
             qp_type: init.qp_type,
             pd: pd.inner.id,
@@ -185,6 +187,7 @@ impl Qp {
             .with_engine(false, |e| e.create_qp(engine_init))??;
         Ok(Qp {
             inner: Arc::new(QpInner {
+                _slot: slot,
                 pd: pd.inner.clone(),
                 qpn,
                 qp_type: init.qp_type,
