@@ -1020,3 +1020,48 @@ fn misaddressed_and_corrupted_frames_are_counted_drops() {
     p.b().handle_frame(Duration::ZERO, &frame);
     assert_eq!(p.b().counters().rcvd_pkts, 1);
 }
+
+#[test]
+fn sq_drain_raises_an_event_once_outstanding_wrs_complete() {
+    let mut p = Pair::new(PairOptions::default());
+    let s = p.sge_a(0, 3000);
+    let op = write_op(&p, 0);
+    p.post_a(1, op, vec![s]);
+    let mut buf = vec![0; MAX_FRAME_LEN];
+    let mut frames = Vec::new();
+    while let Some(n) = p.a().poll_transmit(Duration::ZERO, &mut buf) {
+        frames.push(buf[..n].to_vec());
+    }
+    // Post another WR, then drain: it must not start.
+    let op = write_op(&p, 8192);
+    p.post_a(2, op, vec![s]);
+    let qa = p.qa;
+    let attr = QpAttr {
+        qp_state: QpState::Sqd,
+        en_sqd_async_notify: true,
+        ..QpAttr::default()
+    };
+    p.a()
+        .modify_qp(
+            qa,
+            &attr,
+            QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY,
+        )
+        .unwrap();
+    assert_eq!(p.a().poll_event(), None, "WR 1 is still in flight");
+    for f in &frames {
+        p.b().handle_frame(Duration::ZERO, f);
+    }
+    let wcs = p.run_for_completions(1, SEC);
+    assert_eq!(statuses(&wcs), vec![(1, WcStatus::Success)]);
+    assert_eq!(p.a().poll_event(), Some(Event::SqDrained(qa)));
+    assert_eq!(p.a().send_queue_len(qa).unwrap(), 1, "WR 2 waits in SQD");
+    // Back to RTS: WR 2 goes.
+    let attr = QpAttr {
+        qp_state: QpState::Rts,
+        ..QpAttr::default()
+    };
+    p.a().modify_qp(qa, &attr, QpAttrMask::STATE).unwrap();
+    let wcs = p.run_for_completions(1, SEC);
+    assert_eq!(statuses(&wcs), vec![(2, WcStatus::Success)]);
+}

@@ -126,6 +126,7 @@ fn complete_front(qp: &mut Qp, sh: &mut Shared) {
         if let Some(last) = wqe.last_psn() {
             advance_una(qp, last.wrapping_add(1));
         }
+        super::check_sq_drained(qp, sh);
     }
 }
 

@@ -423,6 +423,21 @@ impl Engine {
 
     /// Create a QP in the RESET state; returns its QPN.
     pub fn create_qp(&mut self, init: QpInit) -> Result<u32, EngineError> {
+        self.create_qp_inner(init, None)
+    }
+
+    /// Create a QP with a chosen QPN (2..2^24, not in use): for replaying captures and for
+    /// conformance tests that must look like a given peer.
+    pub fn create_qp_with_qpn(&mut self, init: QpInit, qpn: u32) -> Result<u32, EngineError> {
+        if !(2..1 << 24).contains(&qpn) || self.qps.contains_key(&qpn) {
+            return Err(EngineError::InvalidArgument(format!(
+                "QPN {qpn:#x} is reserved, out of range or in use"
+            )));
+        }
+        self.create_qp_inner(init, Some(qpn))
+    }
+
+    fn create_qp_inner(&mut self, init: QpInit, chosen: Option<u32>) -> Result<u32, EngineError> {
         self.check_pd(init.pd)?;
         for cq in [init.send_cq, init.recv_cq] {
             if !self.sh.cqs.exists(cq) {
@@ -441,11 +456,17 @@ impl Engine {
                 "max_send_sge/max_recv_sge <= 32, max_inline_data <= 4096".into(),
             ));
         }
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) || qpn < 2 {
-            qpn = (qpn + 1) & 0xFF_FFFF;
-        }
-        self.next_qpn = (qpn + 1) & 0xFF_FFFF;
+        let qpn = match chosen {
+            Some(q) => q,
+            None => {
+                let mut qpn = self.next_qpn;
+                while self.qps.contains_key(&qpn) || qpn < 2 {
+                    qpn = (qpn + 1) & 0xFF_FFFF;
+                }
+                self.next_qpn = (qpn + 1) & 0xFF_FFFF;
+                qpn
+            }
+        };
         let qp = Qp {
             qpn,
             qp_type: init.qp_type,
@@ -460,6 +481,7 @@ impl Engine {
             req: Default::default(),
             resp: Default::default(),
             in_tx_list: false,
+            sqd_notified: false,
         };
         self.qps.insert(qpn, qp);
         Ok(qpn)
@@ -581,6 +603,8 @@ impl Engine {
             }
             qp.attr.qp_state = to;
             qp.attr.cur_qp_state = to;
+            qp.sqd_notified = false;
+            check_sq_drained(qp, &mut self.sh);
         }
         schedule(&mut self.tx_list, qp);
         Ok(())
@@ -911,6 +935,19 @@ fn validate_values(attr: &QpAttr, mask: QpAttrMask, gids: &[IpAddr]) -> Result<(
         }
     }
     Ok(())
+}
+
+/// In SQD with `en_sqd_async_notify`: raise `Event::SqDrained` once no started WQE is left
+/// outstanding (IBTA 10.3.1 "SQ Drain").
+pub(crate) fn check_sq_drained(qp: &mut Qp, sh: &mut Shared) {
+    if qp.state() == QpState::Sqd
+        && qp.attr.en_sqd_async_notify
+        && !qp.sqd_notified
+        && qp.sq.iter().all(|w| w.first_psn.is_none())
+    {
+        qp.sqd_notified = true;
+        sh.events.push_back(Event::SqDrained(qp.qpn));
+    }
 }
 
 /// Put a QP on the transmit list if it may have something to send.

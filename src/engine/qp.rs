@@ -178,6 +178,8 @@ pub(crate) struct Qp {
     pub resp: Responder,
     /// In the engine's transmit round-robin list.
     pub in_tx_list: bool,
+    /// `Event::SqDrained` was raised for the current SQD period.
+    pub sqd_notified: bool,
 }
 
 impl Qp {
