@@ -721,3 +721,15 @@ fn object_limits_are_enforced_and_released() {
     pd.create_qp(&QpInitAttr::rc(&cq, &cq))
         .expect("QP slots were given back");
 }
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Device>();
+    check::<Pd>();
+    check::<Mr>();
+    check::<Cq>();
+    check::<Qp>();
+    check::<CompletionChannel>();
+    check::<AddressHandle>();
+}

@@ -675,13 +675,7 @@ pub fn mem_link_config(mtu: u32, loss: f64, seed: u64) -> MemLinkConfig {
     MemLinkConfig { mtu, loss, seed }
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn check<T: Send + Sync>() {}
-    check::<Device>();
-}
-
-/// Waits on a non-blocking datagram socket's byte queue: drains it.
+/// Empties a non-blocking wake-up socket (each byte in it is one "something happened").
 pub(crate) fn drain(sock: &UnixDatagram) {
     let mut buf = [0u8; 64];
     loop {
