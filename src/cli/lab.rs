@@ -24,6 +24,7 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("guest/lab-ctl", include_str!("../../lab/guest/lab-ctl")),
     ("guest/lab-bg", include_str!("../../lab/guest/lab-bg")),
     ("guest/lab-wait", include_str!("../../lab/guest/lab-wait")),
+    ("guest/lab-mr.py", include_str!("../../lab/guest/lab-mr.py")),
 ];
 
 /// Default work directory: guest image, state of running labs, per-run captures and logs.
