@@ -15,7 +15,7 @@
 #
 # Env: XROCE_LAB_DIR (/var/tmp/xroce-lab), XROCE_LAB_NS (xroce-lab), XROCE_LAB_MTU (1500),
 #      XROCE_LAB_MEM (MiB per guest, 512), XROCE_LAB_ACCEL (tcg), XROCE_LAB_BOOT_TIMEOUT (300),
-#      XROCE_LAB_EXEC_TIMEOUT (120), XROCE_LAB_OWNER (a PID: when it is gone, the next `up`
+#      XROCE_LAB_EXEC_TIMEOUT (120), XROCE_LAB_KEEP_RUNS (10), XROCE_LAB_OWNER (a PID: when it is gone, the next `up`
 #      of any lab tears this one down).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -69,6 +69,19 @@ sweep_orphans() {
   done
 }
 
+# Keeps the newest $XROCE_LAB_KEEP_RUNS run directories (default 10; a full interop run
+# captures several hundred MB) and any that a running lab still uses.
+prune_runs() {
+  local keep=${XROCE_LAB_KEEP_RUNS:-10} d in_use
+  in_use=$(cat "$LAB_DIR"/state/*/run-dir 2>/dev/null || true)
+  [ -d "$LAB_DIR/runs" ] || return 0
+  ls -1d "$LAB_DIR"/runs/*/ 2>/dev/null | sort -r | tail -n +"$keep" | while read -r d; do
+    d=${d%/}
+    case $'\n'"$in_use"$'\n' in *$'\n'"$d"$'\n'*) continue ;; esac
+    rm -rf "$d"
+  done || true
+}
+
 down() {
   local rd; rd=$(run_dir)
   if [ ! -d "$LAB_STATE" ] && ! ns_exists "$LAB_NS"; then
@@ -92,6 +105,7 @@ up() {
     lab_log "removing stale lab '$LAB_NS' (a previous run did not finish)"
     teardown "$LAB_STATE" "$LAB_NS"
   fi
+  prune_runs
   local rd; rd=$LAB_DIR/runs/$(date -u +%Y%m%d-%H%M%S)-$LAB_NS
   mkdir -p "$LAB_STATE/attached" "$rd/pcaps" "$rd/logs"
   echo "$rd" >"$LAB_STATE/run-dir"
