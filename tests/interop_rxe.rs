@@ -59,8 +59,8 @@ struct Case {
     state: State,
 }
 
-/// Evidence of loss recovery a capture must hold. Which kind a workload can be held to
-/// depends on its traffic: a NAK needs a later request to reveal the gap (IBTA 9.7.5.2.2), so
+/// Evidence of loss recovery a capture must hold. Which kind a workload can be held to depends
+/// on its traffic: a NAK needs a later request to reveal the gap (IBTA Vol. 1 ch. 9.7), so
 /// one-at-a-time workloads (latency tests) and lost READ responses recover by timeout or
 /// re-request, without NAKs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -79,7 +79,7 @@ const G2: At = At::Guest(2);
 const HOST: At = At::Host;
 const LOSS: &str = "loss 1% delay 1ms reorder 5%";
 
-// Opcodes (IBTA 9.2, table 38).
+// Opcodes (IBTA Vol. 1 9.2, BTH).
 const SEND_FIRST: u8 = 0x00;
 const SEND_MIDDLE: u8 = 0x01;
 const SEND_LAST: u8 = 0x02;
@@ -557,7 +557,7 @@ fn decode(frame: &[u8]) -> Option<RoceFrame> {
     let syndrome = matches!(opcode, 0x0d | 0x0f | 0x10 | 0x11 | 0x12)
         .then(|| bth.get(12).copied())
         .flatten();
-    // ICRC (IBTA Annex A17.3.3): CRC-32 over 8 bytes of 0xFF, then IP/UDP/BTH/payload with the
+    // ICRC (IBTA Annex A17, RoCEv2): CRC-32 over 8 bytes of 0xFF, then IP/UDP/BTH/payload with the
     // variant fields (TOS, TTL, IP checksum, UDP checksum, BTH FECN/BECN/resv byte) set to 1s;
     // sent least-significant byte first.
     let mut masked = ip.to_vec();
@@ -839,6 +839,17 @@ fn wait_child(child: &mut Child, limit: Duration) -> bool {
     }
 }
 
+/// "g1: `ibv_rc_pingpong ...`" without the harness's timeout wrapper.
+fn describe((at, cmd): (At, &str)) -> String {
+    let cmd = cmd
+        .trim_start_matches("timeout 150 ")
+        .trim_start_matches("timeout 120 ");
+    match at {
+        At::Guest(g) => format!("g{g}: `{cmd}`"),
+        At::Host => format!("host: `{cmd}`"),
+    }
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -936,20 +947,35 @@ fn interop_with_rxe() {
     let run_dir = lab.run_dir.clone();
     drop(lab);
 
-    let mut report = String::from("| case | result | time | capture |\n|---|---|---|---|\n");
-    for o in &outcomes {
+    let mut report = String::from(
+        "| case | server | client | link | result | time | capture |\n|---|---|---|---|---|---|---|\n",
+    );
+    for case in CASES {
+        let outcome = outcomes.iter().find(|o| o.name == case.name);
+        let (result, time, detail) = match (outcome, case.state) {
+            (Some(o), _) => (
+                if o.passed { "pass" } else { "FAIL" }.to_string(),
+                format!("{:.0} s", o.seconds),
+                o.detail.replace('\n', " "),
+            ),
+            (None, State::Pending(why)) => {
+                (format!("pending: {why}"), String::new(), String::new())
+            }
+            (None, State::Runs) => continue,
+        };
         let _ = writeln!(
             report,
-            "| {} | {} | {:.1} s | {} |",
-            o.name,
-            if o.passed { "pass" } else { "FAIL" },
-            o.seconds,
-            o.detail.replace('\n', " ")
+            "| {} | {} | {} | MTU {}{} | {result} | {time} | {detail} |",
+            case.name,
+            describe(case.server),
+            describe(case.client),
+            case.mtu,
+            case.netem.map(|n| format!(", {n}")).unwrap_or_default(),
         );
     }
     let _ = writeln!(
         report,
-        "\n{} cases, {} failed, {:.0} s in all; pcaps in {}/pcaps",
+        "\n{} cases run, {} failed, {:.0} s in all (lab boot included); pcaps in {}/pcaps",
         outcomes.len(),
         outcomes.iter().filter(|o| !o.passed).count(),
         t0.elapsed().as_secs_f64(),
