@@ -945,7 +945,38 @@ fn interop_with_rxe() {
         outcomes.push(o);
     }
     let run_dir = lab.run_dir.clone();
+    let ns = lab.ns.clone();
     drop(lab);
+    // The lab must leave nothing behind: no namespaces, no QEMU.
+    let leftovers: Vec<String> = fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n == &ns || n.starts_with(&format!("{ns}-")))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        leftovers.is_empty(),
+        "lab down left namespaces: {leftovers:?}"
+    );
+    let mark = format!("/state/{ns}/g");
+    let qemus: Vec<String> = fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .filter(|c| c.starts_with("qemu-system") && c.contains(&mark))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(qemus.is_empty(), "lab down left QEMU running: {qemus:?}");
+    let state = lab_dir().join("state").join(&ns);
+    assert!(
+        !state.exists(),
+        "lab down left its state in {}",
+        state.display()
+    );
 
     let mut report = String::from(
         "| case | server | client | link | result | time | capture |\n|---|---|---|---|---|---|---|\n",
