@@ -306,8 +306,10 @@ impl<'a> PerfRunner<'a> {
         } else {
             self.opts.iters
         };
-        let cq_mod = u64::from(self.opts.cq_mod);
+        // perftest lowers the moderation to the queue depth: with fewer WRs in flight than
+        // `cq_mod`, no signalled WR would ever retire the unsignalled ones.
         let tx_depth = u64::from(self.opts.tx_depth);
+        let cq_mod = u64::from(self.opts.cq_mod).min(tx_depth).max(1);
         let len = if self.opts.kind.verb() == enums::VERB_ATOMIC {
             8
         } else {

@@ -1,7 +1,16 @@
 //! [`ToolEndpoint`] over `xroce::verbs`: how the commands get real RDMA endpoints.
 
-use crate::netdev::{GidEntry, NetdevInfo};
-use crate::tools::endpoint::ToolEndpoint;
+use std::time::Duration;
+
+use crate::netdev::{Gid, GidEntry, NetdevInfo};
+use crate::tools::endpoint::{
+    ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
+};
+use crate::verbs::{
+    Access, AddressHandle, AhAttr, Cq, Device, DeviceConfig, DriverKind, Mr, Mtu, Pd, ProgressMode,
+    Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, RecvWr, SendFlags, SendWr, UdDest, Wc,
+    WcOpcode, WcStatus, WrOp,
+};
 
 /// Which frame driver an endpoint uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -28,15 +37,263 @@ pub struct EndpointSpec {
     pub driver: DriverChoice,
 }
 
-/// Opens `count` QPs on `dev`, each with its own buffer and CQ, sharing one device.
+/// One QP, its CQ and its registered buffer on a verbs [`Device`].
+pub struct VerbsEndpoint {
+    device: Device,
+    pd: Pd,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+    sgid_index: u8,
+    gid: Gid,
+    ud_dest: Option<(AddressHandle, u32, u32)>,
+}
+
+/// Access the tools grant their peers: everything perftest and the file transfer need.
+const PEER_ACCESS: Access = Access::ALL;
+
+impl VerbsEndpoint {
+    /// Creates one endpoint on an open device.
+    pub fn create(
+        device: &Device,
+        pd: &Pd,
+        sgid_index: u32,
+        spec: &EndpointSpec,
+    ) -> anyhow::Result<Self> {
+        let gid = device.query_gid(sgid_index)?;
+        let depth = (spec.max_send_wr + spec.max_recv_wr + 16).max(64);
+        let cq = device.create_cq(depth, None)?;
+        let mut init = if spec.rc {
+            QpInitAttr::rc(&cq, &cq)
+        } else {
+            QpInitAttr::ud(&cq, &cq)
+        };
+        init.cap = QpCaps {
+            max_send_wr: spec.max_send_wr.max(1),
+            max_recv_wr: spec.max_recv_wr.max(1),
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        init.sq_sig_all = false;
+        let qp = pd.create_qp(&init)?;
+        let mr = pd.reg_mr(spec.buf_len.max(64), PEER_ACCESS)?;
+        // Receives may be posted before connecting: INIT allows that (IBTA 10.3.1).
+        qp.to_init(
+            if spec.rc { PEER_ACCESS } else { Access::NONE },
+            crate::tools::pingpong_oob::UD_QKEY,
+        )?;
+        Ok(VerbsEndpoint {
+            device: device.clone(),
+            pd: pd.clone(),
+            cq,
+            qp,
+            mr,
+            sgid_index: sgid_index as u8,
+            gid,
+            ud_dest: None,
+        })
+    }
+}
+
+fn tool_wc(wc: &Wc) -> ToolWc {
+    let kind = match wc.opcode {
+        WcOpcode::Send => WcKind::Send,
+        WcOpcode::RdmaWrite => WcKind::Write,
+        WcOpcode::RdmaRead => WcKind::Read,
+        WcOpcode::CompSwap | WcOpcode::FetchAdd => WcKind::Atomic,
+        WcOpcode::Recv => WcKind::Recv,
+        WcOpcode::RecvRdmaWithImm => WcKind::RecvRdmaWithImm,
+    };
+    ToolWc {
+        wr_id: wc.wr_id,
+        status: if wc.status == WcStatus::Success {
+            Ok(())
+        } else {
+            Err(format!("{:?}", wc.status))
+        },
+        kind,
+        byte_len: wc.byte_len,
+        imm: wc.imm_data,
+    }
+}
+
+impl ToolEndpoint for VerbsEndpoint {
+    fn local(&self) -> LocalInfo {
+        let attr = self.device.query_device();
+        LocalInfo {
+            qpn: self.qp.qp_num(),
+            gid: self.gid.0,
+            buf_addr: self.mr.addr(),
+            rkey: self.mr.rkey(),
+            buf_len: self.mr.len(),
+            active_mtu: self.device.active_mtu().bytes(),
+            max_inline: 0,
+            max_rd_atomic: attr.max_qp_rd_atom,
+        }
+    }
+
+    fn connect(&mut self, remote: &RemoteInfo, params: &ConnectParams) -> anyhow::Result<()> {
+        let mtu = Mtu::from_bytes(params.mtu)
+            .ok_or_else(|| anyhow::anyhow!("path MTU {} is not an IB MTU", params.mtu))?;
+        match self.qp.qp_type() {
+            QpType::Rc => {
+                self.qp.connect_rc(
+                    &RcPeer {
+                        qpn: remote.qpn,
+                        psn: remote.psn,
+                        gid: Gid(remote.gid),
+                    },
+                    &RcOptions {
+                        sgid_index: self.sgid_index,
+                        path_mtu: mtu,
+                        sq_psn: params.local_psn,
+                        access: PEER_ACCESS,
+                        timeout: params.timeout,
+                        retry_cnt: params.retry_cnt,
+                        rnr_retry: params.rnr_retry,
+                        min_rnr_timer: params.min_rnr_timer,
+                        max_rd_atomic: params.max_rd_atomic.max(1),
+                        hop_limit: params.hop_limit,
+                    },
+                )?;
+            }
+            QpType::Ud => {
+                self.qp.ready_ud(params.qkey, params.local_psn)?;
+                let mut ah = AhAttr::new(Gid(remote.gid), self.sgid_index);
+                ah.hop_limit = params.hop_limit;
+                let ah = self.pd.create_ah(&ah)?;
+                self.ud_dest = Some((ah, remote.qpn, params.qkey));
+            }
+        }
+        Ok(())
+    }
+
+    fn post_send(&mut self, wr: &ToolWr) -> anyhow::Result<()> {
+        let op = match wr.op {
+            ToolOp::Send { imm: None } => WrOp::Send,
+            ToolOp::Send { imm: Some(imm) } => WrOp::SendWithImm { imm },
+            ToolOp::Write {
+                remote_addr,
+                rkey,
+                imm: None,
+            } => WrOp::Write { remote_addr, rkey },
+            ToolOp::Write {
+                remote_addr,
+                rkey,
+                imm: Some(imm),
+            } => WrOp::WriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            },
+            ToolOp::Read { remote_addr, rkey } => WrOp::Read { remote_addr, rkey },
+            ToolOp::CmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => WrOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            },
+            ToolOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => WrOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            },
+        };
+        let sg_list = if wr.len > 0 {
+            vec![self.mr.sge(wr.offset, wr.len as u32)?]
+        } else {
+            Vec::new()
+        };
+        let ud = self.ud_dest.as_ref().map(|(ah, qpn, qkey)| UdDest {
+            av: ah.av(),
+            remote_qpn: *qpn,
+            remote_qkey: *qkey,
+        });
+        self.qp.post_send(&SendWr {
+            wr_id: wr.wr_id,
+            op,
+            sg_list,
+            flags: if wr.signaled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::default()
+            },
+            ud,
+        })?;
+        Ok(())
+    }
+
+    fn post_recv(&mut self, wr_id: u64, offset: usize, len: usize) -> anyhow::Result<()> {
+        let sg_list = if len > 0 {
+            vec![self.mr.sge(offset, len as u32)?]
+        } else {
+            Vec::new()
+        };
+        self.qp.post_recv(&RecvWr { wr_id, sg_list })?;
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut Vec<ToolWc>, max: usize) -> anyhow::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            let Some(wc) = self.cq.poll_one()? else { break };
+            out.push(tool_wc(&wc));
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn write_local(&mut self, offset: usize, data: &[u8]) -> anyhow::Result<()> {
+        Ok(self.mr.write(offset, data)?)
+    }
+
+    fn read_local(&self, offset: usize, out: &mut [u8]) -> anyhow::Result<()> {
+        Ok(self.mr.read(offset, out)?)
+    }
+}
+
+/// Opens the device on `dev` and `count` endpoints on it, sharing one PD.
 pub fn open(
     dev: &NetdevInfo,
     gid: &GidEntry,
     spec: &EndpointSpec,
     count: usize,
 ) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
-    let _ = (dev, gid, spec, count);
-    anyhow::bail!(
-        "this build has no RDMA data path yet (xroce::verbs has not landed): the out-of-band exchange works, RDMA does not"
-    )
+    let config = DeviceConfig {
+        driver: match spec.driver {
+            DriverChoice::Xdp => DriverKind::Xdp,
+            DriverChoice::Udp => DriverKind::Udp,
+        },
+        progress: ProgressMode::Wakeup,
+        neighbour_timeout: Duration::from_secs(3),
+        ..DeviceConfig::default()
+    };
+    let device = Device::open(&dev.name, config)?;
+    open_on(&device, gid.index, spec, count)
+}
+
+/// `count` endpoints on an already open device (tests use a mem pair).
+pub fn open_on(
+    device: &Device,
+    sgid_index: u32,
+    spec: &EndpointSpec,
+    count: usize,
+) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
+    let pd = device.alloc_pd()?;
+    (0..count)
+        .map(|_| {
+            VerbsEndpoint::create(device, &pd, sgid_index, spec)
+                .map(|e| Box::new(e) as Box<dyn ToolEndpoint>)
+        })
+        .collect()
 }

@@ -1,0 +1,300 @@
+//! The tools over the real stack (verbs, engine, progress threads) on two devices joined
+//! in memory: no root needed. Every perf test, pingpong RC and UD, and the file transfer,
+//! both roles, over a clean link and over a lossy one (RC must still deliver everything).
+
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use xroce::tools::endpoint::ToolEndpoint;
+use xroce::tools::file::{self, FileOptions};
+use xroce::tools::perf::{PerfOptions, PerfRunner};
+use xroce::tools::perftest_oob::{
+    self, LocalSide, NegotiateParams, PerftestComm, PerftestDest, Role, SysData, TestKind,
+};
+use xroce::tools::pingpong::{self, PingpongOptions};
+use xroce::tools::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
+use xroce::verbs::{mem_link_config, Device, DeviceConfig, MemLink};
+
+fn devices(loss: f64) -> (Device, Device, MemLink) {
+    Device::mem_pair(&mem_link_config(1500, loss, 7), DeviceConfig::default()).unwrap()
+}
+
+fn spec(rc: bool, buf_len: usize, send: u32, recv: u32) -> EndpointSpec {
+    EndpointSpec {
+        rc,
+        buf_len,
+        max_send_wr: send,
+        max_recv_wr: recv,
+        driver: DriverChoice::Xdp,
+    }
+}
+
+fn endpoint(dev: &Device, s: &EndpointSpec) -> Box<dyn ToolEndpoint> {
+    let gid = dev.ipv4_gid_index().unwrap();
+    open_on(dev, gid, s, 1).unwrap().pop().unwrap()
+}
+
+fn pingpong_over(opts: PingpongOptions, loss: f64) -> (String, String) {
+    let (a, b, _link) = devices(loss);
+    let s = spec(!opts.ud, pingpong::buffer_len(&opts), 2, opts.rx_depth);
+    let (mut ea, mut eb) = (endpoint(&a, &s), endpoint(&b, &s));
+    let (sa, sb) = UnixStream::pair().unwrap();
+    let o2 = opts.clone();
+    let server = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        pingpong::run(ea.as_mut(), || Ok(sa), Role::Server, &o2, 0x1234, &mut out)
+            .map(|_| String::from_utf8(out).unwrap())
+    });
+    let mut out = Vec::new();
+    pingpong::run(
+        eb.as_mut(),
+        || Ok(sb),
+        Role::Client,
+        &opts,
+        0xabcdef,
+        &mut out,
+    )
+    .unwrap();
+    (
+        server.join().unwrap().unwrap(),
+        String::from_utf8(out).unwrap(),
+    )
+}
+
+#[test]
+fn rc_pingpong_over_verbs() {
+    let opts = PingpongOptions {
+        iters: 300,
+        rx_depth: 50,
+        validate: true,
+        ..Default::default()
+    };
+    let (server, client) = pingpong_over(opts, 0.0);
+    assert!(server.contains("GID ::ffff:198.18.0.1"), "{server}");
+    assert!(client.contains("remote address: LID 0x0000"), "{client}");
+    assert!(client.contains("2457600 bytes in"), "{client}");
+    assert!(!server.contains("invalid data"), "{server}");
+}
+
+#[test]
+fn rc_pingpong_survives_loss() {
+    let opts = PingpongOptions {
+        iters: 100,
+        rx_depth: 20,
+        size: 8192,
+        ..Default::default()
+    };
+    let (_, client) = pingpong_over(opts, 0.02);
+    assert!(client.contains("100 iters in"), "{client}");
+}
+
+#[test]
+fn ud_pingpong_over_verbs() {
+    let opts = PingpongOptions {
+        ud: true,
+        size: 1024,
+        iters: 200,
+        rx_depth: 50,
+        ..Default::default()
+    };
+    let (server, client) = pingpong_over(opts, 0.0);
+    assert!(
+        server.starts_with("  local address:  LID 0x0000"),
+        "{server}"
+    );
+    assert!(client.contains("200 iters in"), "{client}");
+}
+
+fn perf_side(
+    ep: &mut Box<dyn ToolEndpoint>,
+    stream: UnixStream,
+    role: Role,
+    opts: PerfOptions,
+) -> anyhow::Result<(String, usize)> {
+    let info = ep.local();
+    let dest = PerftestDest {
+        lid: 0,
+        out_reads: if opts.kind.is_read_like() {
+            opts.out_reads
+        } else {
+            1
+        },
+        qpn: info.qpn,
+        psn: if role == Role::Server { 0x111 } else { 0x222 },
+        rkey: info.rkey,
+        vaddr: info.buf_addr + opts.half_len() as u64,
+        gid: Some(info.gid),
+        srqn: 0,
+    };
+    let local = LocalSide {
+        sys_data: SysData {
+            page_size: 4096,
+            cache_line: 64,
+        },
+        mtu_enum: 3,
+        params: NegotiateParams {
+            test_method: i32::from(opts.all_sizes),
+            connection_type: if opts.ud { 2 } else { 0 },
+            verb: opts.kind.verb(),
+            tst: i32::from(opts.kind.is_bw()),
+            atomic_type: i32::from(opts.fetch_add),
+            test_type: 0,
+            report_fmt: 1,
+            size: opts.size,
+            iters: opts.iters,
+            aes_xts: 0,
+            num_of_qps: 1,
+            duration: 0,
+            use_rdma_cm: 0,
+            use_write_with_imm: 0,
+            no_enhanced_reorder: 0,
+            sig_offload: 0,
+            data_validation: 0,
+            device_attr: NegotiateParams::device_attr_block(16),
+            mlx5dv_comp_mask: Some(0),
+        },
+        dests: vec![dest],
+    };
+    let steps = perftest_oob::script(opts.kind, role, &opts.sizes(1024), 1);
+    let mut out: Vec<u8> = Vec::new();
+    let rows;
+    {
+        let mut runner =
+            PerfRunner::new(vec![ep.as_mut()], opts.clone(), role, vec![dest], &mut out);
+        let mut comm = PerftestComm::new(stream, role, "6.06", false, true);
+        let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
+        if role == Role::Server && opts.kind.is_bw() && opts.kind != TestKind::SendBw {
+            runner.print_remote_bw(&outcome.remote_report.unwrap())?;
+        }
+        rows = runner.results.len();
+    }
+    Ok((String::from_utf8(out).unwrap(), rows))
+}
+
+fn perf_over(opts: PerfOptions) -> (String, (String, usize)) {
+    let (a, b, _link) = devices(0.0);
+    let s = spec(
+        !opts.ud,
+        2 * opts.half_len(),
+        opts.tx_depth.max(2),
+        opts.rx_depth.max(2),
+    );
+    let (mut ea, mut eb) = (endpoint(&a, &s), endpoint(&b, &s));
+    let (sa, sb) = UnixStream::pair().unwrap();
+    let o2 = opts.clone();
+    let server = std::thread::spawn(move || perf_side(&mut ea, sa, Role::Server, o2).map(|r| r.0));
+    let client = perf_side(&mut eb, sb, Role::Client, opts).unwrap();
+    (server.join().unwrap().unwrap(), client)
+}
+
+#[test]
+fn every_perf_test_over_verbs() {
+    for kind in TestKind::ALL {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.iters = if kind.is_bw() { 300 } else { 100 };
+        opts.size = if kind.verb() == perftest_oob::enums::VERB_ATOMIC {
+            8
+        } else {
+            4096
+        };
+        opts.stall_timeout = Duration::from_secs(20);
+        let (server, (client, rows)) = perf_over(opts);
+        assert_eq!(rows, 1, "{kind:?}\n{client}\n{server}");
+        assert!(
+            client.contains(" 4096 ") || client.contains(" 8 "),
+            "{kind:?}\n{client}"
+        );
+    }
+}
+
+#[test]
+fn run_all_sizes_over_verbs() {
+    for kind in [
+        TestKind::WriteBw,
+        TestKind::ReadBw,
+        TestKind::SendBw,
+        TestKind::ReadLat,
+        TestKind::WriteLat,
+        TestKind::SendLat,
+    ] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.all_sizes = true;
+        opts.iters = 5;
+        let (_, (client, rows)) = perf_over(opts);
+        assert_eq!(rows, 23, "{kind:?}: 2 B .. 8 MiB\n{client}");
+        assert!(client.contains(" 8388608 "), "{kind:?}\n{client}");
+    }
+}
+
+#[test]
+fn one_byte_messages_over_verbs() {
+    for kind in [
+        TestKind::WriteBw,
+        TestKind::SendLat,
+        TestKind::ReadLat,
+        TestKind::WriteLat,
+    ] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.size = 1;
+        opts.iters = 50;
+        let (_, (_client, rows)) = perf_over(opts);
+        assert_eq!(rows, 1, "{kind:?}");
+    }
+}
+
+#[test]
+fn ud_send_perf_over_verbs() {
+    for kind in [TestKind::SendBw, TestKind::SendLat] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.ud = true;
+        opts.size = 1024;
+        opts.iters = 100;
+        let (_, (client, rows)) = perf_over(opts);
+        assert_eq!(rows, 1, "{kind:?}\n{client}");
+    }
+}
+
+#[test]
+fn file_transfer_over_verbs_with_loss() {
+    let (a, b, _link) = devices(0.01);
+    let opts = FileOptions {
+        chunk_size: 256 << 10,
+        slots: 4,
+        mtu: 1024,
+        stall_timeout: Duration::from_secs(20),
+    };
+    let s = spec(
+        true,
+        opts.sender_buffer_len(),
+        2 * opts.slots as u32 + 2,
+        opts.slots as u32 + 1,
+    );
+    let (mut rx, mut tx) = (endpoint(&a, &s), endpoint(&b, &s));
+    let data: Vec<u8> = (0..(2 << 20) + 4321u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
+    let (sa, sb) = UnixStream::pair().unwrap();
+    let o2 = opts.clone();
+    let receiver = std::thread::spawn(move || {
+        let mut sa = sa;
+        let mut written = Vec::new();
+        let outcome =
+            file::recv(rx.as_mut(), &mut sa, &mut written, &o2, 5, &mut |_, _| {}).unwrap();
+        (outcome, written)
+    });
+    let mut sb = sb;
+    let sent = file::send(
+        tx.as_mut(),
+        &mut sb,
+        &mut std::io::Cursor::new(data.clone()),
+        "x.bin",
+        data.len() as u64,
+        &opts,
+        6,
+        &mut |_| {},
+    )
+    .unwrap();
+    let (received, written) = receiver.join().unwrap();
+    assert!(sent.verified && received.verified);
+    assert_eq!(written, data);
+}
