@@ -244,6 +244,44 @@ fn perf_all_sizes_and_one_byte_over_af_xdp() {
 }
 
 #[test]
+fn perf_duration_multi_qp_and_queue_depth_over_af_xdp() {
+    if !common::privileged_or_skip("perf_duration_multi_qp_and_queue_depth_over_af_xdp") {
+        return;
+    }
+    let link = link();
+    for args in [
+        &["perf", "write_bw", "-D", "1"][..],
+        &["perf", "read_lat", "-D", "1"],
+        &[
+            "perf",
+            "atomic_bw",
+            "-D",
+            "1",
+            "-q",
+            "2",
+            "-A",
+            "CMP_AND_SWAP",
+        ],
+        &["perf", "write_bw", "-q", "4", "-n", "300"],
+        &["perf", "send_bw", "-q", "2", "-n", "300"],
+        &["perf", "read_bw", "-t", "1", "-n", "100", "--report_gbits"],
+    ] {
+        let (server, client) = pair(&link, args, args, 60);
+        let rows: Vec<&str> = client
+            .lines()
+            .filter(|l| {
+                l.starts_with(' ') && l.trim_start().starts_with(|c: char| c.is_ascii_digit())
+            })
+            .collect();
+        assert_eq!(
+            rows.len(),
+            1,
+            "{args:?}: one result row\n{client}\n{server}"
+        );
+    }
+}
+
+#[test]
 fn file_send_recv_over_af_xdp() {
     if !common::privileged_or_skip("file_send_recv_over_af_xdp") {
         return;

@@ -318,6 +318,7 @@ impl<'a> PerfRunner<'a> {
         let ops: Vec<ToolOp> = (0..n_qps).map(|q| self.op_for(q)).collect();
         let mut posted_n = vec![0u64; n_qps];
         let mut done_n = vec![0u64; n_qps];
+        let mut sig_n = vec![0u64; n_qps];
         let mut posted_t: Vec<f64> = Vec::new();
         let mut completed_t: Vec<f64> = Vec::new();
         let mut qp_of_msg: Vec<(usize, u64)> = Vec::new();
@@ -337,6 +338,9 @@ impl<'a> PerfRunner<'a> {
                     let k = posted_n[q];
                     let last = k + 1 == per_qp;
                     let signaled = (k + 1) % cq_mod == 0 || last;
+                    if signaled {
+                        sig_n[q] = k + 1;
+                    }
                     let wr = ToolWr {
                         wr_id: (q as u64) << 48 | k,
                         op: ops[q],
@@ -352,30 +356,9 @@ impl<'a> PerfRunner<'a> {
                     posted_n[q] += 1;
                 }
             }
-            // With -D, the last posted WR of each QP may be unsignaled: flush with one
-            // signaled WR so everything in flight is accounted for.
-            if stop {
-                for q in 0..n_qps {
-                    if posted_n[q] > done_n[q] && posted_n[q] % cq_mod != 0 && posted_n[q] != per_qp
-                    {
-                        let k = posted_n[q];
-                        let wr = ToolWr {
-                            wr_id: (q as u64) << 48 | k,
-                            op: ops[q],
-                            offset: 0,
-                            len,
-                            signaled: true,
-                        };
-                        posted_t.push(start.elapsed().as_secs_f64() * 1e6);
-                        completed_t.push(f64::NAN);
-                        index_of[q].push(qp_of_msg.len());
-                        qp_of_msg.push((q, k));
-                        self.eps[q].post_send(&wr)?;
-                        posted_n[q] += 1;
-                    }
-                }
-            }
-            if (0..n_qps).all(|q| done_n[q] == posted_n[q])
+            // Done when every signalled WR has completed (with -D, WRs after the last
+            // signalled one are not waited for, and not counted).
+            if (0..n_qps).all(|q| done_n[q] >= sig_n[q])
                 && (stop || (0..n_qps).all(|q| posted_n[q] >= per_qp))
             {
                 break;
@@ -405,11 +388,17 @@ impl<'a> PerfRunner<'a> {
                 );
             }
         }
+        // Only messages known to have completed count.
+        let (posted_t, completed_t): (Vec<f64>, Vec<f64>) = posted_t
+            .into_iter()
+            .zip(completed_t)
+            .filter(|(_, c)| !c.is_nan())
+            .unzip();
         let stats = BwStats::compute(
             size,
             &posted_t,
             &completed_t,
-            self.opts.cq_mod as usize,
+            cq_mod as usize,
             self.opts.unit(),
         )
         .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
