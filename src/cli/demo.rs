@@ -829,6 +829,14 @@ fn drive(
     let frames = dev.take_trace();
     if trace > 0 {
         writeln!(out, "\nPacket trace (client side; → sent, ← received):")?;
+        writeln!(
+            out,
+            "  Every packet carries a PSN (packet sequence number, 24 bits). A message longer than\n  \
+             the path MTU is split into FIRST, MIDDLE..., LAST packets; AckReq asks the responder\n  \
+             to acknowledge. The ACK's AETH says ACK (or NAK) and the MSN, the count of messages\n  \
+             the responder has completed. RETH carries the remote address, R_Key and length of an\n  \
+             RDMA WRITE or READ; AtomicETH the operands of an atomic."
+        )?;
         print_trace(&frames, trace, out)?;
     }
     let c = dev.counters();
