@@ -14,6 +14,8 @@
 //! ```
 //! `docs/wire.md` walks through a real captured frame byte by byte.
 
+#![warn(missing_docs)]
+
 mod bytes;
 
 pub mod aeth;

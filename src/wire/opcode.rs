@@ -237,7 +237,7 @@ impl fmt::Debug for Opcode {
 impl fmt::Display for Opcode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.info() {
-            Some(info) => f.write_str(info.name),
+            Some(info) => f.pad(info.name),
             None => write!(f, "opcode 0x{:02x}", self.0),
         }
     }
