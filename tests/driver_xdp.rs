@@ -493,6 +493,76 @@ fn zero_copy_on_veth_falls_back_or_is_refused_clearly() {
 }
 
 #[test]
+fn every_receive_queue_gets_a_socket() {
+    if !common::privileged_or_skip("every_receive_queue_gets_a_socket") {
+        return;
+    }
+    // MTU 9000 and 4 KiB datagrams: every socket, not only the first, must join
+    // multi-buffer frames (the later ones inherit XDP_USE_SG through the shared UMEM).
+    let link = VethLink::create(&LinkConfig {
+        queues: 4,
+        mtu: 9000,
+        ..LinkConfig::default()
+    })
+    .expect("veth link");
+    link.add_static_neighbours().unwrap();
+    let count = 64;
+    let run = |all_queues: &str| {
+        let mut rx = Helper::spawn(
+            &link.b,
+            "xdp-recv",
+            &[
+                ("IFNAME", link.b_if.clone()),
+                ("COUNT", count.to_string()),
+                ("TIMEOUT_MS", "3000".into()),
+                ("ALL_QUEUES", all_queues.into()),
+            ],
+        );
+        let ready = rx.expect("READY", Duration::from_secs(20));
+        let mut tx = Helper::spawn(
+            &link.a,
+            "udp-burst",
+            &[
+                ("ADDR", format!("{}:4791", link.b_ip)),
+                ("COUNT", count.to_string()),
+                ("SIZE", "4100".into()),
+            ],
+        );
+        tx.expect("SENT", Duration::from_secs(20));
+        tx.wait();
+        let mut got = 0;
+        let stats = loop {
+            let line = rx.expect("", Duration::from_secs(20));
+            if let Some(h) = line.strip_prefix("FRAME ") {
+                assert_eq!(
+                    h.len() / 2,
+                    14 + 20 + 8 + 12 + 4100 + 4,
+                    "whole frame joined"
+                );
+                got += 1;
+            } else if line.starts_with("STATS") {
+                break line;
+            }
+        };
+        rx.wait();
+        (ready, got, parse_stats(&stats), stats)
+    };
+    let (ready, got, s, stats) = run("1");
+    assert!(ready.contains("queues=[0, 1, 2, 3]"), "{ready}");
+    assert_eq!(got, count, "{stats}");
+    assert_eq!(s["no_socket"], 0, "{stats}");
+    // The same traffic with only queue 0 bound: flows hashed elsewhere miss the socket,
+    // which shows the flows really were spread over several queues.
+    let (ready, got, s, stats) = run("0");
+    assert!(ready.contains("queues=[0]"), "{ready}");
+    assert!(
+        s["no_socket"] > 0,
+        "all {count} flows landed on queue 0? {stats}"
+    );
+    assert_eq!(got as u64 + s["no_socket"], count as u64, "{stats}");
+}
+
+#[test]
 fn generic_attach_mode_works_and_is_reported() {
     if !common::privileged_or_skip("generic_attach_mode_works_and_is_reported") {
         return;
@@ -536,6 +606,7 @@ fn open_from_env() -> Result<XdpDriver, DriverError> {
         Ok("native") => AttachMode::Native,
         _ => AttachMode::Auto,
     };
+    cfg.all_queues = std::env::var("ALL_QUEUES").as_deref() != Ok("0");
     cfg.zero_copy = match std::env::var("ZERO_COPY").as_deref() {
         Ok("try") => ZeroCopy::Try,
         Ok("require") => ZeroCopy::Require,
@@ -572,11 +643,12 @@ fn helper() {
             };
             let info = d.info();
             say(format!(
-                "READY {} {:?} multi_buffer={} max_frame={}",
+                "READY {} {:?} multi_buffer={} max_frame={} queues={:?}",
                 info.mode,
                 info.xdp_attach,
                 d.multi_buffer(),
-                info.max_frame
+                info.max_frame,
+                d.queues()
             ));
             let count: usize = env("COUNT").parse().unwrap();
             let deadline =
@@ -626,6 +698,20 @@ fn helper() {
                 s.send(f).unwrap();
             }
             say(format!("SENT {}", frames.len()));
+        }
+        "udp-burst" => {
+            // One datagram from each of COUNT sockets: the kernel hashes each flow (ports)
+            // to a transmit queue, and veth delivers on the receive queue of that number.
+            let dst: std::net::SocketAddr = env("ADDR").parse().unwrap();
+            let count: usize = env("COUNT").parse().unwrap();
+            for i in 0..count {
+                let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+                let size: usize = std::env::var("SIZE")
+                    .map(|v| v.parse().unwrap())
+                    .unwrap_or(64);
+                s.send_to(&roce_payload(i as u8, size), dst).unwrap();
+            }
+            say(format!("SENT {count}"));
         }
         "tcp-server" => {
             let l = std::net::TcpListener::bind(("0.0.0.0", env("PORT").parse::<u16>().unwrap()))

@@ -5,10 +5,11 @@
 //! 2. load `bpf/xroce_xdp.c` (embedded) with libbpf and attach it through a BPF link
 //!    (native mode, else generic), so it leaves the interface when the driver is dropped or
 //!    the process dies; an XDP program already there is reported, never replaced;
-//! 3. create a UMEM of 4096-byte chunks and bind an AF_XDP socket to one receive queue, telling libxdp not to load a program of its own
+//! 3. create a UMEM of 4096-byte chunks and bind an AF_XDP socket to every receive queue
+//!    of the interface (they share the UMEM; the first one also transmits) to one receive queue, telling libxdp not to load a program of its own
 //!    (`XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD`); a bind that fails with EBUSY (the queue is still
 //!    held by a socket closed a moment ago) is retried until [`XdpConfig::bind_timeout`];
-//! 4. put the socket into the program's XSKMAP at that queue's index.
+//! 4. put each socket into the program's XSKMAP at its queue's index.
 //!
 //! Half of the UMEM frames go to the fill ring (the kernel copies received frames into them),
 //! half form a free list for transmission; completed transmissions come back through the
@@ -25,7 +26,7 @@ pub mod bpf;
 
 use std::io::Write;
 use std::num::NonZeroU32;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use xsk_rs::config::{
@@ -40,6 +41,9 @@ use super::{Driver, DriverError, DriverInfo, DriverMode, RxMeta, XdpStats};
 
 /// Bytes the kernel reserves in front of each received frame in a UMEM chunk.
 pub const XDP_PACKET_HEADROOM: usize = 256;
+
+/// Slots of the program's XSKMAP (`max_entries` in bpf/xroce_xdp.c).
+pub const XSKMAP_SLOTS: u32 = 64;
 
 /// Descriptor option: the frame continues in the next descriptor (multi-buffer).
 const XDP_PKT_CONTD: u32 = 1;
@@ -61,8 +65,11 @@ pub enum ZeroCopy {
 pub struct XdpConfig {
     /// The interface to attach to.
     pub ifname: String,
-    /// The receive queue to bind (RoCE arriving on other queues goes to the kernel and is
-    /// counted as `no_socket`).
+    /// Bind a socket on every receive queue of the interface (default), so RoCE is received
+    /// whichever queue the NIC's hashing puts it on.
+    pub all_queues: bool,
+    /// With `all_queues` off: the one receive queue to bind (RoCE arriving on other queues
+    /// goes to the kernel and is counted as `no_socket`).
     pub queue: u32,
     /// Zero-copy policy.
     pub zero_copy: ZeroCopy,
@@ -83,6 +90,7 @@ impl XdpConfig {
     pub fn new(ifname: impl Into<String>) -> Self {
         XdpConfig {
             ifname: ifname.into(),
+            all_queues: true,
             queue: 0,
             zero_copy: ZeroCopy::Never,
             attach: AttachMode::Auto,
@@ -136,22 +144,38 @@ pub fn check_privileges() -> Result<(), DriverError> {
     }
 }
 
-/// An AF_XDP socket on one receive queue plus the XDP program that feeds it.
-pub struct XdpDriver {
-    // Field order is drop order: first the program leaves the interface, then the socket
-    // (its rings) closes, then the UMEM is unmapped.
-    program: XdpProgram,
-    tx_q: TxQueue,
+/// The receive side of one bound AF_XDP socket.
+struct RxPath {
+    queue: u32,
     rx_q: RxQueue,
     fill_q: FillQueue,
+    /// Received chunks waiting to go back on this socket's fill ring.
+    fill_pending: Vec<FrameDesc>,
+    /// A multi-buffer frame being joined (its pieces arrive on one socket, in order).
+    partial: Vec<u8>,
+    /// Skipping the remaining pieces of an oversized frame.
+    discarding: bool,
+    /// The transmit side of a socket other than the first: unused, but it keeps the
+    /// socket open (xsk-rs closes a socket when its last ring handle is dropped).
+    _tx_side: Option<(TxQueue, CompQueue)>,
+}
+
+/// AF_XDP sockets on the interface's receive queues, sharing one UMEM, plus the XDP program
+/// that feeds them. The first socket also transmits.
+pub struct XdpDriver {
+    // Field order is drop order: first the program leaves the interface, then the sockets
+    // (their rings) close, then the UMEM is unmapped.
+    program: XdpProgram,
+    /// epoll set of all sockets, when there is more than one (the wait fd).
+    epoll: Option<OwnedFd>,
+    tx_q: TxQueue,
     comp_q: CompQueue,
+    rx: Vec<RxPath>,
     umem: Umem,
     /// Transmit frames we own and may write.
     tx_free: Vec<FrameDesc>,
     /// Written frames not yet on the TX ring.
     tx_pending: Vec<FrameDesc>,
-    /// Received frames waiting to go back on the fill ring.
-    fill_pending: Vec<FrameDesc>,
     /// Scratch descriptors for ring consumption.
     scratch: Vec<FrameDesc>,
     tx_ring_size: u32,
@@ -162,12 +186,10 @@ pub struct XdpDriver {
     /// Bytes of frame data per chunk.
     chunk_room: usize,
     multi_buffer: bool,
-    /// A multi-buffer frame being joined.
-    rx_partial: Vec<u8>,
     /// Multi-buffer frames dropped because they grew beyond `max_frame`.
     rx_oversized: u64,
-    /// Skipping the remaining pieces of an oversized frame.
-    rx_discarding: bool,
+    /// Receive path to look at first next time (round robin between queues).
+    next_rx: usize,
 }
 
 impl std::fmt::Debug for XdpDriver {
@@ -184,9 +206,8 @@ struct Bound {
     umem: Umem,
     descs: Vec<FrameDesc>,
     tx_q: TxQueue,
-    rx_q: RxQueue,
-    fill_q: FillQueue,
     comp_q: CompQueue,
+    rx: Vec<RxPath>,
 }
 
 fn io_source(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
@@ -202,6 +223,7 @@ fn io_source(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
 
 fn bind_once(
     cfg: &XdpConfig,
+    queues: &[u32],
     umem_cfg: UmemConfig,
     ring: QueueSize,
     zero_copy: bool,
@@ -218,6 +240,8 @@ fn bind_once(
     if multi_buffer {
         mode |= BindFlags::XDP_USE_SG;
     }
+    // Sockets after the first bind with XDP_SHARED_UMEM (libxdp does that) and inherit the
+    // first one's mode from the UMEM.
     let sock_cfg = SocketConfig::builder()
         .rx_queue_size(ring)
         .tx_queue_size(ring)
@@ -228,20 +252,75 @@ fn bind_once(
         .ifname
         .parse()
         .map_err(|_| (None, "interface name has a NUL byte".to_string()))?;
-    // Safety: this UMEM was created just above and is used by this one socket only, so the
-    // (interface, queue) pair is not already bound through it; INHIBIT_PROG_LOAD is set, as
-    // xsk-rs requires for shared UMEMs, so libxdp never touches XDP programs.
-    let (tx_q, rx_q, rings) = unsafe { xsk_rs::Socket::new(sock_cfg, &umem, &ifname, cfg.queue) }
-        .map_err(|e| (io_source(&e), format!("AF_XDP socket: {e}")))?;
-    let (fill_q, comp_q) = rings.ok_or((None, "libxdp returned no fill/completion ring".into()))?;
+    let mut primary = None;
+    let mut rx = Vec::with_capacity(queues.len());
+    for &queue in queues {
+        // Safety: this UMEM was created just above and each (interface, queue) pair is bound
+        // through it once; INHIBIT_PROG_LOAD is set, as xsk-rs requires for shared UMEMs, so
+        // libxdp never touches XDP programs.
+        let (tx_q, rx_q, rings) = unsafe { xsk_rs::Socket::new(sock_cfg, &umem, &ifname, queue) }
+            .map_err(|e| {
+            (
+                io_source(&e),
+                format!("AF_XDP socket on queue {queue}: {e}"),
+            )
+        })?;
+        let (fill_q, comp_q) =
+            rings.ok_or((None, "libxdp returned no fill/completion ring".into()))?;
+        let tx_side = if primary.is_none() {
+            primary = Some((tx_q, comp_q));
+            None
+        } else {
+            Some((tx_q, comp_q))
+        };
+        rx.push(RxPath {
+            queue,
+            rx_q,
+            fill_q,
+            fill_pending: Vec::new(),
+            partial: Vec::new(),
+            discarding: false,
+            _tx_side: tx_side,
+        });
+    }
+    let (tx_q, comp_q) = primary.ok_or((None, "no receive queue to bind".to_string()))?;
     Ok(Bound {
         umem,
         descs,
         tx_q,
-        rx_q,
-        fill_q,
         comp_q,
+        rx,
     })
+}
+
+/// One epoll descriptor that is readable when any of `fds` is.
+fn epoll_of(fds: &[RawFd]) -> Result<OwnedFd, DriverError> {
+    // Safety: epoll_create1 with a constant flag has no memory-safety preconditions.
+    let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if raw < 0 {
+        return Err(DriverError::io(
+            "creating an epoll set",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // Safety: `raw` is a fresh descriptor owned by nobody else.
+    let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+    for &fd in fds {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // Safety: `ev` is a valid epoll_event for the call; `fd` is an open socket that
+        // outlives the epoll set (the driver drops the set first).
+        let rc = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if rc < 0 {
+            return Err(DriverError::io(
+                "adding an AF_XDP socket to the epoll set",
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(epoll)
 }
 
 impl XdpDriver {
@@ -262,9 +341,17 @@ impl XdpDriver {
                 ),
             });
         }
-        if cfg.queue >= 64 {
+        let queues: Vec<u32> = if cfg.all_queues {
+            (0..iface.rx_queues.min(XSKMAP_SLOTS)).collect()
+        } else {
+            vec![cfg.queue]
+        };
+        if cfg.queue >= XSKMAP_SLOTS {
             return Err(DriverError::Config {
-                reason: format!("queue {} out of range (the XSKMAP has 64 slots)", cfg.queue),
+                reason: format!(
+                    "queue {} out of range (the XSKMAP has {XSKMAP_SLOTS} slots)",
+                    cfg.queue
+                ),
             });
         }
         if cfg.queue >= iface.rx_queues {
@@ -272,6 +359,16 @@ impl XdpDriver {
                 reason: format!(
                     "{} has {} receive queue(s); queue {} does not exist",
                     cfg.ifname, iface.rx_queues, cfg.queue
+                ),
+            });
+        }
+        let half = cfg.frame_count / 2;
+        if (half as usize) < queues.len() * 8 {
+            return Err(DriverError::Config {
+                reason: format!(
+                    "frame_count {} is too small for {} receive queues (8 receive chunks each)",
+                    cfg.frame_count,
+                    queues.len()
                 ),
             });
         }
@@ -284,7 +381,6 @@ impl XdpDriver {
         let mut multi_buffer = cfg
             .multi_buffer
             .unwrap_or_else(|| needs_multi_buffer(iface.mtu, frame_size));
-        let half = cfg.frame_count / 2;
         let ring = QueueSize::new(half).map_err(|e| DriverError::Config {
             reason: e.to_string(),
         })?;
@@ -311,7 +407,7 @@ impl XdpDriver {
         let mut attempts = 0u32;
         let bound = loop {
             attempts += 1;
-            match bind_once(cfg, umem_cfg, ring, zero_copy, multi_buffer) {
+            match bind_once(cfg, &queues, umem_cfg, ring, zero_copy, multi_buffer) {
                 Ok(b) => break b,
                 // Kernels before 6.6 have no multi-buffer AF_XDP: carry what fits one chunk.
                 Err((Some(libc::EOPNOTSUPP | libc::EINVAL), _))
@@ -332,22 +428,26 @@ impl XdpDriver {
                 Err((Some(libc::EBUSY), _)) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                Err((Some(libc::EBUSY), _)) => {
+                Err((Some(libc::EBUSY), what)) => {
                     return Err(DriverError::BindBusy {
                         ifname: cfg.ifname.clone(),
-                        queue: cfg.queue,
+                        queue: what
+                            .strip_prefix("AF_XDP socket on queue ")
+                            .and_then(|r| r.split(':').next())
+                            .and_then(|q| q.parse().ok())
+                            .unwrap_or(cfg.queue),
                         attempts,
                     })
                 }
                 Err((Some(errno), what)) => {
                     return Err(DriverError::io(
-                        format!("binding {what} on {} queue {}", cfg.ifname, cfg.queue),
+                        format!("binding {what} on {}", cfg.ifname),
                         std::io::Error::from_raw_os_error(errno),
                     ))
                 }
                 Err((None, what)) => {
                     return Err(DriverError::Io {
-                        context: format!("binding on {} queue {}", cfg.ifname, cfg.queue),
+                        context: format!("binding on {}", cfg.ifname),
                         source: std::io::Error::other(what),
                     })
                 }
@@ -357,22 +457,31 @@ impl XdpDriver {
             umem,
             mut descs,
             tx_q,
-            rx_q,
-            mut fill_q,
             comp_q,
+            mut rx,
         } = bound;
 
-        program.register_socket(cfg.queue, rx_q.fd().as_raw_fd())?;
+        for path in &rx {
+            program.register_socket(path.queue, path.rx_q.fd().as_raw_fd())?;
+        }
 
-        // First half of the chunks: receive buffers, all on the fill ring.
+        // The second half of the chunks transmits; the first half is split between the
+        // receive queues and put on their fill rings.
         let tx_free = descs.split_off(half as usize);
-        // Safety: these descriptors come from this UMEM, are owned by nobody else, and are
-        // not touched again until the RX ring hands them back.
-        let produced = unsafe { fill_q.produce(&descs) };
-        let fill_pending = if produced == descs.len() {
-            Vec::new()
+        let per_queue = descs.len() / rx.len();
+        for (path, chunk) in rx.iter_mut().zip(descs.chunks(per_queue)) {
+            // Safety: these descriptors come from this UMEM, are owned by nobody else, and
+            // are not touched again until this socket's RX ring hands them back.
+            let produced = unsafe { path.fill_q.produce(chunk) };
+            if produced != chunk.len() {
+                path.fill_pending.extend_from_slice(chunk);
+            }
+        }
+        let epoll = if rx.len() > 1 {
+            let fds: Vec<RawFd> = rx.iter().map(|p| p.rx_q.fd().as_raw_fd()).collect();
+            Some(epoll_of(&fds)?)
         } else {
-            descs
+            None
         };
 
         let chunk_room = frame_size as usize - XDP_PACKET_HEADROOM;
@@ -383,14 +492,13 @@ impl XdpDriver {
         };
         Ok(XdpDriver {
             program,
+            epoll,
             tx_q,
-            rx_q,
-            fill_q,
             comp_q,
+            rx,
             umem,
             tx_free,
             tx_pending: Vec::new(),
-            fill_pending,
             scratch: vec![FrameDesc::default(); 256],
             tx_ring_size: half,
             iface,
@@ -403,20 +511,22 @@ impl XdpDriver {
             frame_size,
             chunk_room,
             multi_buffer,
-            rx_partial: Vec::new(),
             rx_oversized: 0,
-            rx_discarding: false,
+            next_rx: 0,
         })
     }
 
     /// The XDP program's counters plus the socket's drop counters.
     pub fn xdp_stats(&self) -> Result<XdpStats, DriverError> {
         let mut stats = self.program.stats()?;
-        if let Ok(s) = self.rx_q.fd().xdp_statistics() {
-            stats.sock_rx_dropped = s.rx_dropped() + self.rx_oversized;
-            stats.sock_rx_ring_full = s.rx_ring_full();
-            stats.sock_fill_ring_empty = s.rx_fill_ring_empty_descs();
-            stats.sock_tx_invalid = s.tx_invalid_descs();
+        stats.sock_rx_dropped = self.rx_oversized;
+        for path in &self.rx {
+            if let Ok(s) = path.rx_q.fd().xdp_statistics() {
+                stats.sock_rx_dropped += s.rx_dropped();
+                stats.sock_rx_ring_full += s.rx_ring_full();
+                stats.sock_fill_ring_empty += s.rx_fill_ring_empty_descs();
+                stats.sock_tx_invalid += s.tx_invalid_descs();
+            }
         }
         Ok(stats)
     }
@@ -424,6 +534,11 @@ impl XdpDriver {
     /// UMEM chunk size in use.
     pub fn frame_size(&self) -> u32 {
         self.frame_size
+    }
+
+    /// The receive queues with a bound socket.
+    pub fn queues(&self) -> Vec<u32> {
+        self.rx.iter().map(|p| p.queue).collect()
     }
 
     /// Whether frames may span several chunks (`XDP_USE_SG`).
@@ -452,11 +567,14 @@ impl XdpDriver {
         }
         Ok(())
     }
+}
 
+impl RxPath {
+    /// Give received chunks back to the kernel; wake it if it asked.
     fn refill(&mut self) -> Result<(), DriverError> {
         if !self.fill_pending.is_empty() {
-            // Safety: these descriptors were consumed from the RX ring and are owned by us;
-            // after produce we do not touch them until the RX ring returns them.
+            // Safety: these descriptors were consumed from this socket's RX ring and are
+            // owned by us; after produce we do not touch them until the RX ring returns them.
             let n = unsafe { self.fill_q.produce(&self.fill_pending) };
             if n == self.fill_pending.len() {
                 self.fill_pending.clear();
@@ -468,6 +586,64 @@ impl XdpDriver {
                 .map_err(|e| DriverError::io("waking up the AF_XDP fill ring", e))?;
         }
         Ok(())
+    }
+
+    /// Deliver up to `max` frames from this socket; returns how many.
+    #[allow(clippy::too_many_arguments)]
+    fn recv(
+        &mut self,
+        umem: &Umem,
+        scratch: &mut [FrameDesc],
+        max: usize,
+        max_frame: usize,
+        oversized: &mut u64,
+        on_frame: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> Result<usize, DriverError> {
+        self.refill()?;
+        let meta = RxMeta {
+            icrc_verifiable: true,
+        };
+        let mut delivered = 0;
+        while delivered < max && self.fill_pending.is_empty() {
+            let want = (max - delivered).min(scratch.len());
+            // Safety: the RX ring fills our scratch descriptors with frames of this UMEM that
+            // the kernel has finished writing.
+            let n = unsafe { self.rx_q.consume(&mut scratch[..want]) };
+            if n == 0 {
+                break;
+            }
+            for desc in &scratch[..n] {
+                // Safety: the descriptor was just returned by the RX ring, so the kernel no
+                // longer writes this chunk; it goes back on the fill ring only below.
+                let data = unsafe { umem.data(desc) };
+                let continues = desc.options() & XDP_PKT_CONTD != 0;
+                if !continues && self.partial.is_empty() && !self.discarding {
+                    on_frame(data.contents(), meta);
+                    delivered += 1;
+                    continue;
+                }
+                // A multi-buffer frame: join its pieces.
+                if self.discarding {
+                    self.discarding = continues;
+                    continue;
+                }
+                if self.partial.len() + data.contents().len() > max_frame {
+                    *oversized += 1;
+                    self.partial.clear();
+                    self.discarding = continues;
+                    continue;
+                }
+                self.partial.extend_from_slice(data.contents());
+                if !continues {
+                    on_frame(&self.partial, meta);
+                    delivered += 1;
+                    self.partial.clear();
+                }
+            }
+            self.fill_pending.extend_from_slice(&scratch[..n]);
+            self.refill()?;
+        }
+        Ok(delivered)
     }
 }
 
@@ -546,63 +722,38 @@ impl Driver for XdpDriver {
         max: usize,
         on_frame: &mut dyn FnMut(&[u8], RxMeta),
     ) -> Result<usize, DriverError> {
-        self.refill()?;
+        let n = self.rx.len();
         let mut delivered = 0;
-        while delivered < max && self.fill_pending.is_empty() {
-            let want = (max - delivered).min(self.scratch.len());
-            // Safety: the RX ring fills our scratch descriptors with frames of this UMEM that
-            // the kernel has finished writing.
-            let n = unsafe { self.rx_q.consume(&mut self.scratch[..want]) };
-            if n == 0 {
-                break;
-            }
-            let meta = RxMeta {
-                icrc_verifiable: true,
-            };
-            for desc in &self.scratch[..n] {
-                // Safety: the descriptor was just returned by the RX ring, so the kernel no
-                // longer writes this chunk; it goes back on the fill ring only below.
-                let data = unsafe { self.umem.data(desc) };
-                let continues = desc.options() & XDP_PKT_CONTD != 0;
-                if !continues && self.rx_partial.is_empty() {
-                    on_frame(data.contents(), meta);
-                    delivered += 1;
-                    continue;
-                }
-                // A multi-buffer frame: join its pieces.
-                if self.rx_discarding {
-                    self.rx_discarding = continues;
-                    continue;
-                }
-                if self.rx_partial.len() + data.contents().len() > self.max_frame {
-                    self.rx_oversized += 1;
-                    self.rx_partial.clear();
-                    self.rx_discarding = continues;
-                    continue;
-                }
-                self.rx_partial.extend_from_slice(data.contents());
-                if !continues {
-                    on_frame(&self.rx_partial, meta);
-                    delivered += 1;
-                    self.rx_partial.clear();
-                }
-            }
-            self.fill_pending.extend_from_slice(&self.scratch[..n]);
-            self.refill()?;
+        for i in 0..n {
+            let path = &mut self.rx[(self.next_rx + i) % n];
+            delivered += path.recv(
+                &self.umem,
+                &mut self.scratch,
+                max - delivered,
+                self.max_frame,
+                &mut self.rx_oversized,
+                on_frame,
+            )?;
         }
+        self.next_rx = (self.next_rx + 1) % n;
         Ok(delivered)
     }
 
     fn wait_fd(&self) -> Option<RawFd> {
-        Some(self.rx_q.fd().as_raw_fd())
+        Some(match &self.epoll {
+            Some(epoll) => epoll.as_raw_fd(),
+            None => self.rx[0].rx_q.fd().as_raw_fd(),
+        })
     }
 
     fn info(&self) -> DriverInfo {
-        let note = (self.iface.rx_queues > 1).then(|| {
+        let note = (self.iface.rx_queues as usize > self.rx.len()).then(|| {
             format!(
-                "{} has {} receive queues; only queue {} is bound: RoCE arriving on others \
-                 is counted as no_socket and left to the kernel",
-                self.iface.name, self.iface.rx_queues, 0
+                "{} has {} receive queues; only {:?} bound: RoCE arriving on others is \
+                 counted as no_socket and left to the kernel",
+                self.iface.name,
+                self.iface.rx_queues,
+                self.queues()
             )
         });
         DriverInfo {
