@@ -178,10 +178,31 @@ impl OutPacket {
     }
 }
 
+/// Hasher for QPN keys: QPNs are small distinct integers, so one multiply spreads them well
+/// enough and costs far less than SipHash on every received packet.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct QpnHasher(u64);
+
+impl std::hash::Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = (self.0 ^ v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type QpMap = HashMap<u32, Qp, std::hash::BuildHasherDefault<QpnHasher>>;
+
 /// The transport engine of one device. See the module docs for the calling order.
 pub struct Engine {
     sh: Shared,
-    qps: HashMap<u32, Qp>,
+    qps: QpMap,
     pds: Vec<bool>,
     next_qpn: u32,
     /// QPs that may have a packet to send, round robin.
@@ -212,7 +233,7 @@ impl Engine {
                 scratch: vec![0; 4096],
                 ip_ident: 0,
             },
-            qps: HashMap::new(),
+            qps: QpMap::default(),
             pds: Vec::new(),
             // rxe numbers QPs from 17 (0 and 1 are the special QPs).
             next_qpn: 0x11,
