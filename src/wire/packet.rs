@@ -79,8 +79,8 @@ impl<'a> PacketRepr<'a> {
         }
     }
 
-    /// A CNP for `dest_qp` (Annex A17.9.2: BTH with opcode 0x81, PSN 0, FECN/BECN clear,
-    /// 16 zero bytes, ICRC; rxe and hardware set BECN on CNPs, so it is set here).
+    /// A CNP telling the sender's QP `dest_qp` to slow down (Annex A17.9.2): BTH with opcode
+    /// 0x81, PSN 0 and BECN set, then 16 reserved zero bytes (the ICRC follows in the frame).
     pub fn cnp(dest_qp: u32, pkey: u16) -> PacketRepr<'static> {
         static BODY: [u8; CNP_BODY_LEN] = [0; CNP_BODY_LEN];
         let mut p = PacketRepr::new(Opcode::CNP, dest_qp);
