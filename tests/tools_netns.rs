@@ -128,6 +128,14 @@ fn pingpong_rc_and_ud_over_af_xdp() {
     assert!(client.contains("4096000 bytes in"), "{client}");
     assert!(server.contains("500 iters in"), "{server}");
     assert!(!server.contains("invalid data"), "{server}");
+    // -e: both sides sleep on their completion channels.
+    let (_, client) = pair(
+        &link,
+        &["pingpong", "-e", "-n", "200"],
+        &["pingpong", "-e", "-n", "200"],
+        60,
+    );
+    assert!(client.contains("200 iters in"), "{client}");
     // Bigger than the path MTU (multi-packet SENDs) and 1 byte.
     for size in ["65536", "1"] {
         let (_, client) = pair(

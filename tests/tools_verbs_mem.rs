@@ -26,6 +26,7 @@ fn spec(rc: bool, buf_len: usize, send: u32, recv: u32) -> EndpointSpec {
         max_send_wr: send,
         max_recv_wr: recv,
         driver: DriverChoice::Xdp,
+        events: false,
     }
 }
 
@@ -36,7 +37,8 @@ fn endpoint(dev: &Device, s: &EndpointSpec) -> Box<dyn ToolEndpoint> {
 
 fn pingpong_over(opts: PingpongOptions, loss: f64) -> (String, String) {
     let (a, b, _link) = devices(loss);
-    let s = spec(!opts.ud, pingpong::buffer_len(&opts), 2, opts.rx_depth);
+    let mut s = spec(!opts.ud, pingpong::buffer_len(&opts), 2, opts.rx_depth);
+    s.events = opts.events;
     let (mut ea, mut eb) = (endpoint(&a, &s), endpoint(&b, &s));
     let (sa, sb) = UnixStream::pair().unwrap();
     let o2 = opts.clone();
@@ -74,6 +76,18 @@ fn rc_pingpong_over_verbs() {
     assert!(client.contains("remote address: LID 0x0000"), "{client}");
     assert!(client.contains("2457600 bytes in"), "{client}");
     assert!(!server.contains("invalid data"), "{server}");
+}
+
+#[test]
+fn rc_pingpong_with_events_sleeps_on_the_completion_channel() {
+    let opts = PingpongOptions {
+        iters: 200,
+        rx_depth: 20,
+        events: true,
+        ..Default::default()
+    };
+    let (_, client) = pingpong_over(opts, 0.0);
+    assert!(client.contains("200 iters in"), "{client}");
 }
 
 #[test]

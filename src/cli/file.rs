@@ -120,6 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 max_send_wr: 2 * opts.slots as u32 + 2,
                 max_recv_wr: opts.slots as u32 + 1,
                 driver: common.driver,
+                events: false,
             };
             let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
             let mut stream = setup::connect(&host, common.port, Duration::from_secs(10))?;
@@ -161,6 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 max_send_wr: opts.slots as u32 + 1,
                 max_recv_wr: opts.slots as u32 + 1,
                 driver: common.driver,
+                events: false,
             };
             let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
             let mut stream = setup::accept_one(common.port)?;

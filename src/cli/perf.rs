@@ -201,6 +201,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         max_send_wr: opts.tx_depth.max(2),
         max_recv_wr: opts.rx_depth.max(2),
         driver: args.driver,
+        events: false,
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, opts.num_qps)?;
     let info0 = eps[0].local();

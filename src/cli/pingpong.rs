@@ -48,7 +48,7 @@ pub struct Args {
     /// Service level.
     #[arg(short = 'l', long = "sl", default_value_t = 0)]
     pub sl: u8,
-    /// Sleep on CQ events instead of busy polling (accepted; xroce polls its CQ).
+    /// Sleep on CQ events (completion channel) instead of busy polling.
     #[arg(short = 'e', long = "events")]
     pub events: bool,
     /// Local GID index (RoCE needs one; default: the first IPv4 GID, usually 1).
@@ -100,6 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         sl: args.sl,
         validate: args.chk,
         ud: args.ud,
+        events: args.events,
         stall_timeout: Duration::from_secs(30),
     };
     if opts.size == 0 {
@@ -111,6 +112,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         max_send_wr: 1,
         max_recv_wr: args.rx_depth,
         driver: args.driver,
+        events: args.events,
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
     let ep = eps[0].as_mut();

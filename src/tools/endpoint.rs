@@ -191,6 +191,13 @@ pub trait ToolEndpoint: Send {
     fn write_local(&mut self, offset: usize, data: &[u8]) -> anyhow::Result<()>;
     /// Copy from the local buffer at `offset` into `out`.
     fn read_local(&self, offset: usize, out: &mut [u8]) -> anyhow::Result<()>;
+    /// Sleep until a completion may be ready or `timeout` passes (`-e`: the CQ is armed and
+    /// its completion channel waited on, as `ibv_req_notify_cq` + `ibv_get_cq_event`).
+    /// The default returns at once: callers then simply poll again.
+    fn wait_completion(&mut self, timeout: std::time::Duration) -> anyhow::Result<()> {
+        let _ = timeout;
+        Ok(())
+    }
 }
 
 /// Polls until one completion arrives or `deadline` passes (a stuck peer is an error, not

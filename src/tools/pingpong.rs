@@ -33,6 +33,8 @@ pub struct PingpongOptions {
     pub validate: bool,
     /// UD instead of RC.
     pub ud: bool,
+    /// Sleep on the completion channel instead of busy polling (`-e`).
+    pub events: bool,
     /// How long to wait for any single completion before giving up.
     pub stall_timeout: Duration,
 }
@@ -47,6 +49,7 @@ impl Default for PingpongOptions {
             sl: 0,
             validate: false,
             ud: false,
+            events: false,
             stall_timeout: Duration::from_secs(30),
         }
     }
@@ -174,7 +177,11 @@ pub fn run<S: Read + Write, F: FnOnce() -> anyhow::Result<S>>(
                     opts.stall_timeout
                 );
             }
-            std::hint::spin_loop();
+            if opts.events {
+                ep.wait_completion(Duration::from_millis(100))?;
+            } else {
+                std::hint::spin_loop();
+            }
             continue;
         }
         last_progress = Instant::now();

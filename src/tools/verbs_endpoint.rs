@@ -7,9 +7,9 @@ use crate::tools::endpoint::{
     ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
 };
 use crate::verbs::{
-    Access, AddressHandle, AhAttr, Cq, Device, DeviceConfig, DriverKind, Mr, Mtu, Pd, ProgressMode,
-    Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, RecvWr, SendFlags, SendWr, UdDest, Wc,
-    WcOpcode, WcStatus, WrOp,
+    Access, AddressHandle, AhAttr, CompletionChannel, Cq, Device, DeviceConfig, DriverKind, Mr,
+    Mtu, Pd, ProgressMode, Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, RecvWr, SendFlags,
+    SendWr, UdDest, Wc, WcOpcode, WcStatus, WrOp,
 };
 
 /// Which frame driver an endpoint uses.
@@ -35,6 +35,8 @@ pub struct EndpointSpec {
     pub max_recv_wr: u32,
     /// Frame driver.
     pub driver: DriverChoice,
+    /// Give the CQ a completion channel so [`ToolEndpoint::wait_completion`] can sleep.
+    pub events: bool,
 }
 
 /// One QP, its CQ and its registered buffer on a verbs [`Device`].
@@ -47,6 +49,9 @@ pub struct VerbsEndpoint {
     sgid_index: u8,
     gid: Gid,
     ud_dest: Option<(AddressHandle, u32, u32)>,
+    channel: Option<CompletionChannel>,
+    /// Completions taken while checking the CQ after arming it (`wait_completion`).
+    early: std::collections::VecDeque<Wc>,
 }
 
 /// Access the tools grant their peers: everything perftest and the file transfer need.
@@ -62,7 +67,12 @@ impl VerbsEndpoint {
     ) -> anyhow::Result<Self> {
         let gid = device.query_gid(sgid_index)?;
         let depth = (spec.max_send_wr + spec.max_recv_wr + 16).max(64);
-        let cq = device.create_cq(depth, None)?;
+        let channel = if spec.events {
+            Some(device.create_comp_channel()?)
+        } else {
+            None
+        };
+        let cq = device.create_cq(depth, channel.as_ref())?;
         let mut init = if spec.rc {
             QpInitAttr::rc(&cq, &cq)
         } else {
@@ -92,6 +102,8 @@ impl VerbsEndpoint {
             sgid_index: sgid_index as u8,
             gid,
             ud_dest: None,
+            channel,
+            early: Default::default(),
         })
     }
 }
@@ -246,6 +258,11 @@ impl ToolEndpoint for VerbsEndpoint {
     fn poll(&mut self, out: &mut Vec<ToolWc>, max: usize) -> anyhow::Result<usize> {
         let mut n = 0;
         while n < max {
+            if let Some(wc) = self.early.pop_front() {
+                out.push(tool_wc(&wc));
+                n += 1;
+                continue;
+            }
             let Some(wc) = self.cq.poll_one()? else { break };
             out.push(tool_wc(&wc));
             n += 1;
@@ -255,6 +272,24 @@ impl ToolEndpoint for VerbsEndpoint {
 
     fn write_local(&mut self, offset: usize, data: &[u8]) -> anyhow::Result<()> {
         Ok(self.mr.write(offset, data)?)
+    }
+
+    fn wait_completion(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let Some(channel) = &self.channel else {
+            return Ok(());
+        };
+        // Arm first, then wait: a completion that arrived before arming is found by the
+        // caller's next poll; one after it raises the event.
+        self.cq.req_notify(false)?;
+        if let Some(wc) = self.cq.poll_one()? {
+            // Arrived before the arm: no event will come for it.
+            self.early.push_back(wc);
+            return Ok(());
+        }
+        match channel.get_cq_event(Some(timeout)) {
+            Ok(_) | Err(crate::verbs::VerbsError::Timeout(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn read_local(&self, offset: usize, out: &mut [u8]) -> anyhow::Result<()> {
