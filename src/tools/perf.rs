@@ -321,7 +321,6 @@ impl<'a> PerfRunner<'a> {
         let mut sig_n = vec![0u64; n_qps];
         let mut posted_t: Vec<f64> = Vec::new();
         let mut completed_t: Vec<f64> = Vec::new();
-        let mut qp_of_msg: Vec<(usize, u64)> = Vec::new();
         let mut index_of: Vec<Vec<usize>> = vec![Vec::new(); n_qps];
         let start = Instant::now();
         let mut wcs = Vec::with_capacity(16);
@@ -350,8 +349,8 @@ impl<'a> PerfRunner<'a> {
                     };
                     posted_t.push(start.elapsed().as_secs_f64() * 1e6);
                     completed_t.push(f64::NAN);
-                    index_of[q].push(qp_of_msg.len());
-                    qp_of_msg.push((q, k));
+                    // Position of this message in the post/complete time arrays.
+                    index_of[q].push(posted_t.len() - 1);
                     self.eps[q].post_send(&wr)?;
                     posted_n[q] += 1;
                 }
