@@ -257,8 +257,9 @@ capture() {
     start)
       [ ! -e "$pidf" ] || lab_die "capture '$name' is already running"
       # -U: write each packet as it arrives, so a killed run still leaves a readable file.
-      # `ip netns exec` execs tcpdump, so $! is tcpdump's own PID.
-      ip netns exec "$LAB_NS" tcpdump -i br0 -U -s 0 -w "$pcap" 'udp port 4791 or tcp' \
+      # `ip netns exec` execs tcpdump, so $! is tcpdump's own PID. -B: a 64 MiB ring, so bursts
+      # (READ retransmission storms reach 300k frames) are not dropped.
+      ip netns exec "$LAB_NS" tcpdump -i br0 -B 65536 -U -s 0 -w "$pcap" 'udp port 4791 or tcp' \
         >"$rd/logs/tcpdump-$name.log" 2>&1 </dev/null &
       echo $! >"$pidf"
       # tcpdump prints "listening on" once the capture is really running.
@@ -269,11 +270,21 @@ capture() {
     stop)
       [ -e "$pidf" ] || lab_die "no capture '$name' running"
       local pid; pid=$(cat "$pidf")
-      # tcpdump flushes and closes the file on SIGTERM... give in-flight frames a moment.
-      sleep 0.3
+      # The kernel hands packets to tcpdump in ring blocks, a block at the latest 1 s after its
+      # first packet; tcpdump writes what it was handed and exits on SIGTERM. Waiting 1.2 s
+      # first means no packet is still sitting in an unfinished block.
+      sleep 1.2
       stop_pid "$pid" tcpdump
       rm -f "$pidf"
-      echo "$pcap" ;;
+      echo "$pcap"
+      # tcpdump's exit statistics: a capture that lost packets cannot vouch for every frame.
+      local log=$rd/logs/tcpdump-$name.log captured received dropped
+      captured=$(sed -n 's/^\([0-9]*\) packets\{0,1\} captured.*/\1/p' "$log")
+      received=$(sed -n 's/^\([0-9]*\) packets\{0,1\} received by filter.*/\1/p' "$log")
+      dropped=$(sed -n 's/^\([0-9]*\) packets\{0,1\} dropped by kernel.*/\1/p' "$log")
+      if [ -z "$captured" ] || [ "$captured" != "$received" ] || [ "${dropped:-0}" != 0 ]; then
+        lab_die "capture '$name' is incomplete: tcpdump captured ${captured:-?} of ${received:-?} packets, ${dropped:-?} dropped by the kernel ($log)"
+      fi ;;
     *) lab_die "capture start|stop NAME" ;;
   esac
 }
