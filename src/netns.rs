@@ -219,7 +219,17 @@ impl Netns {
         sweep_stale();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("{NETNS_PREFIX}{tag}-p{}-{n}", std::process::id());
-        ip(&["netns", "add", &name])?;
+        // `ip netns add` sets up /run/netns on first use; concurrent first uses can race,
+        // so try again briefly before giving up.
+        let mut attempt = 0;
+        while let Err(e) = ip(&["netns", "add", &name]) {
+            attempt += 1;
+            if attempt >= 5 || matches!(e, NetnsError::NotRoot | NetnsError::IpMissing) {
+                return Err(e);
+            }
+            let _ = ip(&["netns", "delete", &name]);
+            std::thread::sleep(std::time::Duration::from_millis(20 * attempt));
+        }
         let ns = Netns { name };
         ns.ip(&["link", "set", "lo", "up"])?;
         Ok(ns)
