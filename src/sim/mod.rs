@@ -360,25 +360,25 @@ impl Network {
             self.stats.reordered += 1;
             tag = "DELAYED";
             extra = d;
-        } else if self.rng.gen_bool(self.link.loss.clamp(0.0, 1.0)) {
+        } else if self.rng.gen_bool(self.link.loss.min(1.0).max(0.0)) {
             self.stats.lost += 1;
             tag = "LOST";
             copies = 0;
         } else {
-            if self.rng.gen_bool(self.link.corrupt.clamp(0.0, 1.0))
+            if self.rng.gen_bool(self.link.corrupt.min(1.0).max(0.0))
                 && corrupt(&mut frame, &mut self.rng)
             {
                 self.stats.corrupted += 1;
                 tag = "CORRUPTED";
             }
-            if self.rng.gen_bool(self.link.duplicate.clamp(0.0, 1.0)) {
+            if self.rng.gen_bool(self.link.duplicate.min(1.0).max(0.0)) {
                 self.stats.duplicated += 1;
                 copies = 2;
                 if tag.is_empty() {
                     tag = "DUPLICATED";
                 }
             }
-            if self.rng.gen_bool(self.link.reorder.clamp(0.0, 1.0)) {
+            if self.rng.gen_bool(self.link.reorder.min(1.0).max(0.0)) {
                 self.stats.reordered += 1;
                 let max = self.link.reorder_delay.as_nanos().max(1) as u64;
                 extra = Duration::from_nanos(self.rng.gen_range(1..=max));

@@ -575,8 +575,8 @@ fn post_op(
         // Mostly small, sometimes large, sometimes zero.
         _ => match rng.gen_range(0..10) {
             0 => 0,
-            1..=5 => rng.gen_range(1..=cfg.max_size.min(256)),
-            _ => rng.gen_range(1..=cfg.max_size),
+            1..=5 => rng.gen_range(1..=cfg.max_size.clamp(1, 256)),
+            _ => rng.gen_range(1..=cfg.max_size.max(1)),
         },
     };
     let mut data = vec![0u8; len as usize];
