@@ -1065,3 +1065,26 @@ fn sq_drain_raises_an_event_once_outstanding_wrs_complete() {
     let wcs = p.run_for_completions(1, SEC);
     assert_eq!(statuses(&wcs), vec![(2, WcStatus::Success)]);
 }
+
+#[test]
+fn a_long_read_stream_after_a_gap_does_not_trigger_more_retries() {
+    // 3000 response packets; the 10th is lost. The responder keeps streaming the rest before
+    // it serves the retry (as rxe does); the requester must not time out meanwhile.
+    let mut p = Pair::new(PairOptions {
+        mtu: Mtu::Mtu256,
+        timeout: 4, // 65 us: far shorter than the stream
+        mr_len: 1 << 20,
+        ..PairOptions::default()
+    });
+    let rdata = fill(&mut p, false, 0, 3000 * 256, 29);
+    let op = read_op(&p, 0);
+    let s = p.sge_a(0, 3000 * 256);
+    p.post_a(1, op, vec![s]);
+    p.net.set_filter(drop_nth(10, |f| f.from == 1));
+    let wcs = p.run_for_completions(1, SEC);
+    assert_eq!(statuses(&wcs), vec![(1, WcStatus::Success)]);
+    assert_eq!(read_mem(&mut p, true, 0, 3000 * 256), rdata);
+    let c = p.a().counters().clone();
+    assert_eq!(c.local_ack_timeout_err, 0, "{c:?}");
+    assert_eq!(c.completer_retry_err, 1);
+}

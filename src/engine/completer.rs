@@ -231,6 +231,11 @@ fn read_response(
         if psn.is_after(expected) {
             // A response packet was lost: retry the READ from the first missing one.
             gap_retry(qp, sh, now, expected);
+            // The responder is alive and still streaming the old responses; like rxe it
+            // may finish that stream before it serves the retry, so each such packet
+            // restarts the ACK timer instead of letting it fire and queue more retries
+            // (each of which would make the responder replay the whole rest again).
+            qp.req.retrans_deadline = local_ack_timeout(qp.attr.timeout).map(|t| now + t);
         }
         return;
     }
