@@ -932,6 +932,29 @@ fn interop_with_rxe() {
     let xroce = work.join("xroce");
     fs::copy(env!("CARGO_BIN_EXE_xroce"), &xroce).expect("cannot copy the xroce binary");
 
+    // With a build directory shared between checkouts, CARGO_BIN_EXE_xroce can be a binary
+    // built from another tree, with other lab scripts: refuse to test those.
+    let scripts = work.join("scripts");
+    let out = Command::new(&xroce)
+        .args(["lab", "scripts"])
+        .arg(&scripts)
+        .output()
+        .expect("cannot run xroce lab scripts");
+    assert!(out.status.success(), "xroce lab scripts failed");
+    for (name, ours) in [
+        ("lab.sh", include_str!("../lab/lab.sh")),
+        ("common.sh", include_str!("../lab/common.sh")),
+        ("guestctl.py", include_str!("../lab/guestctl.py")),
+    ] {
+        let theirs = fs::read_to_string(scripts.join(name)).unwrap_or_default();
+        assert!(
+            theirs == ours,
+            "{} embeds a different lab/{name} than this checkout: it was built from another \
+             tree (shared CARGO_TARGET_DIR?); rebuild it from this one",
+            env!("CARGO_BIN_EXE_xroce")
+        );
+    }
+
     let t0 = Instant::now();
     let mut lab = Lab::up(xroce, format!("xrl{}", std::process::id()), 2);
     // Cases run in table order, except that MTU 9000 cases come last (one MTU switch).
