@@ -257,6 +257,8 @@ fn read_response(
         return;
     }
     w.read_done_pkts += 1;
+    // The retried READ's responses flow again: the WQEs behind it may be resent.
+    qp.req.retry_hold = None;
     if ends {
         complete_front(qp, sh);
     }
@@ -289,6 +291,7 @@ fn atomic_ack(qp: &mut Qp, sh: &mut Shared, now: Duration, pkt: &PacketRepr<'_>)
         fail_qp(qp, sh, WcStatus::LocProtErr);
         return;
     }
+    qp.req.retry_hold = None;
     complete_front(qp, sh);
     advance_una(qp, psn.wrapping_add(1));
     progressed(qp, now);
@@ -302,6 +305,26 @@ fn gap_retry(qp: &mut Qp, sh: &mut Shared, now: Duration, psn: Psn) {
     }
     retry(qp, sh, now, psn);
     qp.req.gap_retry_at = Some(psn);
+    hold_behind_retried_read(qp);
+}
+
+/// After a retry that resumes inside a READ or ATOMIC whose responses broke off, hold back
+/// the WQEs behind it. The responder answers strictly in PSN order (IBTA 9.7.5.1.5, as rxe
+/// does): whatever it still owes for the later requests comes before the replay and is
+/// discarded here, and duplicates of the later requests sent now would only queue more
+/// responses to discard. They are resent once the retried operation's responses flow
+/// again (`retry_hold` is cleared by the first response placed in order), or by the next
+/// retry if they do not.
+fn hold_behind_retried_read(qp: &mut Qp) {
+    if !matches!(qp.state(), QpState::Rts | QpState::Sqd) {
+        return;
+    }
+    let Some(w) = qp.sq.get(qp.req.send_idx) else {
+        return;
+    };
+    if w.op.is_read_or_atomic() && w.first_psn.is_some() {
+        qp.req.retry_hold = w.last_psn().map(|l| l.wrapping_add(1));
+    }
 }
 
 /// Go-back-N from `psn`, spending one transport retry (7 = infinite, as rxe treats it).
@@ -315,6 +338,7 @@ fn retry(qp: &mut Qp, sh: &mut Shared, now: Duration, psn: Psn) {
         qp.req.retry_left -= 1;
     }
     sh.counters.completer_retry_err += 1;
+    qp.req.retry_hold = None;
     go_back(qp, psn);
     qp.req.retrans_deadline = local_ack_timeout(qp.attr.timeout).map(|t| now + t);
 }
@@ -361,6 +385,7 @@ pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut Shared, now: Duration) -> bool
             sh.counters.local_ack_timeout_err += 1;
             let una = qp.req.una;
             retry(qp, sh, now, una);
+            hold_behind_retried_read(qp);
             woke = true;
         } else {
             qp.req.retrans_deadline = None;

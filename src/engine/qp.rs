@@ -70,6 +70,12 @@ pub(crate) struct Requester {
     /// A retry from this PSN was started by a gap in the responses (or an implied NAK);
     /// further evidence of the same gap does not start another (as rxe's `started_retry`).
     pub gap_retry_at: Option<Psn>,
+    /// A READ/ATOMIC is being retried after its responses broke off: request packets at or
+    /// after this PSN (the WQEs behind it, already sent once) wait until the retried
+    /// operation's responses flow again, so the responder is not handed a flood of duplicate
+    /// requests whose answers would queue behind it and be discarded (IBTA 9.7.5.1.5 and
+    /// C9-178 allow resending them later).
+    pub retry_hold: Option<Psn>,
 }
 
 /// An operation in the middle of a multi-packet message at the responder.

@@ -167,6 +167,17 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Optio
             return None;
         }
     }
+    // A READ/ATOMIC is being retried: the WQEs behind it wait for its responses
+    // (completer::hold_behind_retried_read).
+    if let Some(hold) = qp.req.retry_hold {
+        let psn = match wqe.first_psn {
+            Some(first) => first.wrapping_add(qp.req.send_pkt),
+            None => qp.req.next_psn,
+        };
+        if !psn.is_before(hold) {
+            return None;
+        }
+    }
     let npkts = match wqe.op {
         WrOp::CompareSwap { .. } | WrOp::FetchAdd { .. } => 1,
         _ => qp.packets_for(wqe.len),

@@ -514,11 +514,7 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &PacketRepr<'_>, kind: Kind) {
                 sh.counters.drops.stale_duplicate += 1;
                 return;
             }
-            // Replace any queued stream for the same READ: the requester wants this one.
-            qp.resp.responses.retain(|r| {
-                !matches!(r, Response::Read { va: v, rkey: k2, .. }
-                    if *k2 == rkey && *v >= va && *v < va + len.max(1) as u64)
-            });
+            abandon_responses_from(qp, psn);
             queue(
                 qp,
                 sh,
@@ -539,11 +535,34 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &PacketRepr<'_>, kind: Kind) {
             });
             match found {
                 // Return the saved result; never execute an atomic twice (C9-152).
-                Some((orig, msn)) => queue(qp, sh, Response::AtomicAck { psn, orig, msn }),
+                Some((orig, msn)) => {
+                    abandon_responses_from(qp, psn);
+                    queue(qp, sh, Response::AtomicAck { psn, orig, msn })
+                }
                 None => sh.counters.drops.stale_duplicate += 1,
             }
         }
     }
+}
+
+/// A duplicate READ/ATOMIC at `psn` came in: the requester went back to `psn`, so it has
+/// everything before and will discard every response at or after it that is still queued
+/// here (the rest of the same READ, later READs, later atomic ACKs). Drop those so the
+/// replay goes out at once; the requester resends the later requests it still needs and
+/// they are answered again from the saved resources (IBTA 9.7.5.1.5, C9-178). ACKs and
+/// NAKs stay (they are small and acknowledge the SEND/WRITEs before them).
+fn abandon_responses_from(qp: &mut Qp, psn: Psn) {
+    let mtu = qp.mtu();
+    qp.resp.responses.retain(|r| match *r {
+        Response::Read {
+            psn: first, len, ..
+        } => {
+            let last = first.wrapping_add(len.div_ceil(mtu).max(1) - 1);
+            last.is_before(psn)
+        }
+        Response::AtomicAck { psn: p, .. } => p.is_before(psn),
+        Response::Ack { .. } => true,
+    });
 }
 
 /// The next ACK, NAK, atomic ACK or READ response packet of this QP.

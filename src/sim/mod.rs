@@ -156,6 +156,10 @@ pub struct Network {
     /// retransmissions in the trace).
     high_psn: std::collections::HashMap<(usize, u32), Psn>,
     buf: Vec<u8>,
+    /// Transmit queue bound (see [`Network::set_tx_queue_limit`]).
+    tx_queue_limit: Option<Duration>,
+    /// Per direction: the last flush stopped at the queue bound.
+    tx_blocked: [bool; 2],
 }
 
 /// Endpoint names in traces.
@@ -178,6 +182,8 @@ impl Network {
             filter: None,
             high_psn: Default::default(),
             buf: vec![0; MAX_FRAME_LEN],
+            tx_queue_limit: None,
+            tx_blocked: [false; 2],
         }
     }
 
@@ -203,6 +209,14 @@ impl Network {
     /// Install a per-frame filter that can drop, duplicate or delay chosen frames.
     pub fn set_filter(&mut self, filter: impl FnMut(&FrameInfo<'_>) -> Verdict + 'static) {
         self.filter = Some(Box::new(filter));
+    }
+
+    /// Bound each endpoint's transmit queue, like a NIC ring: frames are taken from an
+    /// engine only while less than `limit` of serialization time is queued on its side of
+    /// the link. `None` (the default) takes every frame at once, so a multi-MiB READ
+    /// response is entirely on the wire before any request that follows it is seen.
+    pub fn set_tx_queue_limit(&mut self, limit: Option<Duration>) {
+        self.tx_queue_limit = limit;
     }
 
     /// Remove the filter.
@@ -246,7 +260,17 @@ impl Network {
     /// Move every frame the engines want to send onto the link.
     pub fn flush_transmit(&mut self) {
         for from in 0..2 {
-            while let Some(n) = self.engines[from].poll_transmit(self.now, &mut self.buf) {
+            self.tx_blocked[from] = false;
+            loop {
+                if let Some(limit) = self.tx_queue_limit {
+                    if self.busy_until[from] > self.now + limit {
+                        self.tx_blocked[from] = true;
+                        break;
+                    }
+                }
+                let Some(n) = self.engines[from].poll_transmit(self.now, &mut self.buf) else {
+                    break;
+                };
                 let frame = self.buf[..n].to_vec();
                 self.put_on_link(from, frame);
             }
@@ -256,7 +280,16 @@ impl Network {
     /// The next time something happens (a frame arrives or a timer fires).
     pub fn next_event(&self) -> Option<Duration> {
         let link = self.in_flight.peek().map(|r| r.0.at);
-        let timers = self.engines.iter().filter_map(|e| e.poll_timeout()).min();
+        let mut timers = self.engines.iter().filter_map(|e| e.poll_timeout()).min();
+        if let Some(limit) = self.tx_queue_limit {
+            // A blocked transmit queue has room again once it drained below the bound.
+            for from in 0..2 {
+                if self.tx_blocked[from] {
+                    let room = self.busy_until[from].saturating_sub(limit);
+                    timers = Some(timers.map_or(room, |t| t.min(room)));
+                }
+            }
+        }
         match (link, timers) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -35,6 +35,8 @@ pub struct PairOptions {
     pub link: LinkConfig,
     /// Send queue depth.
     pub depth: u32,
+    /// Seed of the link's random faults.
+    pub seed: u64,
 }
 
 impl Default for PairOptions {
@@ -51,6 +53,7 @@ impl Default for PairOptions {
             mr_len: 1 << 20,
             link: LinkConfig::default(),
             depth: 256,
+            seed: 1,
         }
     }
 }
@@ -113,7 +116,7 @@ impl Pair {
         connect(&mut a, qa, qb, MAC_B, IP_B, o.psn_a, o.psn_b, &wc).expect("connect A");
         connect(&mut b, qb, qa, MAC_A, IP_A, o.psn_b, o.psn_a, &wc).expect("connect B");
         Pair {
-            net: Network::new(a, b, o.link, 1),
+            net: Network::new(a, b, o.link, o.seed),
             qa,
             qb,
             mr_a,
