@@ -406,3 +406,68 @@ fn later_read_is_held_until_the_retried_read_flows() {
         "{before_replay} responses before the replay"
     );
 }
+
+/// A slow responder replaying a whole READ the requester already has (rxe answers every
+/// duplicate READ in full, in order) must not make the requester's ACK timer fire and queue
+/// yet another replay behind it: the duplicates show the peer is alive.
+#[test]
+fn stale_replay_longer_than_the_ack_timeout_does_not_livelock() {
+    use xroce::sim::Verdict;
+    use xroce::wire::Opcode;
+    // 100 Mb/s: a 256 KiB READ takes ~23 ms on the wire, the ACK timer is 16.8 ms.
+    let mut p = Pair::new(PairOptions {
+        timeout: 12,
+        retry_cnt: 3,
+        mr_len: 1024 * 1024,
+        link: LinkConfig {
+            rate_bps: Some(100_000_000),
+            ..LinkConfig::default()
+        },
+        ..PairOptions::default()
+    });
+    let size = 256 * 1024u32;
+    for i in 0..2u64 {
+        let op = WrOp::Read {
+            remote_addr: p.mr_b.addr + i * size as u64,
+            rkey: p.mr_b.rkey,
+        };
+        let s = p.sge_a(i * size as u64, size);
+        p.post_a(i, op, vec![s]);
+    }
+    // Keep a copy of READ 1's request; hand it to B again once A has 100 of its 256 packets
+    // (READ 2 is not sent yet), as a late duplicate: B replays READ 1 in full (~23 ms of
+    // packets A already has once READ 1 completes) before it gets to READ 2.
+    let saved = std::rc::Rc::new(std::cell::RefCell::new(None::<Vec<u8>>));
+    let sv = saved.clone();
+    p.net.set_filter(move |f| {
+        if let Some(pk) = f.packet() {
+            if pk.bth.opcode == Opcode::RC_RDMA_READ_REQUEST && sv.borrow().is_none() {
+                *sv.borrow_mut() = Some(f.bytes.to_vec());
+            }
+        }
+        Verdict::Pass
+    });
+    let limit = p.net.now() + Duration::from_secs(1);
+    assert!(p
+        .net
+        .run_until(limit, |net| net.engines[0].counters().rcvd_pkts >= 100));
+    let frame = saved.borrow().clone().expect("READ 1 request seen");
+    let now = p.net.now();
+    p.b().handle_frame(now, &frame);
+    let wcs = p.run_for_completions(2, Duration::from_secs(5));
+    let c = p.a().counters().clone();
+    eprintln!(
+        "stale replay: {:?}, {} ACK timeouts, {} retries, {} duplicate responses, B sent {}",
+        wcs.iter().map(|w| w.status).collect::<Vec<_>>(),
+        c.local_ack_timeout_err,
+        c.completer_retry_err,
+        c.drops.duplicate_ack,
+        p.b().counters().sent_pkts
+    );
+    assert_eq!(wcs.len(), 2);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(
+        c.local_ack_timeout_err, 0,
+        "the timer fired during the replay"
+    );
+}

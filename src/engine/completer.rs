@@ -33,6 +33,13 @@ pub(crate) fn handle_response(
     }
     if psn.is_before(qp.req.una) {
         sh.counters.drops.duplicate_ack += 1;
+        if is_read_response(pkt.bth.opcode) && qp.req.una.is_before(qp.req.high_psn) {
+            // A replay of a READ we already have (rxe answers every duplicate READ in full,
+            // in order): the responder is alive and will reach what we wait for after it.
+            // Firing the ACK timer now would only queue one more replay behind this one
+            // (a livelock once a replay takes longer than the timeout).
+            qp.req.retrans_deadline = local_ack_timeout(qp.attr.timeout).map(|t| now + t);
+        }
         return;
     }
     use crate::wire::Opcode as O;
@@ -96,6 +103,17 @@ pub(crate) fn handle_response(
         }
         _ => sh.counters.drops.bad_opcode += 1,
     }
+}
+
+fn is_read_response(op: crate::wire::Opcode) -> bool {
+    use crate::wire::Opcode as O;
+    matches!(
+        op,
+        O::RC_RDMA_READ_RESPONSE_FIRST
+            | O::RC_RDMA_READ_RESPONSE_MIDDLE
+            | O::RC_RDMA_READ_RESPONSE_LAST
+            | O::RC_RDMA_READ_RESPONSE_ONLY
+    )
 }
 
 /// Progress was made: retry budgets refill and the ACK timer restarts (or stops).
