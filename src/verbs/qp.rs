@@ -268,23 +268,7 @@ impl Qp {
     /// Posts send WRs in order; on the first refusal, stops and says which (the ones before
     /// it are posted), like `ibv_post_send`'s `bad_wr`.
     pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
-        let qpn = self.inner.qpn;
-        let refused = self.inner.pd.core.shared.with_engine(true, |e| {
-            for (index, wr) in wrs.iter().enumerate() {
-                if let Err(err) = e.post_send(qpn, wr) {
-                    return Some((index, wr.wr_id, err));
-                }
-            }
-            None
-        })?;
-        match refused {
-            None => Ok(()),
-            Some((index, wr_id, err)) => Err(VerbsError::PostFailed {
-                index,
-                wr_id,
-                source: Box::new(err.into()),
-            }),
-        }
+        self.post_batch(wrs, |wr| wr.wr_id, |e, qpn, wr| e.post_send(qpn, wr))
     }
 
     /// Posts one receive WR (`ibv_post_recv`).
@@ -300,11 +284,26 @@ impl Qp {
 
     /// Posts receive WRs in order; stops at the first refusal (see [`Qp::post_send_batch`]).
     pub fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<()> {
+        self.post_batch(wrs, |wr| wr.wr_id, |e, qpn, wr| e.post_recv(qpn, wr))
+    }
+
+    /// Posts WRs in order under one engine lock; the first refusal stops the batch and is
+    /// reported with its index and wr_id (the WRs before it stay posted).
+    fn post_batch<W>(
+        &self,
+        wrs: &[W],
+        wr_id: impl Fn(&W) -> u64,
+        post: impl Fn(
+            &mut crate::engine::Engine,
+            u32,
+            &W,
+        ) -> std::result::Result<(), crate::engine::EngineError>,
+    ) -> Result<()> {
         let qpn = self.inner.qpn;
         let refused = self.inner.pd.core.shared.with_engine(true, |e| {
             for (index, wr) in wrs.iter().enumerate() {
-                if let Err(err) = e.post_recv(qpn, wr) {
-                    return Some((index, wr.wr_id, err));
+                if let Err(err) = post(e, qpn, wr) {
+                    return Some((index, wr_id(wr), err));
                 }
             }
             None
