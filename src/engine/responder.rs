@@ -282,10 +282,8 @@ pub(crate) fn handle_request(
                     return;
                 }
                 if len > 0 {
-                    if let Err(f) =
-                        check_remote(qp, sh, reth.rkey, reth.va, len, Access::REMOTE_WRITE)
+                    if check_remote(qp, sh, reth.rkey, reth.va, len, Access::REMOTE_WRITE).is_err()
                     {
-                        let _ = f;
                         fatal(
                             qp,
                             sh,
