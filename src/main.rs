@@ -32,6 +32,8 @@ enum Command {
     Perf(cli::perf::Args),
     /// Copy a file with RDMA WRITE + WRITE_WITH_IMM and verify its SHA-256.
     File(cli::file::Args),
+    /// RDMA READ, WRITE and READ-back of a peer's buffer, checked byte for byte (lab-mr.py's exchange).
+    MrCheck(cli::mr_check::Args),
 }
 
 fn main() {
@@ -46,6 +48,7 @@ fn main() {
         Command::Pingpong(args) => cli::pingpong::run(args),
         Command::Perf(args) => cli::perf::run(args),
         Command::File(args) => cli::file::run(args),
+        Command::MrCheck(args) => cli::mr_check::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -5,6 +5,7 @@ pub mod devinfo;
 pub mod dump;
 pub mod file;
 pub mod lab;
+pub mod mr_check;
 pub mod perf;
 pub mod pingpong;
 pub mod sim;

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use crate::tools::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWr, WcKind};
+use crate::tools::json_line::{gid_from_hex, gid_hex, hex, recv_json, send_json};
 
 /// Transfer parameters.
 #[derive(Debug, Clone)]
@@ -125,54 +126,6 @@ impl TransferOutcome {
     pub fn megabytes_per_sec(&self) -> f64 {
         self.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e6
     }
-}
-
-fn send_json<S: Write, T: serde::Serialize>(stream: &mut S, value: &T) -> anyhow::Result<()> {
-    let mut line = serde_json::to_vec(value)?;
-    line.push(b'\n');
-    stream.write_all(&line)?;
-    stream.flush()?;
-    Ok(())
-}
-
-fn recv_json<S: Read, T: serde::de::DeserializeOwned>(
-    stream: &mut S,
-    what: &str,
-) -> anyhow::Result<T> {
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    loop {
-        let n = stream.read(&mut byte)?;
-        if n == 0 {
-            anyhow::bail!("peer closed the connection before sending {what}");
-        }
-        if byte[0] == b'\n' {
-            break;
-        }
-        line.push(byte[0]);
-        if line.len() > 64 * 1024 {
-            anyhow::bail!("{what} from peer is too long: not an xroce file peer?");
-        }
-    }
-    serde_json::from_slice(&line).map_err(|e| anyhow::anyhow!("malformed {what} from peer: {e}"))
-}
-
-fn gid_hex(gid: &[u8; 16]) -> String {
-    gid.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn gid_from_hex(text: &str) -> anyhow::Result<[u8; 16]> {
-    let bytes = text.as_bytes();
-    if bytes.len() != 32 {
-        anyhow::bail!("peer GID {text:?} is not 32 hex digits");
-    }
-    let mut gid = [0u8; 16];
-    for (i, pair) in bytes.chunks(2).enumerate() {
-        let s = std::str::from_utf8(pair)?;
-        gid[i] = u8::from_str_radix(s, 16)
-            .map_err(|_| anyhow::anyhow!("peer GID {text:?} is not hex"))?;
-    }
-    Ok(gid)
 }
 
 fn rc_params(psn: u32, mtu: u32) -> ConnectParams {
@@ -308,10 +261,6 @@ pub fn send<S: Read + Write, R: Read>(
         verified,
         elapsed,
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Receives one file from a sender on `stream` into `writer`. `progress(bytes_done)` is

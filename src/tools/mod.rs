@@ -9,6 +9,8 @@
 
 pub mod endpoint;
 pub mod file;
+pub mod json_line;
+pub mod mr_check;
 pub mod perf;
 pub mod perftest_oob;
 pub mod pingpong;

@@ -1,0 +1,211 @@
+//! `xroce mr-check` (lab-mr.py's exchange) over the real stack on two devices joined in
+//! memory: xroce against itself over a lossy link, and the client's three checks each made
+//! to fail by a fake server that lies in exactly one way. No root needed.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use xroce::tools::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint};
+use xroce::tools::json_line::{gid_from_hex, gid_hex, hex};
+use xroce::tools::mr_check::{self, MrCheckOptions};
+use xroce::tools::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
+use xroce::verbs::{mem_link_config, Device, DeviceConfig, MemLink};
+
+fn devices(loss: f64) -> (Device, Device, MemLink) {
+    Device::mem_pair(&mem_link_config(1500, loss, 11), DeviceConfig::default()).unwrap()
+}
+
+fn endpoint(dev: &Device, size: usize) -> Box<dyn ToolEndpoint> {
+    let spec = EndpointSpec {
+        rc: true,
+        buf_len: size,
+        max_send_wr: 8,
+        max_recv_wr: 1,
+        driver: DriverChoice::Xdp,
+        events: false,
+    };
+    let gid = dev.ipv4_gid_index().unwrap();
+    open_on(dev, gid, &spec, 1).unwrap().pop().unwrap()
+}
+
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_add(seed).wrapping_mul(2654435761) >> 13) as u8)
+        .collect()
+}
+
+fn sha(data: &[u8]) -> String {
+    hex(&Sha256::digest(data))
+}
+
+fn opts(size: usize) -> MrCheckOptions {
+    MrCheckOptions {
+        size,
+        chunk: 1 << 20,
+        depth: 4,
+        mtu: 1024,
+        stall_timeout: Duration::from_secs(20),
+    }
+}
+
+#[test]
+fn xroce_against_itself_over_a_lossy_link() {
+    let size = (3 << 20) + 777; // not a multiple of the chunk: the last WR is short
+    let (a, b, _link) = devices(0.01);
+    let (mut srv_ep, mut cli_ep) = (endpoint(&a, size), endpoint(&b, size));
+    let (sa, sb) = UnixStream::pair().unwrap();
+    let initial = pattern(size, 1);
+    let fresh = pattern(size, 2);
+    let o = opts(size);
+    let (o2, init2) = (o.clone(), initial.clone());
+    let server = std::thread::spawn(move || {
+        let mut sa = sa;
+        mr_check::server(srv_ep.as_mut(), &mut sa, &o2, 0x10, &init2).map(|out| (out, srv_ep))
+    });
+    let mut sb = sb;
+    let done = mr_check::client(cli_ep.as_mut(), &mut sb, &o, 0x20, &fresh).unwrap();
+    let (served, srv_ep) = server.join().unwrap().unwrap();
+    assert_eq!(done.size, size);
+    assert_eq!(served.initial_sha256, sha(&initial));
+    assert_eq!(served.written_sha256, vec![sha(&fresh)]);
+    // The server's memory holds the client's bytes, every one of them.
+    let mut now = vec![0u8; size];
+    srv_ep.read_local(0, &mut now).unwrap();
+    assert!(now == fresh, "server MR differs from what the client wrote");
+}
+
+/// How the fake server misbehaves.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Lie {
+    /// Announces a digest that is not its content's.
+    InitialDigest,
+    /// Reports a wrong digest after the WRITE.
+    WrittenDigest,
+    /// Changes one byte after the WRITE but reports the digest from before (the READ back
+    /// must catch it byte for byte).
+    FlipAfterWrite(usize),
+    /// Announces a smaller MR than the client asks for.
+    ShortMr,
+}
+
+/// A server written against the documented lines (Python's spacing, as lab-mr.py sends
+/// them), lying as told. Returns when the client hangs up.
+fn fake_server(mut ep: Box<dyn ToolEndpoint>, sock: UnixStream, size: usize, lie: Lie) {
+    let initial = pattern(size, 3);
+    ep.write_local(0, &initial).unwrap();
+    let mut reader = BufReader::new(sock.try_clone().unwrap());
+    let mut sock = sock;
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let hello: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let remote = RemoteInfo {
+        qpn: hello["qpn"].as_u64().unwrap() as u32,
+        psn: hello["psn"].as_u64().unwrap() as u32,
+        gid: gid_from_hex(hello["gid"].as_str().unwrap()).unwrap(),
+    };
+    let mut params = ConnectParams::rc_pingpong(0x77, 1024, 0);
+    params.max_rd_atomic = 1;
+    ep.connect(&remote, &params).unwrap();
+    let local = ep.local();
+    let digest = if lie == Lie::InitialDigest {
+        sha(b"something else")
+    } else {
+        sha(&initial)
+    };
+    let len = if lie == Lie::ShortMr { size / 2 } else { size };
+    writeln!(
+        sock,
+        "{{\"qpn\": {}, \"psn\": 119, \"gid\": \"{}\", \"addr\": {}, \"rkey\": {}, \"len\": {len}, \"sha256\": \"{digest}\"}}",
+        local.qpn,
+        gid_hex(&local.gid),
+        local.buf_addr,
+        local.rkey
+    )
+    .unwrap();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let msg: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if msg["op"] == "written" {
+            let mut now = vec![0u8; size];
+            ep.read_local(0, &mut now).unwrap();
+            let mut digest = sha(&now);
+            match lie {
+                Lie::WrittenDigest => digest = sha(&initial),
+                Lie::FlipAfterWrite(at) => {
+                    ep.write_local(at, &[now[at] ^ 0x40]).unwrap();
+                }
+                _ => {}
+            }
+            writeln!(sock, "{{\"sha256\": \"{digest}\"}}").unwrap();
+        }
+    }
+}
+
+fn client_against(lie: Lie) -> String {
+    let size = 2 << 20;
+    let (a, b, _link) = devices(0.0);
+    let (srv_ep, mut cli_ep) = (endpoint(&a, size), endpoint(&b, size));
+    let (sa, mut sb) = UnixStream::pair().unwrap();
+    let server = std::thread::spawn(move || fake_server(srv_ep, sa, size, lie));
+    let err = mr_check::client(cli_ep.as_mut(), &mut sb, &opts(size), 0x30, &pattern(size, 4))
+        .expect_err("the client must catch the lie")
+        .to_string();
+    drop(sb);
+    server.join().unwrap();
+    err
+}
+
+#[test]
+fn client_catches_a_read_that_differs_from_the_announced_content() {
+    let err = client_against(Lie::InitialDigest);
+    assert!(err.contains("READ returned different bytes"), "{err}");
+}
+
+#[test]
+fn client_catches_a_server_memory_that_differs_after_the_write() {
+    let err = client_against(Lie::WrittenDigest);
+    assert!(err.contains("after the WRITE the server's MR differs"), "{err}");
+}
+
+#[test]
+fn client_catches_one_changed_byte_in_the_read_back() {
+    let err = client_against(Lie::FlipAfterWrite(1_234_567));
+    assert!(err.contains("first at byte 1234567"), "{err}");
+}
+
+#[test]
+fn client_refuses_a_server_mr_smaller_than_the_size() {
+    let err = client_against(Lie::ShortMr);
+    assert!(err.contains("server MR has 1048576 bytes"), "{err}");
+}
+
+#[test]
+fn server_refuses_an_unknown_request_and_bad_options() {
+    let size = 1 << 16;
+    let (a, b, _link) = devices(0.0);
+    let (mut srv_ep, cli_ep) = (endpoint(&a, size), endpoint(&b, size));
+    let (mut sa, mut sb) = UnixStream::pair().unwrap();
+    let local = cli_ep.local();
+    writeln!(
+        sb,
+        "{{\"qpn\": {}, \"psn\": 1, \"gid\": \"{}\", \"addr\": 0, \"rkey\": 0, \"len\": {size}}}\n{{\"op\": \"explode\"}}",
+        local.qpn,
+        gid_hex(&local.gid)
+    )
+    .unwrap();
+    let err = mr_check::server(srv_ep.as_mut(), &mut sa, &opts(size), 5, &pattern(size, 5))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown request \"explode\""), "{err}");
+    // A buffer smaller than --size, and a zero size, are refused before any exchange.
+    let err = mr_check::server(srv_ep.as_mut(), &mut sa, &opts(size * 2), 5, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("smaller than --size"), "{err}");
+    assert!(opts(0).validate().is_err());
+}
