@@ -332,3 +332,26 @@ fn file_send_recv_over_af_xdp() {
     assert!(server.contains("verified"), "{server}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn mr_check_over_af_xdp() {
+    if !common::privileged_or_skip("mr_check_over_af_xdp") {
+        return;
+    }
+    let link = link();
+    let size = ((5 << 20) + 3).to_string();
+    let (server, client) = pair(
+        &link,
+        &["mr-check", "server", "--size", &size, "-p", "18519"],
+        &["mr-check", "client", "@HOST", "--size", &size, "-p", "18519"],
+        60,
+    );
+    assert!(
+        client.contains("READ back ok, byte for byte"),
+        "client:\n{client}"
+    );
+    assert!(
+        server.contains("1 WRITE digest(s) reported, peer finished"),
+        "server:\n{server}"
+    );
+}
