@@ -152,9 +152,15 @@ fn client_against(lie: Lie) -> String {
     let (srv_ep, mut cli_ep) = (endpoint(&a, size), endpoint(&b, size));
     let (sa, mut sb) = UnixStream::pair().unwrap();
     let server = std::thread::spawn(move || fake_server(srv_ep, sa, size, lie));
-    let err = mr_check::client(cli_ep.as_mut(), &mut sb, &opts(size), 0x30, &pattern(size, 4))
-        .expect_err("the client must catch the lie")
-        .to_string();
+    let err = mr_check::client(
+        cli_ep.as_mut(),
+        &mut sb,
+        &opts(size),
+        0x30,
+        &pattern(size, 4),
+    )
+    .expect_err("the client must catch the lie")
+    .to_string();
     drop(sb);
     server.join().unwrap();
     err
@@ -169,7 +175,10 @@ fn client_catches_a_read_that_differs_from_the_announced_content() {
 #[test]
 fn client_catches_a_server_memory_that_differs_after_the_write() {
     let err = client_against(Lie::WrittenDigest);
-    assert!(err.contains("after the WRITE the server's MR differs"), "{err}");
+    assert!(
+        err.contains("after the WRITE the server's MR differs"),
+        "{err}"
+    );
 }
 
 #[test]

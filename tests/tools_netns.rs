@@ -343,7 +343,9 @@ fn mr_check_over_af_xdp() {
     let (server, client) = pair(
         &link,
         &["mr-check", "server", "--size", &size, "-p", "18519"],
-        &["mr-check", "client", "@HOST", "--size", &size, "-p", "18519"],
+        &[
+            "mr-check", "client", "@HOST", "--size", &size, "-p", "18519",
+        ],
         60,
     );
     assert!(
