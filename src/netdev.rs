@@ -733,7 +733,7 @@ pub fn resolve_neighbour(
         }
         // A probe every 300 ms: the kernel itself retransmits ARP, but an entry that went
         // FAILED needs a new packet to start again.
-        if last_probe.map_or(true, |t| t.elapsed() >= Duration::from_millis(300)) {
+        if last_probe.is_none_or(|t| t.elapsed() >= Duration::from_millis(300)) {
             send_probe(&info, ip)?;
             last_probe = Some(Instant::now());
         }

@@ -249,7 +249,7 @@ fn local_ack_timeout_exhaustion() {
     });
     let wop = write_op(&p, 0);
     let s = p.sge_a(0, 64);
-    p.post_a(1, wop.clone(), vec![s]);
+    p.post_a(1, wop, vec![s]);
     p.post_a(2, wop, vec![s]);
     let wcs = p.run_for_completions(2, SEC * 10);
     assert_eq!(

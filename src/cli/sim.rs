@@ -169,7 +169,7 @@ pub fn config(args: &Args) -> anyhow::Result<WorkloadConfig> {
         seed: args.seed,
         link: LinkConfig {
             latency: Duration::from_nanos((args.latency_us * 1000.0) as u64),
-            rate_bps: (args.rate_gbps > 0.0).then(|| (args.rate_gbps * 1e9) as u64),
+            rate_bps: (args.rate_gbps > 0.0).then_some((args.rate_gbps * 1e9) as u64),
             loss: probability("loss", args.loss)?,
             reorder: probability("reorder", args.reorder)?,
             duplicate: probability("duplicate", args.duplicate)?,

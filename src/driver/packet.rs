@@ -127,7 +127,7 @@ impl PacketSocket {
                 )
             };
             if n >= 0 {
-                let dir = if from.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+                let dir = if from.sll_pkttype == libc::PACKET_OUTGOING {
                     Direction::Outgoing
                 } else {
                     Direction::Incoming

@@ -169,13 +169,23 @@ pub(crate) fn handle_request(
     // 9.7.5.1.2 op sequence: inside a SEND only SEND MIDDLE/LAST, inside a WRITE only
     // WRITE MIDDLE/LAST, otherwise only a FIRST/ONLY/READ/ATOMIC.
     let pos = info.position;
-    let seq_ok = match (&qp.resp.in_progress, kind, pos) {
-        (InProgress::Send { .. }, Kind::Send, Position::Middle | Position::Last) => true,
-        (InProgress::Write { .. }, Kind::Write, Position::Middle | Position::Last) => true,
-        (InProgress::None, Kind::Read | Kind::Atomic, _) => true,
-        (InProgress::None, Kind::Send | Kind::Write, Position::First | Position::Only) => true,
-        _ => false,
-    };
+    let seq_ok = matches!(
+        (&qp.resp.in_progress, kind, pos),
+        (
+            InProgress::Send { .. },
+            Kind::Send,
+            Position::Middle | Position::Last
+        ) | (
+            InProgress::Write { .. },
+            Kind::Write,
+            Position::Middle | Position::Last
+        ) | (InProgress::None, Kind::Read | Kind::Atomic, _)
+            | (
+                InProgress::None,
+                Kind::Send | Kind::Write,
+                Position::First | Position::Only
+            )
+    );
     if !seq_ok {
         fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
         return;
@@ -281,18 +291,17 @@ pub(crate) fn handle_request(
                     fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
                     return;
                 }
-                if len > 0 {
-                    if check_remote(qp, sh, reth.rkey, reth.va, len, Access::REMOTE_WRITE).is_err()
-                    {
-                        fatal(
-                            qp,
-                            sh,
-                            psn,
-                            NakCode::RemoteAccessError,
-                            WcStatus::RemAccessErr,
-                        );
-                        return;
-                    }
+                if len > 0
+                    && check_remote(qp, sh, reth.rkey, reth.va, len, Access::REMOTE_WRITE).is_err()
+                {
+                    fatal(
+                        qp,
+                        sh,
+                        psn,
+                        NakCode::RemoteAccessError,
+                        WcStatus::RemAccessErr,
+                    );
+                    return;
                 }
                 qp.resp.in_progress = InProgress::Write {
                     rkey: reth.rkey,

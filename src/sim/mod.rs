@@ -393,25 +393,25 @@ impl Network {
             self.stats.reordered += 1;
             tag = "DELAYED";
             extra = d;
-        } else if self.rng.gen_bool(self.link.loss.min(1.0).max(0.0)) {
+        } else if self.rng.gen_bool(probability(self.link.loss)) {
             self.stats.lost += 1;
             tag = "LOST";
             copies = 0;
         } else {
-            if self.rng.gen_bool(self.link.corrupt.min(1.0).max(0.0))
+            if self.rng.gen_bool(probability(self.link.corrupt))
                 && corrupt(&mut frame, &mut self.rng)
             {
                 self.stats.corrupted += 1;
                 tag = "CORRUPTED";
             }
-            if self.rng.gen_bool(self.link.duplicate.min(1.0).max(0.0)) {
+            if self.rng.gen_bool(probability(self.link.duplicate)) {
                 self.stats.duplicated += 1;
                 copies = 2;
                 if tag.is_empty() {
                     tag = "DUPLICATED";
                 }
             }
-            if self.rng.gen_bool(self.link.reorder.min(1.0).max(0.0)) {
+            if self.rng.gen_bool(probability(self.link.reorder)) {
                 self.stats.reordered += 1;
                 let max = self.link.reorder_delay.as_nanos().max(1) as u64;
                 extra = Duration::from_nanos(self.rng.gen_range(1..=max));
@@ -579,4 +579,14 @@ fn corrupt(frame: &mut [u8], rng: &mut ChaCha8Rng) -> bool {
     let flip: u8 = rng.gen_range(1..=255);
     frame[idx] ^= flip;
     true
+}
+
+/// A link knob as a probability: clamped to [0, 1], NaN counts as 0 (`gen_bool` panics on
+/// anything else).
+fn probability(p: f64) -> f64 {
+    if p.is_nan() {
+        0.0
+    } else {
+        p.clamp(0.0, 1.0)
+    }
 }

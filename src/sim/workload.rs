@@ -290,7 +290,7 @@ fn setup(cfg: &WorkloadConfig) -> anyhow::Result<(Network, Vec<QpPair>, Sides)> 
             posted: 0,
         });
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5EED_0F);
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x005E_ED0F);
     for p in &pairs {
         let psn_a: u32 = rng.gen_range(0..1 << 24);
         let psn_b: u32 = rng.gen_range(0..1 << 24);

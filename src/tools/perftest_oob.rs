@@ -32,6 +32,7 @@ use std::net::Ipv6Addr;
 /// The version perftest 4.5+0.17 (Debian bookworm) announces.
 pub const BOOKWORM_VERSION: &str = "6.06";
 /// The first version that sends the parameter block.
+#[allow(clippy::approx_constant)] // a version number that happens to be close to tau
 pub const NEGOTIATE_MIN_VERSION: f64 = 6.28;
 /// perftest refuses peers older than this (`check_version_compatibility`).
 pub const MIN_COMPATIBLE_VERSION: f64 = 5.70;

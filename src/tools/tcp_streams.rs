@@ -134,9 +134,7 @@ pub fn tcp_conversations(
             (None, Direction::default(), Direction::default())
         });
         if entry.0.is_none() {
-            if tcp.syn() && !tcp.ack() {
-                entry.0 = Some(src);
-            } else if dst.port() == server_port {
+            if (tcp.syn() && !tcp.ack()) || dst.port() == server_port {
                 entry.0 = Some(src);
             } else if src.port() == server_port {
                 entry.0 = Some(dst);
