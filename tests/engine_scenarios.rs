@@ -266,6 +266,32 @@ fn local_ack_timeout_exhaustion() {
     assert!(matches!(p.a().poll_event(), Some(Event::QpFatal(q)) if q == qa));
 }
 
+/// retry_cnt 7 is seven retries (IBTA Vol. 1 9.7.5.2.8), not "forever" as rxe makes it
+/// (docs/interop.md, observed with `rxe_blackout_retry_cnt_7`): eight sends, then RETRY_EXC_ERR.
+#[test]
+fn retry_cnt_7_is_finite() {
+    let opts = PairOptions {
+        retry_cnt: 7,
+        ..PairOptions::default()
+    };
+    let mut p = Pair::new(opts);
+    p.net.set_filter(|f| {
+        if f.from == 1 {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    });
+    let wop = write_op(&p, 0);
+    let s = p.sge_a(0, 64);
+    p.post_a(1, wop, vec![s]);
+    let wcs = p.run_for_completions(1, SEC * 60);
+    assert_eq!(statuses(&wcs), vec![(1, WcStatus::RetryExcErr)]);
+    let c = p.a().counters().clone();
+    assert_eq!(c.local_ack_timeout_err, 8, "retry_cnt 7 = eight timeouts");
+    assert_eq!(c.sent_pkts, 8, "the original and seven retries");
+}
+
 #[test]
 fn rnr_retry_limit_not_reached() {
     let mut p = Pair::new(PairOptions {

@@ -72,6 +72,10 @@ enum Recovery {
     NaksAndRetransmits,
     /// Both, from each of the two endpoints (traffic in both directions).
     NaksAndRetransmitsBothSides,
+    /// One packet sent at least 9 times by the client (the original and 8 retries): more
+    /// than `retry_cnt` 7 allows, which the spec makes the largest finite limit (IBTA Vol. 1
+    /// 9.7.5.2.8) and rxe treats as "retry forever".
+    RetriesPastSeven,
 }
 use Recovery::*;
 
@@ -79,6 +83,17 @@ const G1: At = At::Guest(1);
 const G2: At = At::Guest(2);
 const HOST: At = At::Host;
 const LOSS: &str = "loss 1% delay 1ms reorder 5%";
+/// ib_write_bw for 8 s with a 3 s blackout of the client's receive path from second 3
+/// (lab/guest/lab-blackout): no ACK reaches the requester for about 45 of its 67 ms timeouts.
+macro_rules! blackout_client {
+    ($tool:literal) => {
+        concat!(
+            "sh -c 'lab-blackout 3 3 & timeout 150 ",
+            $tool,
+            " -d rxe0 -x 1 -F -D 8 -s 1024 -t 16 {srv}; rc=$?; wait; exit $rc'"
+        )
+    };
+}
 
 // Opcodes (IBTA Vol. 1 9.2, BTH).
 const SEND_FIRST: u8 = 0x00;
@@ -219,6 +234,11 @@ const CASES: &[Case] = &[
         client: (G2, "timeout 150 lab-mr.py client --size 1048576 {srv}"),
         opcodes: &[READ_REQUEST, READ_RESPONSE_FIRST, WRITE_FIRST, WRITE_LAST],
         loss_evidence: Some(NaksAndRetransmits), state: State::Runs },
+    // retry_cnt 7 is "forever" in rxe: its requester outlasts a 3 s blackout of ACKs.
+    Case { name: "rxe_blackout_retry_cnt_7", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_write_bw", "-D 8 -s 1024 -t 16")),
+        client: (G2, blackout_client!("ib_write_bw")),
+        opcodes: &[WRITE_ONLY, ACK], loss_evidence: Some(RetriesPastSeven), state: State::Runs },
     // Link MTU 9000: rxe path MTU 4096.
     Case { name: "rxe_mtu9000_rc_pingpong_1m", mtu: 9000, netem: None,
         server: (G1, "timeout 120 ibv_rc_pingpong -d rxe0 -g 1 -c -m 4096 -n 5 -s 1048576"),
@@ -420,6 +440,11 @@ const CASES: &[Case] = &[
         server: (G1, pt!("ib_atomic_lat", "-n 500 -A CMP_AND_SWAP")),
         client: (HOST, xp!("atomic_lat", "-n 500 -A CMP_AND_SWAP {srv}")),
         opcodes: &[COMPARE_SWAP, ATOMIC_ACK], loss_evidence: Some(Retransmits), state: State::Runs },
+    // rxe's requester retrying past 7 against xroce's responder: every duplicate re-ACKed.
+    Case { name: "xroce_srv_blackout_retry_cnt_7", mtu: 1500, netem: None,
+        server: (HOST, xp!("write_bw", "-D 8 -s 1024 -t 16")),
+        client: (G1, blackout_client!("ib_write_bw")),
+        opcodes: &[WRITE_ONLY, ACK], loss_evidence: Some(RetriesPastSeven), state: State::Runs },
     // xroce with link MTU 9000 and path MTU 4096.
     Case { name: "xroce_srv_mtu9000_rc_pingpong_1", mtu: 9000, netem: None,
         server: (HOST, "{xroce} pingpong -d eth0 -g 1 -c -m 4096 -n 50 -s 1"),
@@ -709,6 +734,8 @@ struct SideStats {
     naks: usize,
     /// Frames other than ACKs that repeat an earlier (dest QP, PSN, opcode) of the same sender.
     retransmissions: usize,
+    /// Most copies of any one such packet (1 = never repeated).
+    most_copies: u32,
 }
 
 fn side_stats(frames: &[RoceFrame]) -> BTreeMap<Ipv4Addr, SideStats> {
@@ -728,6 +755,7 @@ fn side_stats(frames: &[RoceFrame]) -> BTreeMap<Ipv4Addr, SideStats> {
             if *n > 1 {
                 s.retransmissions += 1;
             }
+            s.most_copies = s.most_copies.max(*n);
         }
     }
     stats
@@ -907,10 +935,26 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
             if let Some(want) = case.loss_evidence {
                 let naks: usize = stats.values().map(|s| s.naks).sum();
                 let rtx: usize = stats.values().map(|s| s.retransmissions).sum();
-                if rtx == 0 || (want != Retransmits && naks == 0) {
+                let nak_needed = !matches!(want, Retransmits | RetriesPastSeven);
+                if rtx == 0 || (nak_needed && naks == 0) {
                     problems.push(format!(
                         "under loss the capture shows {naks} NAKs and {rtx} retransmissions ({want:?} expected)"
                     ));
+                }
+                if want == RetriesPastSeven {
+                    let client_ip: Ipv4Addr = match case.client.0 {
+                        At::Guest(g) => guest_ip(g),
+                        At::Host => HOST_IP.to_string(),
+                    }
+                    .parse()
+                    .expect("lab addresses are IPv4");
+                    let copies = stats.get(&client_ip).map_or(0, |s| s.most_copies);
+                    let _ = write!(detail, "client sent one packet {copies} times; ");
+                    if copies < 9 {
+                        problems.push(format!(
+                            "the client sent no packet more than {copies} times: it did not retry past retry_cnt 7"
+                        ));
+                    }
                 }
                 if want == NaksAndRetransmitsBothSides {
                     for (ip, s) in &stats {

@@ -304,6 +304,12 @@ proptest! {
 
     /// Random operations over random faults: every operation completes exactly once, in
     /// order, with the model's data.
+    ///
+    /// Loss and corruption stay at 5 % and 3 %: retry_cnt 7 is seven retries, so where a
+    /// request or its answer is lost with probability q, an operation fails with RETRY_EXC_ERR
+    /// with probability about q^8 each time it stalls at the head. At the 5 %/3 % bound (q
+    /// about 0.15) that is 3e-7 per stall; at 15 %/10 % it was 1e-3 and such runs ended, as
+    /// they should, in RETRY_EXC_ERR (that path: `scenario_partition_exhausts_retry_cnt`).
     #[test]
     fn random_workloads_match_the_model(
         seed in any::<u64>(),
@@ -312,10 +318,10 @@ proptest! {
         depth in 1u32..24,
         mtu_i in 0usize..5,
         max_size in 1u32..12000,
-        loss in 0.0f64..0.15,
+        loss in 0.0f64..0.05,
         reorder in 0.0f64..0.15,
         duplicate in 0.0f64..0.1,
-        corrupt in 0.0f64..0.1,
+        corrupt in 0.0f64..0.03,
         rd in 1u8..9,
     ) {
         let cfg = WorkloadConfig {

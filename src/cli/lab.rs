@@ -25,6 +25,10 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("guest/lab-bg", include_str!("../../lab/guest/lab-bg")),
     ("guest/lab-wait", include_str!("../../lab/guest/lab-wait")),
     ("guest/lab-mr.py", include_str!("../../lab/guest/lab-mr.py")),
+    (
+        "guest/lab-blackout",
+        include_str!("../../lab/guest/lab-blackout"),
+    ),
 ];
 
 /// Default work directory: guest image, state of running labs, per-run captures and logs.
@@ -248,6 +252,31 @@ mod tests {
         assert!(validate_ns("../etc").is_err());
         assert!(validate_ns("a b").is_err());
         assert!(validate_ns(&"x".repeat(33)).is_err());
+    }
+
+    #[test]
+    fn every_file_of_the_lab_directory_is_embedded() {
+        // The image stamp hashes lab/guest/*: a file on disk but not embedded would make an
+        // installed xroce build a different image than the checkout.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lab");
+        let mut on_disk = Vec::new();
+        for sub in ["", "guest"] {
+            for entry in fs::read_dir(root.join(sub)).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_type().unwrap().is_file() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    on_disk.push(if sub.is_empty() {
+                        name
+                    } else {
+                        format!("{sub}/{name}")
+                    });
+                }
+            }
+        }
+        on_disk.sort();
+        let mut embedded: Vec<String> = SCRIPTS.iter().map(|(r, _)| r.to_string()).collect();
+        embedded.sort();
+        assert_eq!(on_disk, embedded);
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub struct Args {
     /// Local ACK timeout exponent (4.096 us x 2^t).
     #[arg(long, default_value_t = 14)]
     timeout: u8,
-    /// Transport retry count (7 = infinite, as in rxe).
+    /// Transport retry count, 0-7 retries (7 is finite, as the spec has it; rxe retries forever).
     #[arg(long)]
     retry_cnt: Option<u8>,
     /// RNR retry count (7 = infinite).
@@ -148,9 +148,6 @@ pub fn config(args: &Args) -> anyhow::Result<WorkloadConfig> {
         .retry_cnt
         .unwrap_or(if args.partition_after.is_some() { 3 } else { 7 });
     let rnr_retry = args.rnr_retry.unwrap_or(if args.no_recv { 2 } else { 7 });
-    if args.partition_after.is_some() && retry_cnt == 7 {
-        bail!("--partition-after with --retry-cnt 7 would retry forever (7 = infinite)");
-    }
     if args.no_recv && rnr_retry == 7 {
         bail!("--no-recv with --rnr-retry 7 would retry forever (7 = infinite)");
     }

@@ -345,16 +345,17 @@ fn hold_behind_retried_read(qp: &mut Qp) {
     }
 }
 
-/// Go-back-N from `psn`, spending one transport retry (7 = infinite, as rxe treats it).
+/// Go-back-N from `psn`, spending one transport retry. retry_cnt 7 is seven retries, as the
+/// spec has it (IBTA Vol. 1 9.7.5.2.8; only rnr_retry has an "infinite" 7). rxe retries
+/// forever at 7 (docs/interop.md); hardware HCAs and xroce do not, so a vanished peer ends
+/// in RETRY_EXC_ERR instead of a hang.
 fn retry(qp: &mut Qp, sh: &mut Shared, now: Duration, psn: Psn) {
-    if qp.attr.retry_cnt != 7 {
-        if qp.req.retry_left == 0 {
-            sh.counters.retry_exceeded_err += 1;
-            fail_qp(qp, sh, WcStatus::RetryExcErr);
-            return;
-        }
-        qp.req.retry_left -= 1;
+    if qp.req.retry_left == 0 {
+        sh.counters.retry_exceeded_err += 1;
+        fail_qp(qp, sh, WcStatus::RetryExcErr);
+        return;
     }
+    qp.req.retry_left -= 1;
     sh.counters.completer_retry_err += 1;
     qp.req.retry_hold = None;
     go_back(qp, psn);

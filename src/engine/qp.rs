@@ -59,7 +59,7 @@ pub(crate) struct Requester {
     pub send_pkt: u32,
     /// Packets since the last AckReq.
     pub since_ackreq: u32,
-    /// Transport retries left (retry_cnt; 7 = infinite).
+    /// Transport retries left (retry_cnt, 0..=7 retries; 7 is finite, unlike in rxe).
     pub retry_left: u8,
     /// RNR retries left (rnr_retry; 7 = infinite).
     pub rnr_left: u8,

@@ -120,7 +120,7 @@ pub struct RcOptions {
     pub access: Access,
     /// Local ACK timeout exponent (4.096 us x 2^timeout).
     pub timeout: u8,
-    /// Transport retries (7 = rxe's infinite).
+    /// Transport retries, 0..=7, then RETRY_EXC_ERR (7 is finite, unlike rxe's "forever").
     pub retry_cnt: u8,
     /// RNR retries (7 = infinite).
     pub rnr_retry: u8,
