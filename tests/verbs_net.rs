@@ -12,7 +12,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::{privileged_or_skip, Helper};
@@ -514,10 +514,22 @@ fn helper_main(role: &str) -> Result<String, String> {
     let mtu = Mtu::from_bytes(env("XV_MTU").parse().unwrap()).unwrap();
     let vanish = std::env::var("XV_VANISH").is_ok();
     let hold = Duration::from_millis(std::env::var("XV_HOLD_MS").map_or(0, |v| v.parse().unwrap()));
+    let family6 = std::env::var("XV_FAMILY").is_ok_and(|v| v == "6");
+    // The UDP driver sends from the one address it binds: for IPv6 GIDs, the global IPv6 one.
+    let udp_local_ip = if family6 && driver == DriverKind::Udp {
+        let net = xroce::netdev::query(&ifname).map_err(|e| e.to_string())?;
+        net.addrs
+            .iter()
+            .map(|a| a.ip)
+            .find(|ip| matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 != 0xfe80))
+    } else {
+        None
+    };
     let dev = Device::open(
         &ifname,
         DeviceConfig {
             driver,
+            udp_local_ip,
             ..DeviceConfig::default()
         },
     )
@@ -527,7 +539,7 @@ fn helper_main(role: &str) -> Result<String, String> {
         sizes_total: sizes.iter().map(|s| s.max(&1)).sum(),
     };
     // The source GID: IPv4-mapped by default; with XV_FAMILY=6 the global IPv6 address.
-    let sgid = if std::env::var("XV_FAMILY").is_ok_and(|v| v == "6") {
+    let sgid = if family6 {
         dev.gid_table()
             .iter()
             .rev()
@@ -873,6 +885,23 @@ fn xdp_every_op_over_ipv6_gids() {
     }
     let mut run = start(
         "xdp",
+        1500,
+        1024,
+        2,
+        &[0, 1500, 100_000],
+        &[("XV_FAMILY", "6".into())],
+    );
+    let (c, _) = both_pass(&mut run);
+    assert!(c.contains("gid=2001:2::"), "{c}");
+}
+
+#[test]
+fn udp_every_op_over_ipv6_gids() {
+    if !privileged_or_skip("udp_every_op_over_ipv6_gids") {
+        return;
+    }
+    let mut run = start(
+        "udp",
         1500,
         1024,
         2,

@@ -56,6 +56,16 @@ fn udp_device_on_loopback_reports_port_and_gids() {
     let attr = dev.query_device();
     assert_eq!(attr.phys_port_cnt, 1);
     assert!(attr.max_qp_wr >= 1024);
+    // The link-local GID 0 is listed (rxe's layout) but the socket cannot send from it: an
+    // address vector using it is refused up front, not left to end in RETRY_EXC_ERR.
+    let err = dev
+        .resolve_av(&AhAttr::new(Gid::from_ip(ip), 0))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sends only from its bound address") && err.contains("use GID index 1"),
+        "{err}"
+    );
     // A second device on the same address and port is refused by the kernel, clearly.
     let err = Device::open(
         "lo",

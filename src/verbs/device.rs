@@ -105,6 +105,8 @@ pub struct ProgressStats {
 /// State shared by the user-facing handles and the progress thread.
 pub(crate) struct Shared {
     pub name: String,
+    /// UDP driver: the one address its socket sends from (the only usable source GID).
+    pub udp_source: Option<IpAddr>,
     pub engine: Mutex<Engine>,
     pub start: Instant,
     /// Writing a byte wakes the progress thread.
@@ -364,7 +366,13 @@ impl Device {
                 )
             }
         };
-        Device::start(net, driver, fixed_ip_ident, config)
+        let udp_source = match config.driver {
+            DriverKind::Udp => config
+                .udp_local_ip
+                .or_else(|| net.first_ipv4().map(IpAddr::V4)),
+            DriverKind::Xdp => None,
+        };
+        Device::start(net, driver, fixed_ip_ident, udp_source, config)
     }
 
     /// A device over any driver, with an identity given by the caller (tests, the mem link).
@@ -394,7 +402,7 @@ impl Device {
                 .collect(),
             xdp: None,
         };
-        Device::start(net, driver, None, config)
+        Device::start(net, driver, None, None, config)
     }
 
     /// Two devices joined by an in-memory link (no kernel, no privileges): addresses
@@ -423,6 +431,7 @@ impl Device {
         net: NetdevInfo,
         driver: Box<dyn Driver>,
         fixed_ip_ident: Option<u16>,
+        udp_source: Option<IpAddr>,
         config: DeviceConfig,
     ) -> Result<Device> {
         let gid_table = net.gid_table();
@@ -447,6 +456,7 @@ impl Device {
         }
         let shared = Arc::new(Shared {
             name: format!("xroce_{}", net.name),
+            udp_source,
             engine: Mutex::new(Engine::new(engine_config)),
             start: Instant::now(),
             waker: waker_tx,

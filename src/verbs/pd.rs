@@ -300,6 +300,21 @@ impl Device {
     /// and family, and resolves the destination MAC. Use it for RC QPs (`QpAttr::ah_attr`).
     pub fn resolve_av(&self, attr: &AhAttr) -> Result<AddressVector> {
         let sgid = self.query_gid(attr.sgid_index as u32)?;
+        if let Some(src) = self.core.shared.udp_source {
+            if sgid.to_ip() != src {
+                let usable = self
+                    .gid_table()
+                    .iter()
+                    .find(|e| e.gid.to_ip() == src)
+                    .map_or(String::new(), |e| format!("use GID index {} or ", e.index));
+                return Err(VerbsError::InvalidArgument(format!(
+                    "source GID {sgid} (index {}) cannot be used: the UDP driver sends only from \
+                     its bound address {src}; {usable}open the device with udp_local_ip = {}",
+                    attr.sgid_index,
+                    sgid.to_ip()
+                )));
+            }
+        }
         if sgid.is_ipv4() != attr.dgid.is_ipv4() {
             return Err(VerbsError::InvalidArgument(format!(
                 "source GID {} (index {}) and destination GID {} are not the same IP family",
