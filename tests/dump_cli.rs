@@ -348,3 +348,35 @@ fn malformed_roce_frames_are_counted_with_their_reason() {
     assert_eq!(summary_value(&text, "did not parse:"), 1);
     assert_eq!(summary_value(&text, "ICRC bad:"), 1);
 }
+
+#[test]
+fn summary_shows_each_senders_loss_recovery() {
+    // The loss capture: each side NAKed one gap and resent from it (go-back-N).
+    let text = stdout(&dump(&[], &fixture("rxe_host_peer_loss.pcap")));
+    let per_sender: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "per sender:")
+        .skip(1)
+        .collect();
+    assert_eq!(
+        per_sender,
+        [
+            "  198.18.0.1: 28 frames, NAKs 1 (PSN sequence 1, RNR 0, other 0), retransmitted 2 (up to 2 copies of one packet)",
+            "  198.18.0.11: 29 frames, NAKs 1 (PSN sequence 1, RNR 0, other 0), retransmitted 3 (up to 2 copies of one packet)",
+        ],
+        "{text}"
+    );
+    // A clean run: nothing NAKed, nothing sent twice, on either side.
+    let text = stdout(&dump(&[], &fixture("rxe_write_bw.pcap")));
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" frames, NAKs "))
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for l in lines {
+        assert!(
+            l.ends_with("NAKs 0 (PSN sequence 0, RNR 0, other 0), retransmitted 0"),
+            "{l}"
+        );
+    }
+}

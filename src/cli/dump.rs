@@ -17,7 +17,7 @@ use xroce::wire::capture::{CaptureReader, CapturedFrame, LINKTYPE_ETHERNET};
 use xroce::wire::frame::{ETH_LEN, UDP_LEN, VLAN_LEN};
 use xroce::wire::icrc::IPV4_VARIANT_BYTES;
 use xroce::wire::{
-    frame_icrc, parse_frame, IpRepr, Opcode, PacketRepr, ParsedFrame, Position, Syndrome,
+    frame_icrc, parse_frame, IpRepr, NakCode, Opcode, PacketRepr, ParsedFrame, Position, Syndrome,
     WireError, BTH_LEN,
 };
 
@@ -44,6 +44,54 @@ struct Summary {
     per_opcode: BTreeMap<u8, usize>,
     not_roce: BTreeMap<String, usize>,
     malformed: BTreeMap<String, Vec<usize>>,
+    /// Per source address: what it did to recover from loss.
+    senders: BTreeMap<String, SenderStats>,
+    /// Copies seen of each (source, dest QP, PSN, opcode) that is not an acknowledgement.
+    copies: std::collections::HashMap<(String, u32, u32, u8), u32>,
+}
+
+/// One sender's recovery activity, as the wire shows it.
+#[derive(Default)]
+struct SenderStats {
+    frames: usize,
+    /// NAKs sent: PSN sequence error (a gap seen), RNR (no receive posted), others.
+    nak_sequence: usize,
+    nak_rnr: usize,
+    nak_other: usize,
+    /// Packets other than ACKs that repeat an earlier (dest QP, PSN, opcode) of this sender:
+    /// go-back-N resends, READ replays, timer retries.
+    retransmitted: usize,
+    /// Most copies of any one such packet (1 = nothing was sent twice).
+    most_copies: u32,
+}
+
+impl Summary {
+    fn count_sender(&mut self, p: &ParsedFrame<'_>) {
+        let (src, _) = addresses(p);
+        let r = &p.repr.roce;
+        let stats = self.senders.entry(src.clone()).or_default();
+        stats.frames += 1;
+        if let Some(a) = r.aeth {
+            match a.syndrome {
+                Syndrome::Nak(NakCode::PsnSequenceError) => stats.nak_sequence += 1,
+                Syndrome::Nak(_) => stats.nak_other += 1,
+                Syndrome::RnrNak { .. } => stats.nak_rnr += 1,
+                _ => {}
+            }
+        }
+        let op = r.bth.opcode;
+        if op != Opcode::RC_ACKNOWLEDGE && op != Opcode::RC_ATOMIC_ACKNOWLEDGE {
+            let n = self
+                .copies
+                .entry((src, r.bth.dest_qp, r.bth.psn.value(), op.0))
+                .or_insert(0);
+            *n += 1;
+            if *n > 1 {
+                stats.retransmitted += 1;
+            }
+            stats.most_copies = stats.most_copies.max(*n);
+        }
+    }
 }
 
 /// Runs the command; returns the exit status.
@@ -118,6 +166,7 @@ fn handle_frame(args: &Args, f: &CapturedFrame, rel: Duration, s: &mut Summary) 
         Ok(p) => {
             s.roce += 1;
             *s.per_opcode.entry(p.repr.roce.bth.opcode.0).or_default() += 1;
+            s.count_sender(&p);
             if p.icrc_ok() {
                 s.icrc_ok += 1;
             } else {
@@ -415,6 +464,24 @@ fn summary_text(s: &Summary) -> String {
     let _ = writeln!(t, "per opcode:");
     for (op, n) in &s.per_opcode {
         let _ = writeln!(t, "  {n:>6}  0x{op:02x} {}", Opcode(*op));
+    }
+    // Loss recovery as each side performed it (IBTA Vol. 1 9.7.5: NAK a gap, go back, retry).
+    let _ = writeln!(t, "per sender:");
+    for (src, st) in &s.senders {
+        let _ = write!(
+            t,
+            "  {src}: {} frames, NAKs {} (PSN sequence {}, RNR {}, other {}), retransmitted {}",
+            st.frames,
+            st.nak_sequence + st.nak_rnr + st.nak_other,
+            st.nak_sequence,
+            st.nak_rnr,
+            st.nak_other,
+            st.retransmitted,
+        );
+        if st.retransmitted > 0 {
+            let _ = write!(t, " (up to {} copies of one packet)", st.most_copies);
+        }
+        t.push('\n');
     }
     t
 }
