@@ -17,9 +17,7 @@ use xroce::tools::endpoint::{
 };
 use xroce::tools::file::{self, FileOptions};
 use xroce::tools::perf::{PerfOptions, PerfRunner};
-use xroce::tools::perftest_oob::{
-    self, LocalSide, NegotiateParams, PerftestComm, PerftestDest, Role, SysData, TestKind,
-};
+use xroce::tools::perftest_oob::{self, LocalSide, PerftestComm, PerftestDest, Role, TestKind};
 use xroce::tools::pingpong::{self, PingpongOptions};
 
 #[derive(Default)]
@@ -323,48 +321,21 @@ fn ud_pingpong_both_roles_and_size_limit() {
 
 fn local_side(ep: &dyn ToolEndpoint, opts: &PerfOptions, psn: u32) -> LocalSide {
     let info = ep.local();
-    LocalSide {
-        sys_data: SysData {
-            page_size: 4096,
-            cache_line: 64,
+    let dest = PerftestDest {
+        lid: 0,
+        out_reads: if opts.kind.is_read_like() {
+            opts.out_reads
+        } else {
+            1
         },
-        mtu_enum: 3,
-        params: NegotiateParams {
-            test_method: i32::from(opts.all_sizes),
-            connection_type: if opts.ud { 2 } else { 0 },
-            verb: opts.kind.verb(),
-            tst: i32::from(opts.kind.is_bw()),
-            atomic_type: i32::from(opts.fetch_add),
-            test_type: 0,
-            report_fmt: 1,
-            size: opts.size,
-            iters: opts.iters,
-            aes_xts: 0,
-            num_of_qps: 1,
-            duration: 0,
-            use_rdma_cm: 0,
-            use_write_with_imm: 0,
-            no_enhanced_reorder: 0,
-            sig_offload: 0,
-            data_validation: 0,
-            device_attr: NegotiateParams::device_attr_block(16),
-            mlx5dv_comp_mask: Some(0),
-        },
-        dests: vec![PerftestDest {
-            lid: 0,
-            out_reads: if opts.kind.is_read_like() {
-                opts.out_reads
-            } else {
-                1
-            },
-            qpn: info.qpn,
-            psn,
-            rkey: info.rkey,
-            vaddr: info.buf_addr + opts.half_len() as u64,
-            gid: Some(info.gid),
-            srqn: 0,
-        }],
-    }
+        qpn: info.qpn,
+        psn,
+        rkey: info.rkey,
+        vaddr: info.buf_addr + opts.half_len() as u64,
+        gid: Some(info.gid),
+        srqn: 0,
+    };
+    opts.local_side(3, 16, vec![dest])
 }
 
 fn perf_side(

@@ -8,9 +8,7 @@ use std::time::Duration;
 use xroce::tools::endpoint::ToolEndpoint;
 use xroce::tools::file::{self, FileOptions};
 use xroce::tools::perf::{PerfOptions, PerfRunner};
-use xroce::tools::perftest_oob::{
-    self, LocalSide, NegotiateParams, PerftestComm, PerftestDest, Role, SysData, TestKind,
-};
+use xroce::tools::perftest_oob::{self, PerftestComm, PerftestDest, Role, TestKind};
 use xroce::tools::pingpong::{self, PingpongOptions};
 use xroce::tools::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
 use xroce::verbs::{mem_link_config, Device, DeviceConfig, MemLink};
@@ -140,35 +138,7 @@ fn perf_side(
         gid: Some(info.gid),
         srqn: 0,
     };
-    let local = LocalSide {
-        sys_data: SysData {
-            page_size: 4096,
-            cache_line: 64,
-        },
-        mtu_enum: 3,
-        params: NegotiateParams {
-            test_method: i32::from(opts.all_sizes),
-            connection_type: if opts.ud { 2 } else { 0 },
-            verb: opts.kind.verb(),
-            tst: i32::from(opts.kind.is_bw()),
-            atomic_type: i32::from(opts.fetch_add),
-            test_type: 0,
-            report_fmt: 1,
-            size: opts.size,
-            iters: opts.iters,
-            aes_xts: 0,
-            num_of_qps: 1,
-            duration: 0,
-            use_rdma_cm: 0,
-            use_write_with_imm: 0,
-            no_enhanced_reorder: 0,
-            sig_offload: 0,
-            data_validation: 0,
-            device_attr: NegotiateParams::device_attr_block(16),
-            mlx5dv_comp_mask: Some(0),
-        },
-        dests: vec![dest],
-    };
+    let local = opts.local_side(3, 16, vec![dest]);
     let steps = perftest_oob::script(opts.kind, role, &opts.sizes(1024), 1);
     let mut out: Vec<u8> = Vec::new();
     let rows;

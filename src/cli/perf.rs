@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use xroce::tools::perf::{PerfOptions, PerfRunner};
 use xroce::tools::perftest_oob::{
-    self, enums, LocalSide, NegotiateParams, PerftestComm, PerftestDest, Role, SysData, TestKind,
-    BOOKWORM_VERSION,
+    self, enums, PerftestComm, PerftestDest, Role, TestKind, BOOKWORM_VERSION,
 };
 use xroce::tools::report::{self, JsonReport, TestInfo};
 use xroce::tools::setup;
@@ -232,59 +231,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             }
         })
         .collect();
-    let local = LocalSide {
-        sys_data: SysData {
-            page_size: 4096,
-            cache_line: 64,
-        },
-        mtu_enum,
-        params: NegotiateParams {
-            test_method: if opts.all_sizes {
-                enums::RUN_ALL
-            } else {
-                enums::RUN_REGULAR
-            },
-            connection_type: if opts.ud {
-                enums::CONN_UD
-            } else {
-                enums::CONN_RC
-            },
-            verb: kind.verb(),
-            tst: if kind.is_bw() {
-                enums::TST_BW
-            } else {
-                enums::TST_LAT
-            },
-            atomic_type: if opts.fetch_add {
-                enums::FETCH_AND_ADD
-            } else {
-                enums::CMP_AND_SWAP
-            },
-            test_type: if opts.duration.is_some() {
-                enums::DURATION
-            } else {
-                enums::ITERATIONS
-            },
-            report_fmt: if opts.report_gbits {
-                enums::GBS
-            } else {
-                enums::MBS
-            },
-            size: opts.size,
-            iters: opts.iters,
-            aes_xts: 0,
-            num_of_qps: opts.num_qps as i32,
-            duration: opts.duration.unwrap_or(5) as i32,
-            use_rdma_cm: 0,
-            use_write_with_imm: 0,
-            no_enhanced_reorder: 0,
-            sig_offload: 0,
-            data_validation: 0,
-            device_attr: NegotiateParams::device_attr_block(info0.max_rd_atomic as i32),
-            mlx5dv_comp_mask: Some(0),
-        },
-        dests: dests.clone(),
-    };
+    let local = opts.local_side(mtu_enum, info0.max_rd_atomic as i32, dests.clone());
 
     // With --json the human tables go to stderr and stdout carries only the document.
     let mut text: Box<dyn Write> = if args.json {

@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 use crate::tools::endpoint::{
     ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
 };
-use crate::tools::perftest_oob::{enums, BwReport, PerftestDest, PerftestRunner, Role, TestKind};
+use crate::tools::perftest_oob::{
+    enums, BwReport, LocalSide, NegotiateParams, PerftestDest, PerftestRunner, Role, SysData,
+    TestKind,
+};
 use crate::tools::report::{self, JsonResult};
 use crate::tools::stats::{BwStats, BwUnit, LatencyStats};
 
@@ -75,6 +78,49 @@ impl PerfOptions {
             ud: false,
             report_gbits: false,
             stall_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// What this side announces in the exchange: perftest's system data (4 KiB pages,
+    /// 64-byte cache lines), the path MTU enum, the 6.28+ parameter block for these options,
+    /// and one address per QP. `max_rd_atomic` is the device's (perftest reports it in the
+    /// device-attribute part of the block).
+    pub fn local_side(
+        &self,
+        mtu_enum: u8,
+        max_rd_atomic: i32,
+        dests: Vec<PerftestDest>,
+    ) -> LocalSide {
+        let pick = |cond: bool, yes: i32, no: i32| if cond { yes } else { no };
+        LocalSide {
+            sys_data: SysData {
+                page_size: 4096,
+                cache_line: 64,
+            },
+            mtu_enum,
+            params: NegotiateParams {
+                test_method: pick(self.all_sizes, enums::RUN_ALL, enums::RUN_REGULAR),
+                connection_type: pick(self.ud, enums::CONN_UD, enums::CONN_RC),
+                verb: self.kind.verb(),
+                tst: pick(self.kind.is_bw(), enums::TST_BW, enums::TST_LAT),
+                atomic_type: pick(self.fetch_add, enums::FETCH_AND_ADD, enums::CMP_AND_SWAP),
+                test_type: pick(self.duration.is_some(), enums::DURATION, enums::ITERATIONS),
+                report_fmt: pick(self.report_gbits, enums::GBS, enums::MBS),
+                size: self.size,
+                iters: self.iters,
+                aes_xts: 0,
+                num_of_qps: self.num_qps as i32,
+                // perftest's default duration when -D is not given.
+                duration: self.duration.unwrap_or(5) as i32,
+                use_rdma_cm: 0,
+                use_write_with_imm: 0,
+                no_enhanced_reorder: 0,
+                sig_offload: 0,
+                data_validation: 0,
+                device_attr: NegotiateParams::device_attr_block(max_rd_atomic),
+                mlx5dv_comp_mask: Some(0),
+            },
+            dests,
         }
     }
 
