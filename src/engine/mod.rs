@@ -733,7 +733,7 @@ impl Engine {
             .map_err(|f| EngineError::InvalidWr(format!("receive SGE: {f:?}")))?;
         let wqe = RecvWqe {
             wr_id: wr.wr_id,
-            sges: wr.sg_list.clone(),
+            sges: wr.sg_list.as_slice().into(),
             len,
         };
         if qp.state() == QpState::Err {

@@ -7,12 +7,40 @@ use crate::wire::Psn;
 
 use super::types::{AddressVector, CqId, PdId, QpAttr, QpCaps, QpState, QpType, Sge, UdDest, WrOp};
 
+/// A WQE's scatter/gather list. Nearly every WR has one SGE; keeping that one inline means
+/// posting a WR does not allocate (a heap `Vec` per WR was a visible per-packet cost).
+#[derive(Debug, Clone)]
+pub(crate) enum SgeList {
+    One(Sge),
+    Many(Vec<Sge>),
+}
+
+impl From<&[Sge]> for SgeList {
+    fn from(sges: &[Sge]) -> SgeList {
+        match sges {
+            [one] => SgeList::One(*one),
+            // An empty Vec does not allocate either.
+            many => SgeList::Many(many.to_vec()),
+        }
+    }
+}
+
+impl std::ops::Deref for SgeList {
+    type Target = [Sge];
+    fn deref(&self) -> &[Sge] {
+        match self {
+            SgeList::One(sge) => std::slice::from_ref(sge),
+            SgeList::Many(v) => v,
+        }
+    }
+}
+
 /// A posted send WR and its transmission progress.
 #[derive(Debug, Clone)]
 pub(crate) struct SendWqe {
     pub wr_id: u64,
     pub op: WrOp,
-    pub sges: Vec<Sge>,
+    pub sges: SgeList,
     /// Data copied at post time (INLINE).
     pub inline: Option<Vec<u8>>,
     pub signaled: bool,
@@ -40,7 +68,7 @@ impl SendWqe {
 #[derive(Debug, Clone)]
 pub(crate) struct RecvWqe {
     pub wr_id: u64,
-    pub sges: Vec<Sge>,
+    pub sges: SgeList,
     pub len: u64,
 }
 

@@ -75,9 +75,9 @@ pub(crate) fn make_wqe(qp: &Qp, sh: &Shared, wr: &SendWr) -> Result<SendWqe, Eng
         wr_id: wr.wr_id,
         op: wr.op,
         sges: if inline {
-            Vec::new()
+            (&[][..]).into()
         } else {
-            wr.sg_list.clone()
+            wr.sg_list.as_slice().into()
         },
         inline: inline_data,
         signaled: qp.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),

@@ -10,9 +10,9 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use etherparse::{
-    EtherType, Ethernet2Header, Ethernet2HeaderSlice, IpFragOffset, IpNumber, Ipv4Dscp, Ipv4Ecn,
-    Ipv4Header, Ipv4HeaderSlice, Ipv6FlowLabel, Ipv6Header, Ipv6HeaderSlice, SingleVlanHeader,
-    SingleVlanHeaderSlice, UdpHeader, UdpHeaderSlice, VlanId, VlanPcp,
+    EtherType, Ethernet2Header, Ethernet2HeaderSlice, IpNumber, Ipv4HeaderSlice, Ipv6FlowLabel,
+    Ipv6Header, Ipv6HeaderSlice, SingleVlanHeader, SingleVlanHeaderSlice, UdpHeader,
+    UdpHeaderSlice, VlanId, VlanPcp,
 };
 
 use super::bth::BTH_LEN;
@@ -191,7 +191,6 @@ struct Located<'a> {
     udp_src_port: u16,
     udp_checksum: u16,
     ipv4_checksum: Option<u16>,
-    ipv4_checksum_ok: bool,
     icrc_received: u32,
     offsets: FrameOffsets,
     trailer_len: usize,
@@ -246,7 +245,7 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
     let ip_start = at;
     let rest = &frame[ip_start..];
 
-    let (ip, ip_header, ip_payload, ipv4_checksum, ipv4_checksum_ok) = match ether_type {
+    let (ip, ip_header, ip_payload, ipv4_checksum) = match ether_type {
         EtherType::IPV4 => {
             let hdr = Ipv4HeaderSlice::from_slice(rest).map_err(|e| {
                 use etherparse::err::ipv4::{HeaderError, HeaderSliceError};
@@ -286,7 +285,6 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
                     protocol: hdr.protocol().0,
                 });
             }
-            let checksum_ok = hdr.to_header().calc_header_checksum() == hdr.header_checksum();
             let ip = IpRepr::V4 {
                 src: hdr.source_addr(),
                 dst: hdr.destination_addr(),
@@ -300,7 +298,6 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
                 hdr.slice(),
                 &rest[IPV4_LEN..total],
                 Some(hdr.header_checksum()),
-                checksum_ok,
             )
         }
         EtherType::IPV6 => {
@@ -332,7 +329,7 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
                 flow_label: hdr.flow_label().value(),
                 hop_limit: hdr.hop_limit(),
             };
-            (ip, hdr.slice(), &rest[IPV6_LEN..total], None, true)
+            (ip, hdr.slice(), &rest[IPV6_LEN..total], None)
         }
         other => {
             return Err(WireError::NotIp {
@@ -375,7 +372,6 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
         udp_src_port: udp.source_port(),
         udp_checksum: udp.checksum(),
         ipv4_checksum,
-        ipv4_checksum_ok,
         icrc_received: icrc::from_wire(icrc_bytes),
         offsets: FrameOffsets {
             ip: ip_start,
@@ -421,7 +417,10 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>> {
         udp_checksum: loc.udp_checksum,
         bth_byte4: loc.udp_datagram[UDP_LEN + 4],
         ipv4_checksum: loc.ipv4_checksum,
-        ipv4_checksum_ok: loc.ipv4_checksum_ok,
+        // Only checked here, for tools: the engine's receive path does not look at it.
+        ipv4_checksum_ok: loc
+            .ipv4_checksum
+            .is_none_or(|c| c == ipv4_header_checksum(loc.ip_header)),
         offsets,
         trailer_len: loc.trailer_len,
     })
@@ -522,24 +521,20 @@ impl FrameRepr<'_> {
             } => {
                 let total = IPV4_LEN + udp_len;
                 let total = u16::try_from(total).map_err(|_| WireError::TooLarge { len: total })?;
-                let mut h = Ipv4Header {
-                    // Both `try_new` succeed: the values are masked to 6 and 2 bits.
-                    dscp: Ipv4Dscp::try_new(tos >> 2).unwrap_or(Ipv4Dscp::ZERO),
-                    ecn: Ipv4Ecn::try_new(tos & 3).unwrap_or(Ipv4Ecn::ZERO),
-                    total_len: total,
-                    identification: ident,
-                    dont_fragment,
-                    more_fragments: false,
-                    fragment_offset: IpFragOffset::ZERO,
-                    time_to_live: ttl,
-                    protocol: IpNumber::UDP,
-                    header_checksum: 0,
-                    source: src.octets(),
-                    destination: dst.octets(),
-                    options: Default::default(),
-                };
-                h.header_checksum = h.calc_header_checksum();
-                put(buf, &mut at, &h.to_bytes());
+                // Written by hand (as etherparse's `Ipv4Header` would lay it out): building
+                // that struct and its general checksum cost more than the rest of the header.
+                let [tl_hi, tl_lo] = total.to_be_bytes();
+                let [id_hi, id_lo] = ident.to_be_bytes();
+                let flags = if dont_fragment { 0x40 } else { 0 };
+                let mut h = [0u8; IPV4_LEN];
+                h[..12].copy_from_slice(&[
+                    0x45, tos, tl_hi, tl_lo, id_hi, id_lo, flags, 0, ttl, 17, 0, 0,
+                ]);
+                h[12..16].copy_from_slice(&src.octets());
+                h[16..20].copy_from_slice(&dst.octets());
+                let checksum = ipv4_header_checksum(&h);
+                h[10..12].copy_from_slice(&checksum.to_be_bytes());
+                put(buf, &mut at, &h);
             }
             IpRepr::V6 {
                 src,
@@ -573,7 +568,7 @@ impl FrameRepr<'_> {
             checksum: 0,
         };
         put(buf, &mut at, &udp.to_bytes());
-        let roce_len = self.roce.emit(&mut buf[at..])?;
+        let roce_len = self.roce.emit_checked(&mut buf[at..])?;
         let icrc_at = at + roce_len;
         let crc = match self.ip {
             IpRepr::V4 { .. } => {
@@ -586,6 +581,21 @@ impl FrameRepr<'_> {
         buf[icrc_at..icrc_at + ICRC_LEN].copy_from_slice(&icrc::to_wire(crc));
         Ok(len)
     }
+}
+
+/// The IPv4 header checksum (RFC 791): the ones' complement of the ones' complement sum of
+/// the header's 16-bit words, the checksum field (bytes 10-11) counted as zero.
+fn ipv4_header_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks_exact(2)
+        .enumerate()
+        .filter(|&(i, _)| i != 5)
+        .map(|(_, w)| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xFFFF {
+        sum = (sum & 0xFFFF) + (sum >> 16);
+    }
+    !(sum as u16)
 }
 
 /// The UDP source port rxe uses for a QP pair (`rxe_get_udp_sport`-equivalent): the 20-bit

@@ -219,54 +219,49 @@ impl<'a> PacketRepr<'a> {
     pub fn check(&self) -> Result<&'static OpcodeInfo> {
         let info = self.info()?;
         let opcode = self.bth.opcode;
-        let pairs: [(bool, bool, &'static str, &'static str); 7] = [
-            (
-                info.has_deth,
-                self.deth.is_some(),
-                "DETH missing",
-                "DETH not allowed",
-            ),
-            (
-                info.has_reth,
-                self.reth.is_some(),
-                "RETH missing",
-                "RETH not allowed",
-            ),
-            (
-                info.has_atomic_eth,
-                self.atomic_eth.is_some(),
-                "AtomicETH missing",
-                "AtomicETH not allowed",
-            ),
-            (
-                info.has_aeth,
-                self.aeth.is_some(),
-                "AETH missing",
-                "AETH not allowed",
-            ),
-            (
-                info.has_atomic_ack_eth,
-                self.atomic_ack_eth.is_some(),
-                "AtomicAckETH missing",
-                "AtomicAckETH not allowed",
-            ),
-            (
-                info.has_immdt,
-                self.immdt.is_some(),
-                "ImmDt missing",
-                "ImmDt not allowed",
-            ),
-            (
-                info.has_ieth,
-                self.ieth.is_some(),
-                "IETH missing",
-                "IETH not allowed",
-            ),
+        let wanted = [
+            info.has_deth,
+            info.has_reth,
+            info.has_atomic_eth,
+            info.has_aeth,
+            info.has_atomic_ack_eth,
+            info.has_immdt,
+            info.has_ieth,
         ];
-        for (wanted, present, missing, extra) in pairs {
-            if wanted != present {
-                let detail = if wanted { missing } else { extra };
-                return Err(WireError::HeaderMismatch { opcode, detail });
+        let present = [
+            self.deth.is_some(),
+            self.reth.is_some(),
+            self.atomic_eth.is_some(),
+            self.aeth.is_some(),
+            self.atomic_ack_eth.is_some(),
+            self.immdt.is_some(),
+            self.ieth.is_some(),
+        ];
+        // The usual case is decided with one comparison; the names are for the error.
+        if wanted != present {
+            const MISSING: [&str; 7] = [
+                "DETH missing",
+                "RETH missing",
+                "AtomicETH missing",
+                "AETH missing",
+                "AtomicAckETH missing",
+                "ImmDt missing",
+                "IETH missing",
+            ];
+            const EXTRA: [&str; 7] = [
+                "DETH not allowed",
+                "RETH not allowed",
+                "AtomicETH not allowed",
+                "AETH not allowed",
+                "AtomicAckETH not allowed",
+                "ImmDt not allowed",
+                "IETH not allowed",
+            ];
+            for (i, (w, p)) in wanted.iter().zip(present).enumerate() {
+                if *w != p {
+                    let detail = if *w { MISSING[i] } else { EXTRA[i] };
+                    return Err(WireError::HeaderMismatch { opcode, detail });
+                }
             }
         }
         if !info.has_payload && !self.payload.is_empty() {
@@ -303,6 +298,12 @@ impl<'a> PacketRepr<'a> {
     /// ignored). Does not allocate.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         self.check()?;
+        self.emit_checked(buf)
+    }
+
+    /// [`emit`](Self::emit) for a packet that already passed [`check`](Self::check) (the
+    /// frame emitter checks once, not twice per packet).
+    pub(super) fn emit_checked(&self, buf: &mut [u8]) -> Result<usize> {
         let len = self.buffer_len();
         if buf.len() < len {
             return Err(WireError::BufferTooSmall {
