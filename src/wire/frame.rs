@@ -418,9 +418,9 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>> {
         bth_byte4: loc.udp_datagram[UDP_LEN + 4],
         ipv4_checksum: loc.ipv4_checksum,
         // Only checked here, for tools: the engine's receive path does not look at it.
-        ipv4_checksum_ok: loc
-            .ipv4_checksum
-            .is_none_or(|c| c == ipv4_header_checksum(loc.ip_header)),
+        ipv4_checksum_ok: loc.ipv4_checksum.is_none_or(|c| {
+            <&[u8; IPV4_LEN]>::try_from(loc.ip_header).is_ok_and(|h| c == ipv4_header_checksum(h))
+        }),
         offsets,
         trailer_len: loc.trailer_len,
     })
@@ -570,14 +570,7 @@ impl FrameRepr<'_> {
         put(buf, &mut at, &udp.to_bytes());
         let roce_len = self.roce.emit_checked(&mut buf[at..])?;
         let icrc_at = at + roce_len;
-        let crc = match self.ip {
-            IpRepr::V4 { .. } => {
-                icrc::icrc_ipv4(&buf[ip_start..udp_start], &buf[udp_start..icrc_at])
-            }
-            IpRepr::V6 { .. } => {
-                icrc::icrc_ipv6(&buf[ip_start..udp_start], &buf[udp_start..icrc_at])
-            }
-        };
+        let crc = icrc::icrc_in_place(&mut buf[ip_start..icrc_at], udp_start - ip_start);
         buf[icrc_at..icrc_at + ICRC_LEN].copy_from_slice(&icrc::to_wire(crc));
         Ok(len)
     }
@@ -585,13 +578,15 @@ impl FrameRepr<'_> {
 
 /// The IPv4 header checksum (RFC 791): the ones' complement of the ones' complement sum of
 /// the header's 16-bit words, the checksum field (bytes 10-11) counted as zero.
-fn ipv4_header_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header
-        .chunks_exact(2)
-        .enumerate()
-        .filter(|&(i, _)| i != 5)
-        .map(|(_, w)| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
+/// Fixed at 20 bytes (options are never emitted and are refused on receive) so that the
+/// loop unrolls.
+fn ipv4_header_checksum(header: &[u8; IPV4_LEN]) -> u16 {
+    let mut sum = 0u32;
+    for (i, w) in header.chunks_exact(2).enumerate() {
+        if i != 5 {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+    }
     while sum > 0xFFFF {
         sum = (sum & 0xFFFF) + (sum >> 16);
     }

@@ -98,6 +98,34 @@ pub fn icrc_ipv6(ip_header: &[u8], udp_datagram: &[u8]) -> u32 {
     icrc_masked_ip(&ip[..len], udp_datagram)
 }
 
+/// ICRC of a packet being built: `packet` runs from the IP header (IPv4 without options or
+/// IPv6, told apart by `ip_len`, 20 or 40) to just before the ICRC. The variant bytes are set
+/// to ones, the whole packet is hashed in one pass with no copy, and the bytes are put back.
+pub(crate) fn icrc_in_place(packet: &mut [u8], ip_len: usize) -> u32 {
+    let udp_bth: [usize; 3] = UDP_BTH_VARIANT_BYTES.map(|i| ip_len + i);
+    let positions: &[usize] = match ip_len {
+        20 => &IPV4_VARIANT_BYTES,
+        _ => &[0, 1, 2, 3, 7],
+    };
+    let mut saved = [0u8; 8];
+    let all = positions.iter().chain(&udp_bth);
+    for (s, &i) in saved.iter_mut().zip(all.clone()) {
+        *s = packet[i];
+        // IPv6 byte 0: the version nibble stays (as in `icrc_ipv6`).
+        packet[i] = if ip_len != 20 && i == 0 {
+            packet[i] | 0x0F
+        } else {
+            0xFF
+        };
+    }
+    let mut h = start();
+    h.update(packet);
+    for (s, &i) in saved.iter().zip(all) {
+        packet[i] = *s;
+    }
+    h.finalize()
+}
+
 /// The ICRC as it appears on the wire (least significant byte first).
 pub const fn to_wire(icrc: u32) -> [u8; 4] {
     icrc.to_le_bytes()
@@ -144,6 +172,21 @@ mod tests {
         assert_eq!(icrc_ipv4(&v[..20], &v[20..44]), crc);
         v[4] ^= 1; // IP ID is covered
         assert_ne!(icrc_ipv4(&v[..20], &v[20..44]), crc);
+    }
+
+    #[test]
+    fn in_place_matches_copying() {
+        let mut v = ACK_IP;
+        let crc = icrc_in_place(&mut v[..44], 20);
+        assert_eq!(crc, icrc_ipv4(&ACK_IP[..20], &ACK_IP[20..44]));
+        assert_eq!(v, ACK_IP, "the variant bytes are put back");
+        // IPv6: any 40-byte header, a UDP header, BTH and 300 bytes of payload.
+        let mut p6: Vec<u8> = (0..40 + 8 + 12 + 300).map(|i| (i * 7 + 3) as u8).collect();
+        p6[0] = 0x6A;
+        let copy = p6.clone();
+        let crc = icrc_in_place(&mut p6, 40);
+        assert_eq!(crc, icrc_ipv6(&copy[..40], &copy[40..]));
+        assert_eq!(p6, copy);
     }
 
     #[test]
