@@ -525,15 +525,37 @@ impl FrameRepr<'_> {
                 // that struct and its general checksum cost more than the rest of the header.
                 let [tl_hi, tl_lo] = total.to_be_bytes();
                 let [id_hi, id_lo] = ident.to_be_bytes();
-                let flags = if dont_fragment { 0x40 } else { 0 };
+                let flags: u32 = if dont_fragment { 0x40 } else { 0 };
                 let mut h = [0u8; IPV4_LEN];
                 h[..12].copy_from_slice(&[
-                    0x45, tos, tl_hi, tl_lo, id_hi, id_lo, flags, 0, ttl, 17, 0, 0,
+                    0x45,
+                    tos,
+                    tl_hi,
+                    tl_lo,
+                    id_hi,
+                    id_lo,
+                    flags as u8,
+                    0,
+                    ttl,
+                    17,
+                    0,
+                    0,
                 ]);
                 h[12..16].copy_from_slice(&src.octets());
                 h[16..20].copy_from_slice(&dst.octets());
-                let checksum = ipv4_header_checksum(&h);
-                h[10..12].copy_from_slice(&checksum.to_be_bytes());
+                // The checksum from the field values, not by reading `h` back: loading bytes
+                // just stored one by one stalls on store forwarding.
+                let (s, d) = (u32::from(src), u32::from(dst));
+                let sum = (0x4500 | u32::from(tos))
+                    + u32::from(total)
+                    + u32::from(ident)
+                    + (flags << 8)
+                    + (u32::from(ttl) << 8 | 17)
+                    + (s >> 16)
+                    + (s & 0xFFFF)
+                    + (d >> 16)
+                    + (d & 0xFFFF);
+                h[10..12].copy_from_slice(&ones_complement(sum).to_be_bytes());
                 put(buf, &mut at, &h);
             }
             IpRepr::V6 {
@@ -587,6 +609,11 @@ fn ipv4_header_checksum(header: &[u8; IPV4_LEN]) -> u16 {
             sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
         }
     }
+    ones_complement(sum)
+}
+
+/// Folds a sum of 16-bit words to 16 bits with end-around carry and complements it.
+fn ones_complement(mut sum: u32) -> u16 {
     while sum > 0xFFFF {
         sum = (sum & 0xFFFF) + (sum >> 16);
     }
