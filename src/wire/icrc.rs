@@ -102,27 +102,30 @@ pub fn icrc_ipv6(ip_header: &[u8], udp_datagram: &[u8]) -> u32 {
 /// IPv6, told apart by `ip_len`, 20 or 40) to just before the ICRC. The variant bytes are set
 /// to ones, the whole packet is hashed in one pass with no copy, and the bytes are put back.
 pub(crate) fn icrc_in_place(packet: &mut [u8], ip_len: usize) -> u32 {
-    let udp_bth: [usize; 3] = UDP_BTH_VARIANT_BYTES.map(|i| ip_len + i);
-    let positions: &[usize] = match ip_len {
-        20 => &IPV4_VARIANT_BYTES,
-        _ => &[0, 1, 2, 3, 7],
+    // Offsets from the IP header of the bytes seen as all ones (IPv6 byte 0 is handled
+    // apart: only its low nibble is variant).
+    const V4: [usize; 7] = [1, 8, 10, 11, 20 + 6, 20 + 7, 20 + 8 + 4];
+    const V6: [usize; 7] = [1, 2, 3, 7, 40 + 6, 40 + 7, 40 + 8 + 4];
+    let (positions, v6) = if ip_len == 20 {
+        (&V4, false)
+    } else {
+        (&V6, true)
     };
-    let mut saved = [0u8; 8];
-    let all = positions.iter().chain(&udp_bth);
-    for (s, &i) in saved.iter_mut().zip(all.clone()) {
+    let byte0 = packet[0];
+    let mut saved = [0u8; 7];
+    for (s, &i) in saved.iter_mut().zip(positions) {
         *s = packet[i];
-        // IPv6 byte 0: the version nibble stays (as in `icrc_ipv6`).
-        packet[i] = if ip_len != 20 && i == 0 {
-            packet[i] | 0x0F
-        } else {
-            0xFF
-        };
+        packet[i] = 0xFF;
+    }
+    if v6 {
+        packet[0] = byte0 | 0x0F;
     }
     let mut h = start();
     h.update(packet);
-    for (s, &i) in saved.iter().zip(all) {
+    for (s, &i) in saved.iter().zip(positions) {
         packet[i] = *s;
     }
+    packet[0] = byte0;
     h.finalize()
 }
 
