@@ -349,6 +349,13 @@ const CASES: &[Case] = &[
         server: (G1, pt!("ib_atomic_lat", "-n 200 -A CMP_AND_SWAP")),
         client: (HOST, xp!("atomic_lat", "-n 200 -A CMP_AND_SWAP {srv}")),
         opcodes: &[COMPARE_SWAP, ATOMIC_ACK], loss_evidence: None, state: State::Runs },
+    // -e: xroce sleeps on its completion channel instead of spinning (perftest's events mode).
+    Case { name: "xroce_srv_send_bw_events", mtu: 1500, netem: None,
+        server: (HOST, xp!("send_bw", "-e -n 200 -s 4096")), client: (G1, pt!("ib_send_bw", "-n 200 -s 4096 {srv}")),
+        opcodes: &[SEND_FIRST, SEND_LAST, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_read_lat_events", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_read_lat", "-n 200 -s 64")), client: (HOST, xp!("read_lat", "-e -n 200 -s 64 {srv}")),
+        opcodes: &[READ_REQUEST, READ_RESPONSE_ONLY], loss_evidence: None, state: State::Runs },
     // xroce under loss: both sides must NAK and retransmit (pingpong sends both ways).
     Case { name: "xroce_srv_loss_rc_pingpong_4096", mtu: 1500, netem: Some(LOSS),
         server: (HOST, "{xroce} pingpong -d eth0 -g 1 -c -n 200 -s 4096"),

@@ -3,9 +3,11 @@
 //! both roles, over a clean link and over a lossy one (RC must still deliver everything).
 
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use xroce::tools::endpoint::ToolEndpoint;
+use xroce::tools::endpoint::{ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc, ToolWr};
 use xroce::tools::file::{self, FileOptions};
 use xroce::tools::perf::{PerfOptions, PerfRunner};
 use xroce::tools::perftest_oob::{self, PerftestComm, PerftestDest, Role, TestKind};
@@ -156,14 +158,31 @@ fn perf_side(
 }
 
 fn perf_over(opts: PerfOptions) -> (String, (String, usize)) {
+    perf_over_counting(opts, Arc::default(), Arc::default())
+}
+
+/// [`perf_over`], counting each side's `wait_completion` calls (server, client).
+fn perf_over_counting(
+    opts: PerfOptions,
+    server_waits: Arc<AtomicUsize>,
+    client_waits: Arc<AtomicUsize>,
+) -> (String, (String, usize)) {
     let (a, b, _link) = devices(0.0);
-    let s = spec(
+    let mut s = spec(
         !opts.ud,
         2 * opts.half_len(),
         opts.tx_depth.max(2),
         opts.rx_depth.max(2),
     );
-    let (mut ea, mut eb) = (endpoint(&a, &s), endpoint(&b, &s));
+    s.events = opts.events;
+    let mut ea: Box<dyn ToolEndpoint> = Box::new(CountingWaits {
+        inner: endpoint(&a, &s),
+        waits: server_waits,
+    });
+    let mut eb: Box<dyn ToolEndpoint> = Box::new(CountingWaits {
+        inner: endpoint(&b, &s),
+        waits: client_waits,
+    });
     let (sa, sb) = UnixStream::pair().unwrap();
     let o2 = opts.clone();
     let server = std::thread::spawn(move || perf_side(&mut ea, sa, Role::Server, o2).map(|r| r.0));
@@ -189,6 +208,88 @@ fn every_perf_test_over_verbs() {
             "{kind:?}\n{client}"
         );
     }
+}
+
+/// Delegates to a real endpoint and counts how often the loop slept on the channel.
+struct CountingWaits {
+    inner: Box<dyn ToolEndpoint>,
+    waits: Arc<AtomicUsize>,
+}
+
+impl ToolEndpoint for CountingWaits {
+    fn local(&self) -> LocalInfo {
+        self.inner.local()
+    }
+    fn connect(&mut self, remote: &RemoteInfo, params: &ConnectParams) -> anyhow::Result<()> {
+        self.inner.connect(remote, params)
+    }
+    fn post_send(&mut self, wr: &ToolWr) -> anyhow::Result<()> {
+        self.inner.post_send(wr)
+    }
+    fn post_recv(&mut self, wr_id: u64, offset: usize, len: usize) -> anyhow::Result<()> {
+        self.inner.post_recv(wr_id, offset, len)
+    }
+    fn poll(&mut self, out: &mut Vec<ToolWc>, max: usize) -> anyhow::Result<usize> {
+        self.inner.poll(out, max)
+    }
+    fn write_local(&mut self, offset: usize, data: &[u8]) -> anyhow::Result<()> {
+        self.inner.write_local(offset, data)
+    }
+    fn read_local(&self, offset: usize, out: &mut [u8]) -> anyhow::Result<()> {
+        self.inner.read_local(offset, out)
+    }
+    fn wait_completion(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.inner.wait_completion(timeout)
+    }
+}
+
+#[test]
+fn perf_with_events_sleeps_on_the_completion_channel() {
+    for kind in [
+        TestKind::SendBw,
+        TestKind::ReadBw,
+        TestKind::AtomicBw,
+        TestKind::SendLat,
+        TestKind::ReadLat,
+        TestKind::AtomicLat,
+    ] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.iters = 100;
+        opts.size = if kind.verb() == perftest_oob::enums::VERB_ATOMIC {
+            8
+        } else {
+            4096
+        };
+        opts.stall_timeout = Duration::from_secs(20);
+        opts.events = true;
+        let (srv, cli) = (Arc::<AtomicUsize>::default(), Arc::<AtomicUsize>::default());
+        let (_, (client, rows)) = perf_over_counting(opts.clone(), srv.clone(), cli.clone());
+        assert_eq!(rows, 1, "{kind:?}\n{client}");
+        assert!(
+            cli.load(Ordering::Relaxed) > 0,
+            "{kind:?}: the client never slept on the channel"
+        );
+        // Without -e the same run never touches the channel.
+        opts.events = false;
+        let (srv, cli) = (Arc::<AtomicUsize>::default(), Arc::<AtomicUsize>::default());
+        perf_over_counting(opts, srv.clone(), cli.clone());
+        assert_eq!(
+            srv.load(Ordering::Relaxed) + cli.load(Ordering::Relaxed),
+            0,
+            "{kind:?}"
+        );
+    }
+    // perftest refuses -e on the WRITE tests; xroce with more than one QP.
+    let mut opts = PerfOptions::defaults(TestKind::WriteLat);
+    opts.events = true;
+    let err = opts.validate().unwrap_err().to_string();
+    assert!(err.contains("not available on WRITE verb"), "{err}");
+    let mut opts = PerfOptions::defaults(TestKind::SendBw);
+    opts.events = true;
+    opts.num_qps = 2;
+    let err = opts.validate().unwrap_err().to_string();
+    assert!(err.contains("one QP"), "{err}");
 }
 
 #[test]

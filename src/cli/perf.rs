@@ -143,6 +143,10 @@ pub struct Args {
     /// Report Gb/s instead of MB/s.
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
+    /// Sleep on CQ events (completion channel) instead of busy polling; not for the WRITE
+    /// tests (perftest refuses that too).
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
     /// Skip the version, page-size and MTU exchange (only between xroce peers; perftest
     /// 6.06 itself refuses to run this way).
     #[arg(long = "dont_xchg_versions")]
@@ -179,6 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.fetch_add = args.atomic_type == Atomic::FetchAndAdd;
     opts.ud = args.connection == Conn::Ud;
     opts.report_gbits = args.report_gbits;
+    opts.events = args.events;
     opts.validate()?;
     if perftest_oob::version_number(&args.perftest_version) < perftest_oob::MIN_COMPATIBLE_VERSION {
         anyhow::bail!("--perftest-version must be 5.70 or newer (perftest refuses older peers)");
@@ -200,7 +205,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         max_send_wr: opts.tx_depth.max(2),
         max_recv_wr: opts.rx_depth.max(2),
         driver: args.driver,
-        events: false,
+        events: opts.events,
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, opts.num_qps)?;
     let info0 = eps[0].local();

@@ -56,6 +56,9 @@ pub struct PerfOptions {
     pub ud: bool,
     /// `--report_gbits`.
     pub report_gbits: bool,
+    /// `-e`: sleep on the CQ's completion channel instead of spinning (needs endpoints made
+    /// with `EndpointSpec::events`).
+    pub events: bool,
     /// Give up when nothing completes for this long.
     pub stall_timeout: Duration,
 }
@@ -77,6 +80,7 @@ impl PerfOptions {
             fetch_add: true,
             ud: false,
             report_gbits: false,
+            events: false,
             stall_timeout: Duration::from_secs(30),
         }
     }
@@ -171,6 +175,17 @@ impl PerfOptions {
         }
         if self.tx_depth == 0 || self.cq_mod == 0 {
             anyhow::bail!("-t and -Q must be at least 1");
+        }
+        if self.events && k.verb() == enums::VERB_WRITE {
+            // perftest refuses it too: the WRITE tests learn of arrivals by polling memory.
+            anyhow::bail!(
+                "-e: events feature not available on WRITE verb (as in perftest); drop -e"
+            );
+        }
+        if self.events && self.num_qps != 1 {
+            anyhow::bail!(
+                "-e works with one QP here (each QP has its own CQ and channel); drop -q or -e"
+            );
         }
         Ok(())
     }
@@ -431,6 +446,8 @@ impl<'a> PerfRunner<'a> {
                     "no completion for {:?}: the peer stopped answering",
                     self.opts.stall_timeout
                 );
+            } else {
+                self.idle()?;
             }
         }
         // Only messages known to have completed count.
@@ -492,6 +509,8 @@ impl<'a> PerfRunner<'a> {
                     self.opts.iters,
                     self.opts.stall_timeout
                 );
+            } else {
+                self.idle()?;
             }
         }
         let posted: Vec<f64> = std::iter::once(0.0)
@@ -540,8 +559,19 @@ impl<'a> PerfRunner<'a> {
                     self.opts.stall_timeout
                 );
             }
+            self.idle()?;
+        }
+    }
+
+    /// Nothing completed: spin, or with `-e` sleep on the completion channel (perftest's
+    /// `ibv_req_notify_cq` + `ibv_get_cq_event`; one QP, so one channel).
+    fn idle(&mut self) -> anyhow::Result<()> {
+        if self.opts.events {
+            self.eps[0].wait_completion(Duration::from_millis(100))?;
+        } else {
             std::hint::spin_loop();
         }
+        Ok(())
     }
 
     /// Latency loops; returns per-iteration start times (µs).
