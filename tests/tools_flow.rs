@@ -17,7 +17,7 @@ use xroce::tools::endpoint::{
 };
 use xroce::tools::file::{self, FileOptions};
 use xroce::tools::perf::{PerfOptions, PerfRunner};
-use xroce::tools::perftest_oob::{self, LocalSide, PerftestComm, PerftestDest, Role, TestKind};
+use xroce::tools::perftest_oob::{self, LocalSide, PerftestComm, Role, TestKind};
 use xroce::tools::pingpong::{self, PingpongOptions};
 
 #[derive(Default)]
@@ -321,20 +321,7 @@ fn ud_pingpong_both_roles_and_size_limit() {
 
 fn local_side(ep: &dyn ToolEndpoint, opts: &PerfOptions, psn: u32) -> LocalSide {
     let info = ep.local();
-    let dest = PerftestDest {
-        lid: 0,
-        out_reads: if opts.kind.is_read_like() {
-            opts.out_reads
-        } else {
-            1
-        },
-        qpn: info.qpn,
-        psn,
-        rkey: info.rkey,
-        vaddr: info.buf_addr + opts.half_len() as u64,
-        gid: Some(info.gid),
-        srqn: 0,
-    };
+    let dest = opts.dest(&info, psn);
     opts.local_side(3, 16, vec![dest])
 }
 

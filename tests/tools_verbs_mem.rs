@@ -10,7 +10,7 @@ use std::time::Duration;
 use xroce::tools::endpoint::{ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc, ToolWr};
 use xroce::tools::file::{self, FileOptions};
 use xroce::tools::perf::{PerfOptions, PerfRunner};
-use xroce::tools::perftest_oob::{self, PerftestComm, PerftestDest, Role, TestKind};
+use xroce::tools::perftest_oob::{self, PerftestComm, Role, TestKind};
 use xroce::tools::pingpong::{self, PingpongOptions};
 use xroce::tools::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
 use xroce::verbs::{mem_link_config, Device, DeviceConfig, MemLink};
@@ -126,20 +126,7 @@ fn perf_side(
     opts: PerfOptions,
 ) -> anyhow::Result<(String, usize)> {
     let info = ep.local();
-    let dest = PerftestDest {
-        lid: 0,
-        out_reads: if opts.kind.is_read_like() {
-            opts.out_reads
-        } else {
-            1
-        },
-        qpn: info.qpn,
-        psn: if role == Role::Server { 0x111 } else { 0x222 },
-        rkey: info.rkey,
-        vaddr: info.buf_addr + opts.half_len() as u64,
-        gid: Some(info.gid),
-        srqn: 0,
-    };
+    let dest = opts.dest(&info, if role == Role::Server { 0x111 } else { 0x222 });
     let local = opts.local_side(3, 16, vec![dest]);
     let steps = perftest_oob::script(opts.kind, role, &opts.sizes(1024), 1);
     let mut out: Vec<u8> = Vec::new();

@@ -220,20 +220,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .iter()
         .map(|ep| {
             let info = ep.local();
-            PerftestDest {
-                lid: 0,
-                out_reads: if kind.is_read_like() {
-                    opts.out_reads
-                } else {
-                    1
-                },
-                qpn: info.qpn,
-                psn: setup::random_psn(),
-                rkey: info.rkey,
-                vaddr: info.buf_addr + opts.half_len() as u64,
-                gid: Some(gid.gid.0),
-                srqn: 0,
-            }
+            opts.dest(&info, setup::random_psn())
         })
         .collect();
     let local = opts.local_side(mtu_enum, info0.max_rd_atomic as i32, dests.clone());

@@ -15,7 +15,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::tools::endpoint::{
-    ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
+    ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
 };
 use crate::tools::perftest_oob::{
     enums, BwReport, LocalSide, NegotiateParams, PerftestDest, PerftestRunner, Role, SysData,
@@ -125,6 +125,26 @@ impl PerfOptions {
                 mlx5dv_comp_mask: Some(0),
             },
             dests,
+        }
+    }
+
+    /// The address one QP announces: its QPN, first PSN, R_Key and GID, the remote half of
+    /// its buffer as the target VA, and the outstanding READ/atomic depth for the read-like
+    /// tests (1 otherwise, as perftest sends).
+    pub fn dest(&self, info: &LocalInfo, psn: u32) -> PerftestDest {
+        PerftestDest {
+            lid: 0,
+            out_reads: if self.kind.is_read_like() {
+                self.out_reads
+            } else {
+                1
+            },
+            qpn: info.qpn,
+            psn,
+            rkey: info.rkey,
+            vaddr: info.buf_addr + self.half_len() as u64,
+            gid: Some(info.gid),
+            srqn: 0,
         }
     }
 
