@@ -231,18 +231,15 @@ fn not_roce_reason(e: &WireError) -> Option<String> {
         WireError::NotRoce { .. } => Some("UDP to a port other than 4791".into()),
         WireError::Fragmented { .. } => Some("IP fragment".into()),
         // Too short to even hold UDP: not a RoCE frame we can speak about.
-        WireError::Truncated { layer, .. }
-            if matches!(
-                layer,
+        WireError::Truncated {
+            layer:
                 xroce::wire::Layer::Ethernet
-                    | xroce::wire::Layer::Vlan
-                    | xroce::wire::Layer::Ipv4
-                    | xroce::wire::Layer::Ipv6
-                    | xroce::wire::Layer::Udp
-            ) =>
-        {
-            Some(format!("truncated below UDP ({e})"))
-        }
+                | xroce::wire::Layer::Vlan
+                | xroce::wire::Layer::Ipv4
+                | xroce::wire::Layer::Ipv6
+                | xroce::wire::Layer::Udp,
+            ..
+        } => Some(format!("truncated below UDP ({e})")),
         WireError::IpVersionMismatch { .. }
         | WireError::BadIpv4Ihl { .. }
         | WireError::BadIpLength { .. }

@@ -497,6 +497,8 @@ impl<'a> PerfRunner<'a> {
     }
 
     /// send_bw server: count `iters` receives per QP.
+    // Indexed by QP: the loop body borrows `self` mutably through `self.eps[q]`.
+    #[allow(clippy::needless_range_loop)]
     fn run_send_bw_server(&mut self, size: u64) -> anyhow::Result<BwReport> {
         let n_qps = self.eps.len();
         let start = Instant::now();
