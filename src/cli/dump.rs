@@ -245,9 +245,10 @@ fn not_roce_reason(e: &WireError) -> Option<String> {
         }
         WireError::IpVersionMismatch { .. }
         | WireError::BadIpv4Ihl { .. }
-        | WireError::BadIpLength { .. }
-        | WireError::StackedVlan { .. }
-        | WireError::Ipv4Options { .. } => Some(format!("IP header not handled ({e})")),
+        | WireError::BadIpLength { .. } => Some(format!("IP header not handled ({e})")),
+        WireError::StackedVlan { .. } | WireError::ServiceVlanTag { .. } => {
+            Some(format!("VLAN tagging not handled ({e})"))
+        }
         _ => None,
     }
 }
