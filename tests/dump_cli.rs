@@ -626,3 +626,45 @@ fn snaplen_cut_frames_are_reported_as_cut() {
         "{text}"
     );
 }
+
+#[test]
+fn ipv4_options_are_decoded_and_drawn() {
+    // Frame #16 of rxe_rc_pingpong.pcap (an ACK) with a Router Alert option: IHL 6.
+    let frames = read_capture(fixture("rxe_rc_pingpong.pcap")).unwrap();
+    let ack = &frames[15].data;
+    let mut f = ack[..34].to_vec();
+    f.extend_from_slice(&[0x94, 0x04, 0x00, 0x00]);
+    f.extend_from_slice(&ack[34..]);
+    f[14] = 0x46;
+    let total = u16::from_be_bytes([f[16], f[17]]) + 4;
+    f[16..18].copy_from_slice(&total.to_be_bytes());
+    f[24..26].copy_from_slice(&[0, 0]);
+    let mut sum: u32 = f[14..38]
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let icrc_at = f.len() - 4;
+    let crc = xroce::wire::icrc_ipv4(&f[14..38], &f[38..icrc_at]);
+    f[icrc_at..].copy_from_slice(&crc.to_le_bytes());
+    let tmp = TempFile::new("options.pcap");
+    let n = f.len() as u32;
+    write_pcap(&tmp.0, 1, 65535, &[(f, n)]);
+    let text = stdout(&dump(&[], &tmp.0));
+    let line = frame_lines(&text)[0];
+    assert!(
+        line.contains("RC_ACKNOWLEDGE") && line.contains("ICRC ok"),
+        "{text}"
+    );
+    let x = stdout(&dump(&["--explain"], &tmp.0));
+    assert!(
+        x.contains("version 4, IHL 6 (24-byte header with options)"),
+        "{x}"
+    );
+    assert!(x.contains("0022  94 04 00 00"), "{x}");
+    assert!(x.contains("4 bytes of IPv4 options"), "{x}");
+    assert!(x.contains("header checksum") && x.contains("(ok;"), "{x}");
+}
