@@ -642,13 +642,17 @@ fn explain(f: &CapturedFrame, d: &[u8], rel: Duration, p: &ParsedFrame<'_>) -> S
         r.bth.opcode
     );
     if d.len() != f.data.len() || d != &f.data[..] {
+        let link_len = f.data.len() + ETH_LEN - d.len();
+        let what = if link_len == 0 {
+            "no link header; a stand-in Ethernet header is shown".to_string()
+        } else {
+            format!("its {link_len}-byte link header is shown as the Ethernet header it stands for")
+        };
         let _ = writeln!(
             t,
-            "  (link type {} {}: its {}-byte link header is shown as the Ethernet header it \
-             stands for; offsets count from that)",
+            "  (link type {} {}: {what}; offsets count from that)",
             f.link_type,
             link_type_name(f.link_type),
-            f.data.len() + ETH_LEN - d.len()
         );
     }
     let mac = |b: &[u8]| {
