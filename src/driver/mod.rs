@@ -196,6 +196,9 @@ pub struct XdpStats {
     pub malformed: u64,
     /// UDP 4791 frames that arrived on a receive queue with no AF_XDP socket bound.
     pub no_socket: u64,
+    /// UDP 4791 frames behind headers xroce does not take (stacked or 802.1ad VLAN tags,
+    /// IPv6 extension headers), passed to the kernel.
+    pub unsupported: u64,
     /// Frames dropped for the socket: by the kernel (e.g. larger than a UMEM chunk without
     /// multi-buffer, or no fill buffer) or by the driver (multi-buffer frame too large).
     pub sock_rx_dropped: u64,

@@ -41,6 +41,10 @@ pub struct DropCounters {
     pub bad_icrc: u64,
     /// Frame could not be parsed (truncated, lengths, unknown opcode, TVer, ...).
     pub malformed: u64,
+    /// RoCEv2 frames with headers xroce does not take: stacked VLAN tags, an 802.1ad
+    /// service tag, IPv6 extension headers (the XDP program leaves these to the kernel, so
+    /// only other drivers can deliver them).
+    pub unsupported_headers: u64,
     /// Destination IP is none of this engine's GIDs.
     pub bad_dest_addr: u64,
     /// Source address does not match the RC QP's address vector.

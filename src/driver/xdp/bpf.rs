@@ -17,6 +17,7 @@ const CNT_REDIRECTED: u32 = 1;
 const CNT_PASSED: u32 = 2;
 const CNT_MALFORMED: u32 = 3;
 const CNT_NO_SOCKET: u32 = 4;
+const CNT_UNSUPPORTED: u32 = 5;
 
 /// How the XDP program is attached to the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -183,6 +184,7 @@ impl XdpProgram {
             passed: read(CNT_PASSED)?,
             malformed: read(CNT_MALFORMED)?,
             no_socket: read(CNT_NO_SOCKET)?,
+            unsupported: read(CNT_UNSUPPORTED)?,
             ..XdpStats::default()
         })
     }
