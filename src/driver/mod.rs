@@ -23,6 +23,7 @@ pub mod iface;
 pub mod loopback;
 pub mod mem;
 pub mod packet;
+pub mod sigpipe;
 pub mod udp;
 pub mod xdp;
 
