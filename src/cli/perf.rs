@@ -7,8 +7,9 @@ use xroce::tools::perf::{PerfOptions, PerfRunner};
 use xroce::tools::perftest_oob::{
     self, enums, PerftestComm, PerftestDest, Role, TestKind, BOOKWORM_VERSION,
 };
-use xroce::tools::report::{self, JsonReport, TestInfo};
+use xroce::tools::report::{JsonReport, TestInfo};
 use xroce::tools::setup;
+use xroce::tools::stats;
 use xroce::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
 
 const EXAMPLES: &str = "\
@@ -231,6 +232,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     } else {
         Box::new(std::io::stdout())
     };
+    if kind.is_bw() && !opts.measures_peak_as(role) {
+        writeln!(text, "{}", stats::NO_PEAK_WARNING)?;
+    }
     let info = TestInfo {
         kind,
         device: dev.name.clone(),
@@ -260,7 +264,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             setup::accept_one(args.port)?
         }
     };
-    write!(text, "{}", report::header(&info))?;
     let steps = perftest_oob::script(kind, role, &sizes, opts.num_qps);
     let mut comm = PerftestComm::new(
         stream,
@@ -271,7 +274,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     );
     let ep_refs: Vec<&mut (dyn xroce::tools::endpoint::ToolEndpoint + 'static)> =
         eps.iter_mut().map(|e| e.as_mut()).collect();
-    let mut runner = PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut());
+    let mut runner =
+        PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut()).with_test_info(info);
     let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
     if role == Role::Server && kind.is_bw() && kind != TestKind::SendBw {
         if let Some(rep) = outcome.remote_report {

@@ -22,7 +22,7 @@ use crate::tools::perftest_oob::{
     TestKind,
 };
 use crate::tools::report::{self, JsonResult};
-use crate::tools::stats::{BwStats, BwUnit, LatencyStats};
+use crate::tools::stats::{BwStats, BwTimes, BwUnit, LatencyStats, MAX_PEAK_ITERS};
 
 /// perftest's UD Q_Key (`DEF_QKEY`).
 pub const PERFTEST_QKEY: u32 = 0x1111_1111;
@@ -157,6 +157,19 @@ impl PerfOptions {
         }
     }
 
+    /// Whether this side measures the BW peak, as perftest decides (`noPeak`): not with
+    /// `-D`, not above 20000 iterations, not on the send_bw server.
+    pub fn measures_peak_as(&self, role: Role) -> bool {
+        self.kind.is_bw()
+            && self.duration.is_none()
+            && self.iters <= MAX_PEAK_ITERS
+            && !(self.kind == TestKind::SendBw && role == Role::Server)
+    }
+
+    fn measures_peak(&self) -> bool {
+        self.duration.is_none() && self.iters <= MAX_PEAK_ITERS
+    }
+
     /// The report unit.
     pub fn unit(&self) -> BwUnit {
         if self.report_gbits {
@@ -248,6 +261,8 @@ pub struct PerfRunner<'a> {
     /// Results so far, for `--json`.
     pub results: Vec<JsonResult>,
     header_printed: bool,
+    /// perftest's test-info block, printed at connect with the path MTU the QPs use.
+    test_info: Option<report::TestInfo>,
     recvs_posted: Vec<u32>,
     stash: std::collections::VecDeque<ToolWc>,
 }
@@ -271,9 +286,18 @@ impl<'a> PerfRunner<'a> {
             out,
             results: Vec::new(),
             header_printed: false,
+            test_info: None,
             recvs_posted: vec![0; n],
             stash: Default::default(),
         }
+    }
+
+    /// Prints `info` (perftest's header block) when the QPs are connected, with the path
+    /// MTU the exchange settled on: perftest prints it after `check_mtu`, and the QPs use
+    /// the smaller of both sides' MTUs, not the local link's.
+    pub fn with_test_info(mut self, info: report::TestInfo) -> Self {
+        self.test_info = Some(info);
+        self
     }
 
     fn half(&self) -> usize {
@@ -400,9 +424,7 @@ impl<'a> PerfRunner<'a> {
         let mut posted_n = vec![0u64; n_qps];
         let mut done_n = vec![0u64; n_qps];
         let mut sig_n = vec![0u64; n_qps];
-        let mut posted_t: Vec<f64> = Vec::new();
-        let mut completed_t: Vec<f64> = Vec::new();
-        let mut index_of: Vec<Vec<usize>> = vec![Vec::new(); n_qps];
+        let mut times = BwTimes::new(n_qps, self.opts.measures_peak());
         let start = Instant::now();
         let mut wcs = Vec::with_capacity(16);
         let mut last_progress = Instant::now();
@@ -428,10 +450,7 @@ impl<'a> PerfRunner<'a> {
                         len,
                         signaled,
                     };
-                    posted_t.push(start.elapsed().as_secs_f64() * 1e6);
-                    completed_t.push(f64::NAN);
-                    // Position of this message in the post/complete time arrays.
-                    index_of[q].push(posted_t.len() - 1);
+                    times.posted(q, start.elapsed().as_secs_f64() * 1e6);
                     self.eps[q].post_send(&wr)?;
                     posted_n[q] += 1;
                 }
@@ -452,10 +471,7 @@ impl<'a> PerfRunner<'a> {
                     Self::check(wc)?;
                     let k = wc.wr_id & ((1 << 48) - 1);
                     // A signalled completion retires every earlier WR of its QP.
-                    for j in done_n[q]..=k {
-                        let idx = index_of[q][j as usize];
-                        completed_t[idx] = now;
-                    }
+                    times.completed(q, done_n[q], k, now);
                     done_n[q] = done_n[q].max(k + 1);
                 }
             }
@@ -471,19 +487,9 @@ impl<'a> PerfRunner<'a> {
             }
         }
         // Only messages known to have completed count.
-        let (posted_t, completed_t): (Vec<f64>, Vec<f64>) = posted_t
-            .into_iter()
-            .zip(completed_t)
-            .filter(|(_, c)| !c.is_nan())
-            .unzip();
-        let stats = BwStats::compute(
-            size,
-            &posted_t,
-            &completed_t,
-            cq_mod as usize,
-            self.opts.unit(),
-        )
-        .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
+        let stats = times
+            .stats(size, cq_mod as usize, self.opts.unit())
+            .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
         self.print_table_header()?;
         writeln!(self.out, "{}", report::bw_row(&stats))?;
         self.results.push(JsonResult::Bw(stats));
@@ -501,7 +507,10 @@ impl<'a> PerfRunner<'a> {
         let n_qps = self.eps.len();
         let start = Instant::now();
         let mut got = vec![0u64; n_qps];
-        let mut times: Vec<f64> = Vec::new();
+        // perftest's server times from the first receive to the last (set_on_first_rx_packet);
+        // receives have no post time, so it measures no peak.
+        let mut first_recv: Option<f64> = None;
+        let mut last_recv = 0.0;
         let mut wcs = Vec::with_capacity(16);
         let mut last_progress = Instant::now();
         let len = self.recv_len(size);
@@ -516,7 +525,8 @@ impl<'a> PerfRunner<'a> {
                     if wc.kind == WcKind::Recv {
                         any = true;
                         got[q] += 1;
-                        times.push(start.elapsed().as_secs_f64() * 1e6);
+                        last_recv = start.elapsed().as_secs_f64() * 1e6;
+                        first_recv.get_or_insert(last_recv);
                         self.eps[q].post_recv(0, half, len)?;
                     }
                 }
@@ -533,11 +543,10 @@ impl<'a> PerfRunner<'a> {
                 self.idle()?;
             }
         }
-        let posted: Vec<f64> = std::iter::once(0.0)
-            .chain(times.iter().copied())
-            .take(times.len())
-            .collect();
-        let stats = BwStats::compute(size, &posted, &times, 1, self.opts.unit())
+        let received: u64 = got.iter().sum();
+        // All in one poll: time from the start of the wait instead.
+        let from = first_recv.filter(|&f| f < last_recv).unwrap_or(0.0);
+        let stats = BwStats::without_peak(size, received, last_recv - from, self.opts.unit())
             .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
         self.print_table_header()?;
         writeln!(self.out, "{}", report::bw_row(&stats))?;
@@ -745,6 +754,10 @@ impl PerftestRunner for PerfRunner<'_> {
             )?;
         }
         self.remote = remote.to_vec();
+        if let Some(mut info) = self.test_info.take() {
+            info.mtu = mtu;
+            write!(self.out, "{}", report::header(&info))?;
+        }
         for d in self.local_dests.clone() {
             write!(
                 self.out,
