@@ -86,3 +86,144 @@ fn head_reading_two_lines_ends_sim_quietly() {
         out.status
     );
 }
+
+/// `xroce args` fails quickly, before opening anything, with an error that names `flag`.
+fn assert_refused(args: &[&str], flag: &str) {
+    let start = std::time::Instant::now();
+    let out = xroce()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running xroce");
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "xroce {args:?} was accepted: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1), "xroce {args:?}: {stderr}");
+    assert!(
+        stderr.contains(flag),
+        "xroce {args:?}: the error must name {flag}: {stderr}"
+    );
+    for internal in [
+        "max_mr_size",
+        "cqe",
+        "max_recv_wr",
+        "max_send_wr",
+        "panicked",
+    ] {
+        assert!(!stderr.contains(internal), "xroce {args:?}: {stderr}");
+    }
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "xroce {args:?} took {took:?}"
+    );
+}
+
+#[test]
+fn perf_counts_and_sizes_are_bounded() {
+    // Was an abort allocating 80 GB of timestamps.
+    assert_refused(
+        &["perf", "read_lat", "-n", "10000000000"],
+        "-n/--iters 10000000000",
+    );
+    assert_refused(
+        &["perf", "write_bw", "-n", "10000000000"],
+        "-n/--iters 10000000000",
+    );
+    assert_refused(&["perf", "write_bw", "-n", "4"], "-n/--iters 4");
+    assert_refused(&["perf", "write_bw", "-s", "0"], "-s/--size 0");
+    assert_refused(
+        &["perf", "write_bw", "-s", "16777216"],
+        "-s/--size 16777216",
+    );
+    assert_refused(&["perf", "write_bw", "-q", "0"], "-q/--qp 0");
+    assert_refused(&["perf", "write_bw", "-q", "1000"], "-q/--qp 1000");
+    assert_refused(&["perf", "write_bw", "-t", "0"], "-t/--tx-depth 0");
+    assert_refused(&["perf", "write_bw", "-t", "20000"], "-t/--tx-depth 20000");
+    assert_refused(&["perf", "write_bw", "-Q", "0"], "-Q/--cq-mod 0");
+    assert_refused(&["perf", "write_bw", "-Q", "5000"], "-Q/--cq-mod 5000");
+    assert_refused(&["perf", "send_bw", "-r", "100000"], "-r/--rx-depth 100000");
+    assert_refused(&["perf", "read_bw", "-o", "0"], "-o/--outs 0");
+    assert_refused(&["perf", "read_bw", "-o", "1000"], "-o/--outs 1000");
+    assert_refused(&["perf", "write_bw", "-o", "4"], "-o/--outs");
+    assert_refused(
+        &["perf", "write_bw", "-D", "100000"],
+        "-D/--duration 100000",
+    );
+}
+
+#[test]
+fn perf_values_that_cannot_work_are_refused() {
+    assert_refused(&["perf", "write_bw", "-D", "0"], "-D/--duration 0");
+    // A random port nobody is told about.
+    assert_refused(&["perf", "write_bw", "-p", "0"], "-p/--port 0");
+    // No receive posted: every SEND waited 30 s.
+    assert_refused(&["perf", "send_bw", "-r", "0"], "-r/--rx-depth 0");
+}
+
+#[test]
+fn pingpong_options_are_bounded() {
+    // The SL is 4 bits.
+    assert_refused(&["pingpong", "-l", "99"], "-l/--sl 99");
+    assert_refused(&["pingpong", "-n", "0"], "-n/--iters 0");
+    assert_refused(&["pingpong", "-n", "9999999999"], "-n/--iters 9999999999");
+    assert_refused(&["pingpong", "-p", "0"], "-p/--port 0");
+    assert_refused(&["pingpong", "-r", "1"], "-r/--rx-depth 1");
+    // Was "max_recv_wr = 100000 exceeds the device limit" (and cqe) after opening the device.
+    assert_refused(&["pingpong", "-r", "100000"], "-r/--rx-depth 100000");
+    assert_refused(&["pingpong", "-s", "0"], "-s/--size 0");
+    // Was "max_mr_size = ... exceeds the device limit".
+    assert_refused(&["pingpong", "-s", "2000000000"], "-s/--size 2000000000");
+}
+
+#[test]
+fn file_and_mr_check_options_are_bounded() {
+    // 64 MiB x 1024 slots = 64 GiB: was a max_mr_size error naming no option.
+    assert_refused(
+        &["file", "recv", "--chunk", "67108864", "--slots", "1024"],
+        "--chunk 67108864 x --slots 1024",
+    );
+    assert_refused(&["file", "recv", "--chunk", "0"], "--chunk 0");
+    assert_refused(&["file", "recv", "--slots", "0"], "--slots 0");
+    assert_refused(&["file", "recv", "-p", "0"], "-p/--port 0");
+    assert_refused(
+        &["file", "send", "198.18.0.1", "/etc/hostname", "-p", "0"],
+        "-p/--port 0",
+    );
+    assert_refused(&["mr-check", "server", "--size", "0"], "--size 0");
+    assert_refused(
+        &["mr-check", "server", "--size", "2147483648"],
+        "--size 2147483648",
+    );
+    assert_refused(
+        &["mr-check", "client", "198.18.0.1", "--depth", "0"],
+        "--depth 0",
+    );
+    assert_refused(
+        &["mr-check", "client", "198.18.0.1", "--chunk", "0"],
+        "--chunk 0",
+    );
+    // Was an overflow panic multiplying the Duration.
+    assert_refused(
+        &[
+            "mr-check",
+            "server",
+            "--stall-timeout",
+            "18446744073709551615",
+        ],
+        "--stall-timeout 18446744073709551615",
+    );
+    assert_refused(
+        &["mr-check", "server", "--stall-timeout", "0"],
+        "--stall-timeout 0",
+    );
+    assert_refused(&["mr-check", "server", "-p", "0"], "-p/--port 0");
+}
+
+#[test]
+fn sim_operation_count_is_bounded() {
+    assert_refused(&["sim", "--ops", "0"], "--ops 0");
+    assert_refused(&["sim", "--ops", "100000000000"], "--ops 100000000000");
+}

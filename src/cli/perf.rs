@@ -3,7 +3,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use xroce::tools::perf::{PerfOptions, PerfRunner};
+use xroce::tools::options;
+use xroce::tools::perf::{self, PerfOptions, PerfRunner};
 use xroce::tools::perftest_oob::{
     self, enums, PerftestComm, PerftestDest, Role, TestKind, BOOKWORM_VERSION,
 };
@@ -186,6 +187,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.report_gbits = args.report_gbits;
     opts.events = args.events;
     opts.validate()?;
+    options::tcp_port("-p/--port", args.port)?;
+    if let Some(o) = args.outs {
+        if !kind.is_read_like() {
+            // perftest_parameters.c refuses -o outside the READ and atomic tests too.
+            anyhow::bail!("-o/--outs: outstanding reads apply only to read_bw, read_lat and the atomic tests; drop -o");
+        }
+        options::in_range(
+            "-o/--outs",
+            o,
+            1,
+            perf::MAX_OUT_READS,
+            "the device's max_qp_rd_atom, as ibv_devinfo -v shows",
+        )?;
+    }
     if perftest_oob::version_number(&args.perftest_version) < perftest_oob::MIN_COMPATIBLE_VERSION {
         anyhow::bail!("--perftest-version must be 5.70 or newer (perftest refuses older peers)");
     }

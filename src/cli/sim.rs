@@ -90,6 +90,9 @@ pub struct Args {
     wrong_rkey: Option<u64>,
 }
 
+/// Most operations one run takes (about a minute of CPU).
+const MAX_OPS: u64 = 10_000_000;
+
 fn parse_op(s: &str) -> anyhow::Result<OpKind> {
     Ok(match s.trim().to_ascii_lowercase().as_str() {
         "send" => OpKind::Send,
@@ -117,6 +120,12 @@ pub fn config(args: &Args) -> anyhow::Result<WorkloadConfig> {
     let Some(mtu) = Mtu::from_bytes(args.mtu) else {
         bail!("--mtu {}: must be 256, 512, 1024, 2048 or 4096", args.mtu);
     };
+    if args.ops == 0 || args.ops > MAX_OPS {
+        bail!(
+            "--ops {}: must be 1..={MAX_OPS} (a run is one thread of virtual time; split longer ones by --seed)",
+            args.ops
+        );
+    }
     if args.qps == 0 || args.qps > 1024 {
         bail!("--qps {}: must be 1..=1024", args.qps);
     }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crate::tools::endpoint::{
     ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
 };
+use crate::tools::options::in_range;
 use crate::tools::perftest_oob::{
     enums, BwReport, LocalSide, NegotiateParams, PerftestDest, PerftestRunner, Role, SysData,
     TestKind,
@@ -26,6 +27,31 @@ use crate::tools::stats::{BwStats, BwTimes, BwUnit, LatencyStats, MAX_PEAK_ITERS
 
 /// perftest's UD Q_Key (`DEF_QKEY`).
 pub const PERFTEST_QKEY: u32 = 0x1111_1111;
+
+// Option limits. Where perftest has one (perftest_parameters.h) it is mirrored.
+/// `-n`: perftest's `MIN_ITER`.
+pub const MIN_ITERS: u64 = 5;
+/// `-n` of the bw tests: perftest's `MAX_ITER` (2^32). Above 20000 no per-message time is
+/// kept (no peak, as in perftest), so the count costs no memory.
+pub const MAX_ITERS: u64 = 1 << 32;
+/// `-n` of the latency tests: one 8-byte timestamp per iteration, 128 MiB at most.
+pub const MAX_LAT_ITERS: u64 = 1 << 24;
+/// `-s`: perftest's `MAX_SIZE` (the largest `-a` size, 8 MiB).
+pub const MAX_SIZE: u64 = 8 << 20;
+/// `-q`: each QP has its own buffer of up to 2 x 8 MiB.
+pub const MAX_QPS: usize = 64;
+/// `-t`: perftest's `MAX_TX`.
+pub const MAX_TX_DEPTH: u32 = 15_000;
+/// `-r`: perftest's `MAX_RX` (also xroce's `max_qp_wr`).
+pub const MAX_RX_DEPTH: u32 = 16_384;
+/// `-Q`: perftest's `MAX_CQ_MOD`.
+pub const MAX_CQ_MOD: u32 = 1024;
+/// `-D` of the bw tests (perftest only requires it to be positive).
+pub const MAX_DURATION_SECS: u64 = 3600;
+/// `-D` of read_lat and atomic_lat, which keep a timestamp per iteration.
+pub const MAX_LAT_DURATION_SECS: u64 = 600;
+/// `-o`: the device's outstanding READ/atomic limit (`max_qp_rd_atom`).
+pub const MAX_OUT_READS: u32 = crate::verbs::attr::limits::MAX_RD_ATOMIC;
 
 /// Options shared by all tests (perftest's names).
 #[derive(Debug, Clone)]
@@ -192,23 +218,66 @@ impl PerfOptions {
         if !k.is_bw() && self.num_qps != 1 {
             anyhow::bail!("latency tests use one QP; drop -q");
         }
-        if self.num_qps == 0 || self.num_qps > 64 {
-            anyhow::bail!("-q must be between 1 and 64");
+        in_range(
+            "-q/--qp",
+            self.num_qps,
+            1,
+            MAX_QPS,
+            "one registered buffer per QP",
+        )?;
+        in_range(
+            "-s/--size",
+            self.size,
+            1,
+            MAX_SIZE,
+            "8 MiB, perftest's MAX_SIZE",
+        )?;
+        if self.duration.is_none() {
+            let (max, why) = if k.is_bw() {
+                (MAX_ITERS, "perftest's MIN_ITER and MAX_ITER")
+            } else {
+                (
+                    MAX_LAT_ITERS,
+                    "a latency test keeps one timestamp per iteration, as perftest does",
+                )
+            };
+            in_range("-n/--iters", self.iters, MIN_ITERS, max, why)?;
         }
-        if self.size == 0 || self.size > 8 << 20 {
-            anyhow::bail!("-s must be between 1 and 8388608 (8 MiB)");
+        if let Some(d) = self.duration {
+            if matches!(k, TestKind::SendBw | TestKind::SendLat | TestKind::WriteLat) {
+                anyhow::bail!("-D is supported for write_bw, read_bw, atomic_bw, read_lat and atomic_lat; use -n for {}", k.perftest_binary().trim_start_matches("ib_"));
+            }
+            let (max, why) = if k.is_bw() {
+                (MAX_DURATION_SECS, "seconds")
+            } else {
+                (
+                    MAX_LAT_DURATION_SECS,
+                    "seconds; a latency test keeps one timestamp per iteration",
+                )
+            };
+            in_range("-D/--duration", d, 1, max, why)?;
         }
-        if self.iters < 5 && self.duration.is_none() {
-            anyhow::bail!("-n must be at least 5 (perftest drops the slowest samples)");
-        }
-        if self.duration.is_some()
-            && matches!(k, TestKind::SendBw | TestKind::SendLat | TestKind::WriteLat)
-        {
-            anyhow::bail!("-D is supported for write_bw, read_bw, atomic_bw, read_lat and atomic_lat; use -n for {}", k.perftest_binary().trim_start_matches("ib_"));
-        }
-        if self.tx_depth == 0 || self.cq_mod == 0 {
-            anyhow::bail!("-t and -Q must be at least 1");
-        }
+        in_range(
+            "-t/--tx-depth",
+            self.tx_depth,
+            1,
+            MAX_TX_DEPTH,
+            "perftest's MIN_TX and MAX_TX",
+        )?;
+        in_range(
+            "-r/--rx-depth",
+            self.rx_depth,
+            1,
+            MAX_RX_DEPTH,
+            "perftest's MIN_RX and MAX_RX; with 0 no receive is posted and every SEND waits",
+        )?;
+        in_range(
+            "-Q/--cq-mod",
+            self.cq_mod,
+            1,
+            MAX_CQ_MOD,
+            "perftest's MIN_CQ_MOD and MAX_CQ_MOD",
+        )?;
         if self.events && k.verb() == enums::VERB_WRITE {
             // perftest refuses it too: the WRITE tests learn of arrivals by polling memory.
             anyhow::bail!(
