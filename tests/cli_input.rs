@@ -1,5 +1,7 @@
 //! The `xroce` command with bad input and a closed stdout: every check here runs before any
 //! device is opened, so no root is needed.
+mod common;
+
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output, Stdio};
 
@@ -226,4 +228,71 @@ fn file_and_mr_check_options_are_bounded() {
 fn sim_operation_count_is_bounded() {
     assert_refused(&["sim", "--ops", "0"], "--ops 0");
     assert_refused(&["sim", "--ops", "100000000000"], "--ops 100000000000");
+}
+
+fn sim(args: &[&str]) -> (Option<i32>, String) {
+    let out = xroce()
+        .arg("sim")
+        .args(args)
+        .output()
+        .expect("running xroce sim");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// A failure scenario whose operations failed as it should reads as that, not "result: OK";
+/// one that never took effect tested nothing and fails.
+#[test]
+fn sim_result_line_says_what_happened() {
+    let (code, out) = sim(&["--no-recv", "--ops", "50"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("result: OK"), "{out}");
+    assert!(
+        out.contains("result: EXPECTED FAILURE: ") && out.contains("as --no-recv makes them fail"),
+        "{out}"
+    );
+    let (code, out) = sim(&["--wrong-rkey", "100000", "--ops", "50"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("result: FAILED: the scenario --wrong-rkey 100000 never took effect"),
+        "{out}"
+    );
+    let (code, out) = sim(&["--ops", "50"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("result: OK: all 50 operations completed and verified"),
+        "{out}"
+    );
+}
+
+/// A veth whose peer is down is up but has no carrier: the tools say that, not "not up"
+/// (whose advice, `ip link set ... up`, was already done). Needs root for the namespace.
+#[test]
+fn interface_without_carrier_is_reported_as_such() {
+    if !common::privileged_or_skip("interface_without_carrier_is_reported_as_such") {
+        return;
+    }
+    let ns = xroce::netns::Netns::create("toolopts").expect("namespace");
+    ns.ip(&[
+        "link", "add", "tovA", "type", "veth", "peer", "name", "tovB",
+    ])
+    .expect("veth pair");
+    ns.ip(&["addr", "add", "198.18.77.1/24", "dev", "tovA"])
+        .unwrap();
+    ns.ip(&["link", "set", "tovA", "up"]).unwrap();
+    let out = ns
+        .command(env!("CARGO_BIN_EXE_xroce"))
+        .args(["pingpong", "-d", "tovA", "--driver", "udp"])
+        .output()
+        .expect("running xroce");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("interface tovA is up but has no carrier")
+            && stderr.contains("bring its peer up"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not up"), "{stderr}");
 }
