@@ -58,7 +58,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
-            eprintln!("xroce: error: {err:#}");
+            eprintln!("xroce: error: {}", xroce::tools::setup::error_text(&err));
             std::process::exit(1);
         }
     }

@@ -296,3 +296,56 @@ fn interface_without_carrier_is_reported_as_such() {
     );
     assert!(!stderr.contains("not up"), "{stderr}");
 }
+
+/// A server whose client connects and dies: the error says the peer closed the connection,
+/// prints its cause once, and does not ask whether the peer runs the same test. No root:
+/// the UDP driver on lo.
+#[test]
+fn server_whose_client_died_says_so_once() {
+    use std::io::Read;
+    for (tool, port) in [("perf", "18791"), ("pingpong", "18792")] {
+        let mut cmd = xroce();
+        match tool {
+            "perf" => cmd.args(["perf", "write_bw"]),
+            _ => cmd.arg("pingpong"),
+        };
+        let mut server = cmd
+            .args(["-d", "lo", "--driver", "udp", "-p", port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the server");
+        let addr = format!("127.0.0.1:{port}");
+        let start = std::time::Instant::now();
+        let stream = loop {
+            match std::net::TcpStream::connect(&addr) {
+                Ok(s) => break s,
+                Err(_) if start.elapsed() < std::time::Duration::from_secs(20) => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => panic!("{tool} server never listened: {e}"),
+            }
+        };
+        drop(stream); // the client "dies"
+        let status = server.wait().expect("server exits");
+        let mut stderr = String::new();
+        server
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "{tool}: {stderr}");
+        let line = stderr.lines().last().unwrap_or_default();
+        assert!(line.starts_with("xroce: error: "), "{tool}: {stderr}");
+        assert_eq!(
+            line.matches("failed to fill whole buffer").count(),
+            1,
+            "{tool}: the cause is printed once: {line}"
+        );
+        if tool == "perf" {
+            assert!(line.contains("the peer closed the connection"), "{line}");
+            assert!(!line.contains("same test"), "{line}");
+        }
+    }
+}

@@ -144,7 +144,7 @@ pub fn config(args: &Args) -> anyhow::Result<WorkloadConfig> {
     if args.max_rd_atomic == 0 || args.max_rd_atomic > 128 {
         bail!("--max-rd-atomic {}: must be 1..=128", args.max_rd_atomic);
     }
-    if !(args.latency_us >= 0.0 && args.latency_us < 1e9) || !(args.rate_gbps >= 0.0) {
+    if !(0.0..1e9).contains(&args.latency_us) || args.rate_gbps.is_nan() || args.rate_gbps < 0.0 {
         bail!("--latency-us and --rate-gbps must be non-negative");
     }
     for (n, v) in [("retry-cnt", args.retry_cnt), ("rnr-retry", args.rnr_retry)] {

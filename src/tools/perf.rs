@@ -532,7 +532,7 @@ impl<'a> PerfRunner<'a> {
                 break;
             }
             let mut got = 0;
-            for q in 0..n_qps {
+            for (q, done) in done_n.iter_mut().enumerate() {
                 wcs.clear();
                 got += self.eps[q].poll(&mut wcs, 16)?;
                 let now = start.elapsed().as_secs_f64() * 1e6;
@@ -540,8 +540,8 @@ impl<'a> PerfRunner<'a> {
                     Self::check(wc)?;
                     let k = wc.wr_id & ((1 << 48) - 1);
                     // A signalled completion retires every earlier WR of its QP.
-                    times.completed(q, done_n[q], k, now);
-                    done_n[q] = done_n[q].max(k + 1);
+                    times.completed(q, *done, k, now);
+                    *done = (*done).max(k + 1);
                 }
             }
             if got > 0 {

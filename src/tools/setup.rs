@@ -37,6 +37,20 @@ pub fn pick_device(name: Option<&str>) -> anyhow::Result<NetdevInfo> {
     )
 }
 
+/// An error and its causes on one line, each cause once: many messages already include
+/// their source's text, and anyhow's `{:#}` would print it a second time.
+pub fn error_text(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 /// The interface behind a `-d` value: the interface name itself, or the device name
 /// `xroce_<iface>` that `xroce devinfo` prints (as `ibv_devinfo` prints `rxe0`). A real
 /// interface called `xroce_...` wins.
@@ -169,6 +183,33 @@ pub fn gid_ip(gid: &GidEntry) -> IpAddr {
 mod tests {
     use super::*;
     use crate::netdev::OperState;
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        use crate::tools::perftest_oob::PerftestOobError;
+        // A perf server whose client died: the cause was printed twice, and the message
+        // asked whether the peer runs the same test.
+        let eof = std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "failed to fill whole buffer",
+        );
+        let err = anyhow::Error::from(PerftestOobError::Io {
+            during: "exchanging versions",
+            source: eof,
+        });
+        let text = error_text(&err);
+        assert_eq!(
+            text.matches("failed to fill whole buffer").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.contains("the peer closed the connection"), "{text}");
+        assert!(!text.contains("same test"), "{text}");
+        assert_eq!(format!("{err:#}").matches("failed to fill").count(), 2);
+        // Context that does not repeat its cause keeps it.
+        let err = anyhow::Error::from(std::io::Error::other("disk full")).context("writing x");
+        assert_eq!(error_text(&err), "writing x: disk full");
+    }
 
     #[test]
     fn device_name_from_devinfo_is_accepted() {

@@ -184,7 +184,7 @@ impl BwStats {
     /// Average and message rate only (peak 0, as perftest reports it with `noPeak`), from
     /// `messages` of `size` bytes taking `elapsed_usec` in all.
     pub fn without_peak(size: u64, messages: u64, elapsed_usec: f64, unit: BwUnit) -> Option<Self> {
-        if messages == 0 || !(elapsed_usec > 0.0) || !elapsed_usec.is_finite() {
+        if messages == 0 || !elapsed_usec.is_finite() || elapsed_usec <= 0.0 {
             return None;
         }
         Some(BwStats {
