@@ -687,7 +687,8 @@ fn clear_errors_for_missing_interface_other_program_and_no_privileges() {
         "{line}"
     );
 
-    // Another XDP program attached (a first xroce driver): the second says so, with its id.
+    // A first xroce driver holds the interface: the second says another xroce uses it (by
+    // the attached program's name), with its id, and gives no advice that would detach it.
     let mut first = Helper::spawn(
         &link.b,
         "xdp-recv",
@@ -701,8 +702,14 @@ fn clear_errors_for_missing_interface_other_program_and_no_privileges() {
     let mut second = Helper::spawn(&link.b, "xdp-open", &[("IFNAME", link.b_if.clone())]);
     let line = second.expect("OPEN", Duration::from_secs(20));
     assert!(
-        line.contains("XdpProgramAttached") && line.contains("another XDP program (id "),
+        line.contains("XroceAlreadyAttached")
+            && line.contains("another xroce process already uses")
+            && line.contains("(its XDP program, id "),
         "{line}"
+    );
+    assert!(
+        !line.contains("xdp off"),
+        "advice that breaks the first: {line}"
     );
     assert!(
         !line.contains("(id 0)"),

@@ -23,6 +23,7 @@ pub mod iface;
 pub mod loopback;
 pub mod mem;
 pub mod packet;
+pub mod sigpipe;
 pub mod udp;
 pub mod xdp;
 
@@ -246,6 +247,19 @@ pub enum DriverError {
         /// The interface name.
         ifname: String,
         /// The kernel's id of the program already attached (0 if unknown).
+        prog_id: u32,
+    },
+    /// xroce's own XDP program is attached already: another xroce process uses the
+    /// interface (one xroce device per interface).
+    #[error(
+        "another xroce process already uses {ifname:?} (its XDP program, id {prog_id}, is \
+         attached): one xroce device per interface. Stop that process, or run this one on \
+         another interface; do not detach the program, that would cut the other xroce off"
+    )]
+    XroceAlreadyAttached {
+        /// The interface name.
+        ifname: String,
+        /// The kernel's id of the other xroce's program.
         prog_id: u32,
     },
     /// Binding the AF_XDP socket kept failing with EBUSY.
