@@ -151,7 +151,17 @@ pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixD
     }
 }
 
+/// Records why the progress thread stops (a driver error or a panic), then wakes every
+/// completion channel so callers blocked in `get_cq_event` learn it; every later verbs call
+/// (posts, polls, waits) returns `DeviceStopped` with this reason.
 pub(crate) fn fail(shared: &Shared, reason: String) {
     tracing::error!(device = %shared.name, %reason, "progress thread stopped");
     *lock(&shared.stopped) = Some(reason);
+    let channels: Vec<_> = lock(&shared.all_channels)
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    for channel in channels {
+        channel.wake();
+    }
 }
