@@ -271,6 +271,28 @@ mod tests {
     }
 
     #[test]
+    fn a_ud_send_the_driver_refuses_completes_with_an_error() {
+        for signaled in [true, false] {
+            let (mut e, qpn, cq, mr) = ud_engine();
+            let mut wr = ud_send(&mr, AddressVector::new(MAC_B, IP_B));
+            if !signaled {
+                wr.flags = SendFlags::default();
+                e.qps.get_mut(&qpn).unwrap().sq_sig_all = false;
+            }
+            e.post_send(qpn, &wr).unwrap();
+            let mut buf = vec![0u8; MAX_FRAME_LEN];
+            assert!(e.poll_transmit(Duration::ZERO, &mut buf).is_some());
+            e.report_send_failure("frame of 1100 bytes exceeds the driver's 1000");
+            let wc = e.poll_cq_one(cq).unwrap().expect("an error completion");
+            assert_eq!((wc.wr_id, wc.status), (9, WcStatus::LocQpOpErr), "{signaled}");
+            assert!(e.poll_cq_one(cq).unwrap().is_none(), "no success left behind");
+            assert_eq!(e.counters().emit_failed, 1);
+            assert!(e.last_emit_error().unwrap().contains("driver refused"));
+            assert_eq!(e.query_qp(qpn).unwrap().0.qp_state, QpState::Err);
+        }
+    }
+
+    #[test]
     fn an_emit_failure_fails_an_rc_send_at_once_with_its_cause() {
         let mut e = Engine::new(EngineConfig::new(MAC_A, IP_A));
         let pd = e.alloc_pd();

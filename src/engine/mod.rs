@@ -214,6 +214,9 @@ pub struct Engine {
     next_qpn: u32,
     /// QPs that may have a packet to send, round robin.
     tx_list: VecDeque<u32>,
+    /// The QP of the frame the last `poll_transmit` returned, with its UD completion (for
+    /// `report_send_failure`).
+    last_tx: Option<(u32, Option<(Wc, bool)>)>,
 }
 
 /// rxe's UDP source port for a QP pair: the flow label of the two QPNs folded into 14 bits
@@ -246,6 +249,7 @@ impl Engine {
             // rxe numbers QPs from 17 (0 and 1 are the special QPs).
             next_qpn: 0x11,
             tx_list: VecDeque::new(),
+            last_tx: None,
         }
     }
 
@@ -878,6 +882,7 @@ impl Engine {
     /// QP's path MTU plus 132) and return its length, or `None` if nothing is to be sent.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<usize> {
+        self.last_tx = None;
         let mut budget = self.tx_list.len();
         while budget > 0 {
             budget -= 1;
@@ -906,6 +911,7 @@ impl Engine {
                     if let Some((wc, true)) = pkt.ud_completion {
                         self.sh.cqs.push(qp.send_cq, wc, false, &mut self.sh.events);
                     }
+                    self.last_tx = Some((qpn, pkt.ud_completion));
                     if has_tx_work(qp) {
                         schedule(&mut self.tx_list, qp);
                     }
@@ -928,6 +934,32 @@ impl Engine {
             }
         }
         None
+    }
+
+    /// The driver could not send the frame the last [`Engine::poll_transmit`] returned (call
+    /// it right after, before any other engine call). A UD send then completes with
+    /// `LocQpOpErr` instead of success and its QP enters ERR, as for a frame the engine
+    /// cannot emit; an RC frame is left to the transport's retry, like a frame lost on the
+    /// wire. Either way it is counted in [`Counters::emit_failed`] with its cause.
+    pub fn report_send_failure(&mut self, reason: &str) {
+        let Some((qpn, ud_completion)) = self.last_tx.take() else {
+            return;
+        };
+        self.sh.counters.emit_failed += 1;
+        self.sh.last_emit_error = Some(format!("QP {qpn:#x}: the driver refused the frame: {reason}"));
+        let (Some((wc, signaled)), Some(qp)) = (ud_completion, self.qps.get_mut(&qpn)) else {
+            return;
+        };
+        if signaled {
+            // Nobody polled since poll_transmit pushed the success: take it back.
+            if let Some(cq) = self.sh.cqs.get_mut(qp.send_cq) {
+                if cq.entries.back() == Some(&wc) {
+                    cq.entries.pop_back();
+                }
+            }
+        }
+        fail_unemitted_request(qp, &mut self.sh, ud_completion);
+        schedule(&mut self.tx_list, qp);
     }
 }
 

@@ -97,10 +97,12 @@ pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixD
                         shared.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(DriverError::TxBusy) => backlog.push_back(buf[..len].to_vec()),
-                    // A frame the driver refuses is lost like a frame lost on the wire:
-                    // the transport's retry recovers (RC) or the datagram is gone (UD).
-                    Err(_) => {
+                    // A frame the driver refuses is lost like a frame lost on the wire
+                    // (RC retries it), but the engine learns of it: a UD send completes
+                    // with an error instead of success.
+                    Err(e) => {
                         shared.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
+                        engine.report_send_failure(&e.to_string());
                     }
                 }
             }
