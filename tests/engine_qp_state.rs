@@ -271,7 +271,8 @@ fn attribute_values_are_range_checked() {
 /// PSN is ever assigned to a frame that cannot be emitted; the error names the field.
 #[test]
 fn each_invalid_address_vector_field_is_refused_at_rtr_and_named() {
-    let cases: [(&str, &str, fn(&mut AddressVector)); 8] = [
+    type Edit = fn(&mut AddressVector);
+    let cases: [(&str, &str, Edit); 8] = [
         ("vlan_id", "4096", |a| a.vlan_id = Some(4096)),
         ("vlan_id", "4095", |a| a.vlan_id = Some(4095)),
         ("flow_label", "0x100000", |a| a.flow_label = 0x10_0000),
@@ -329,7 +330,13 @@ fn a_ud_destination_is_checked_when_posted() {
     };
     let err = e.post_send(qp, &wr).unwrap_err();
     assert!(
-        matches!(err, EngineError::InvalidAddressVector { field: "vlan_id", .. }),
+        matches!(
+            err,
+            EngineError::InvalidAddressVector {
+                field: "vlan_id",
+                ..
+            }
+        ),
         "{err}"
     );
     assert_eq!(e.send_queue_len(qp).unwrap(), 0);

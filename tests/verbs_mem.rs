@@ -523,9 +523,7 @@ fn invalid_address_vector_fields_are_refused_where_set_and_named() {
     let sgid = da.ipv4_gid_index().unwrap() as u8;
     let dgid = db.query_gid(db.ipv4_gid_index().unwrap()).unwrap();
     let field_of = |err: VerbsError| match err {
-        VerbsError::Engine(xroce::engine::EngineError::InvalidAddressVector { field, .. }) => {
-            field
-        }
+        VerbsError::Engine(xroce::engine::EngineError::InvalidAddressVector { field, .. }) => field,
         other => panic!("expected an address vector error, got {other}"),
     };
     // create_ah
@@ -582,7 +580,10 @@ fn invalid_address_vector_fields_are_refused_where_set_and_named() {
         })
         .unwrap_err();
     assert_eq!(field_of(err), "dest_mac");
-    assert!(cq.poll_one().unwrap().is_none(), "no completion for a refused WR");
+    assert!(
+        cq.poll_one().unwrap().is_none(),
+        "no completion for a refused WR"
+    );
     assert_eq!(da.counters().emit_failed, 0);
 }
 

@@ -83,8 +83,8 @@ fn side(dev: Device) -> Side {
 fn pair(frames: usize, panic: bool) -> (Side, Side, MemLink) {
     let macs = [MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2])];
     let ips: [IpAddr; 2] = [[198, 18, 0, 1].into(), [198, 18, 0, 2].into()];
-    let (da, db, link) = MemDriver::pair(macs[0].0, macs[1].0, &mem_link_config(1500, 0.0, 1))
-        .unwrap();
+    let (da, db, link) =
+        MemDriver::pair(macs[0].0, macs[1].0, &mem_link_config(1500, 0.0, 1)).unwrap();
     let identity = |i: usize| DeviceIdentity {
         name: format!("avemit{i}"),
         mac: macs[i],
@@ -176,9 +176,8 @@ fn blocked_callers_learn_the_cause(panic: bool, cause: &str) {
     assert!(start.elapsed() < BOUND);
     assert!(a.dev.stopped_reason().unwrap().contains(cause));
     // Every later call says so too, instead of queueing work nobody will do.
-    let err = a
-        .qp
-        .post_send(&SendWr {
+    let err =
+        a.qp.post_send(&SendWr {
             wr_id: 99,
             op: WrOp::Send,
             sg_list: vec![],

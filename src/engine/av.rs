@@ -76,7 +76,10 @@ impl AddressVector {
         }
         // RFC 1122 3.2.1.7: a host must not send a datagram with a TTL of zero.
         if self.hop_limit == 0 {
-            return bad("hop_limit", "0 (a frame with TTL 0 is never delivered)".into());
+            return bad(
+                "hop_limit",
+                "0 (a frame with TTL 0 is never delivered)".into(),
+            );
         }
         if self.flow_label > MAX_FLOW_LABEL {
             return bad(
@@ -124,14 +127,17 @@ mod tests {
         let gids = [IP_A, IpAddr::V6(Ipv6Addr::UNSPECIFIED)];
         let good = AddressVector::new(MAC_B, IP_B);
         good.validate(&gids).unwrap();
-        let cases: [(&str, fn(&mut AddressVector)); 11] = [
+        type Edit = fn(&mut AddressVector);
+        let cases: [(&str, Edit); 11] = [
             ("sgid_index", |a| a.sgid_index = 2),
             ("sgid_index", |a| {
                 a.sgid_index = 1;
                 a.dest_ip = "2001:2::2".parse().unwrap()
             }),
             ("dest_ip", |a| a.dest_ip = "2001:2::2".parse().unwrap()),
-            ("dest_ip", |a| a.dest_ip = Ipv4Addr::new(224, 0, 0, 1).into()),
+            ("dest_ip", |a| {
+                a.dest_ip = Ipv4Addr::new(224, 0, 0, 1).into()
+            }),
             ("dest_ip", |a| a.dest_ip = Ipv4Addr::BROADCAST.into()),
             ("dest_ip", |a| a.dest_ip = Ipv4Addr::UNSPECIFIED.into()),
             ("dest_mac", |a| a.dest_mac = [0; 6]),
@@ -259,12 +265,18 @@ mod tests {
         let mut buf = vec![0u8; MAX_FRAME_LEN];
         while e.poll_transmit(Duration::ZERO, &mut buf).is_some() {}
         assert_eq!(e.counters().emit_failed, 1);
-        let wc = e.poll_cq_one(cq).unwrap().expect("a completion for the lost frame");
+        let wc = e
+            .poll_cq_one(cq)
+            .unwrap()
+            .expect("a completion for the lost frame");
         assert_eq!(wc.wr_id, 9);
         assert_eq!(wc.status, WcStatus::LocQpOpErr);
         // rxe: a send that cannot be transmitted moves the QP to the error state.
         assert_eq!(e.query_qp(qpn).unwrap().0.qp_state, QpState::Err);
-        assert_eq!(e.poll_cq_one(cq).unwrap().unwrap().status, WcStatus::WrFlushErr);
+        assert_eq!(
+            e.poll_cq_one(cq).unwrap().unwrap().status,
+            WcStatus::WrFlushErr
+        );
         assert!(std::iter::from_fn(|| e.poll_event()).any(|ev| ev == Event::QpFatal(qpn)));
         let cause = e.last_emit_error().expect("the cause is kept");
         assert!(cause.contains("VLAN") && cause.contains("5000"), "{cause}");
@@ -284,8 +296,15 @@ mod tests {
             assert!(e.poll_transmit(Duration::ZERO, &mut buf).is_some());
             e.report_send_failure("frame of 1100 bytes exceeds the driver's 1000");
             let wc = e.poll_cq_one(cq).unwrap().expect("an error completion");
-            assert_eq!((wc.wr_id, wc.status), (9, WcStatus::LocQpOpErr), "{signaled}");
-            assert!(e.poll_cq_one(cq).unwrap().is_none(), "no success left behind");
+            assert_eq!(
+                (wc.wr_id, wc.status),
+                (9, WcStatus::LocQpOpErr),
+                "{signaled}"
+            );
+            assert!(
+                e.poll_cq_one(cq).unwrap().is_none(),
+                "no success left behind"
+            );
             assert_eq!(e.counters().emit_failed, 1);
             assert!(e.last_emit_error().unwrap().contains("driver refused"));
             assert_eq!(e.query_qp(qpn).unwrap().0.qp_state, QpState::Err);
@@ -338,9 +357,22 @@ mod tests {
             };
             e.modify_qp(qpn, &attr, QpAttrMask::STATE | mask).unwrap();
         }
-        e.qps.get_mut(&qpn).unwrap().attr.ah_attr.as_mut().unwrap().flow_label = 1 << 20;
-        e.qps.get_mut(&qpn).unwrap().attr.ah_attr.as_mut().unwrap().dest_ip =
-            "2001:2::2".parse().unwrap();
+        e.qps
+            .get_mut(&qpn)
+            .unwrap()
+            .attr
+            .ah_attr
+            .as_mut()
+            .unwrap()
+            .flow_label = 1 << 20;
+        e.qps
+            .get_mut(&qpn)
+            .unwrap()
+            .attr
+            .ah_attr
+            .as_mut()
+            .unwrap()
+            .dest_ip = "2001:2::2".parse().unwrap();
         e.sh.cfg.gids[0] = "2001:2::1".parse().unwrap();
         let mr = e.reg_mr(pd, 64, Access::LOCAL_WRITE).unwrap();
         e.post_send(

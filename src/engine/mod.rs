@@ -946,7 +946,9 @@ impl Engine {
             return;
         };
         self.sh.counters.emit_failed += 1;
-        self.sh.last_emit_error = Some(format!("QP {qpn:#x}: the driver refused the frame: {reason}"));
+        self.sh.last_emit_error = Some(format!(
+            "QP {qpn:#x}: the driver refused the frame: {reason}"
+        ));
         let (Some((wc, signaled)), Some(qp)) = (ud_completion, self.qps.get_mut(&qpn)) else {
             return;
         };
@@ -1099,12 +1101,11 @@ fn fail_unemitted_request(qp: &mut Qp, sh: &mut Shared, ud_completion: Option<(W
 /// says why it cannot be built.
 fn emit_packet(qp: &Qp, sh: &mut Shared, pkt: &OutPacket, buf: &mut [u8]) -> Result<usize, String> {
     let av = &pkt.av;
-    let src_ip = *sh.cfg.gids.get(av.sgid_index as usize).ok_or_else(|| {
-        format!(
-            "source GID index {} is beyond the GID table",
-            av.sgid_index
-        )
-    })?;
+    let src_ip = *sh
+        .cfg
+        .gids
+        .get(av.sgid_index as usize)
+        .ok_or_else(|| format!("source GID index {} is beyond the GID table", av.sgid_index))?;
     let ident = match sh.cfg.fixed_ip_ident {
         Some(v) => v,
         None => {
@@ -1128,7 +1129,11 @@ fn emit_packet(qp: &Qp, sh: &mut Shared, pkt: &OutPacket, buf: &mut [u8]) -> Res
             flow_label: av.flow_label,
             hop_limit: av.hop_limit,
         },
-        (src, dst) => return Err(format!("source {src} and destination {dst} differ in family")),
+        (src, dst) => {
+            return Err(format!(
+                "source {src} and destination {dst} differ in family"
+            ))
+        }
     };
     let payload = match pkt.payload_mr {
         Some((key, va)) => sh
