@@ -22,8 +22,8 @@ fn is_multicast_mac(mac: [u8; 6]) -> bool {
 
 impl AddressVector {
     /// Checks that a frame can be built from this address vector with the source GID table
-    /// `gids`; the error names the field at fault.
-    pub fn validate(&self, gids: &[IpAddr]) -> Result<(), EngineError> {
+    /// `gids` on a port whose MAC is `port_mac`; the error names the field at fault.
+    pub fn validate(&self, gids: &[IpAddr], port_mac: [u8; 6]) -> Result<(), EngineError> {
         let Some(src) = gids.get(self.sgid_index as usize) else {
             return bad(
                 "sgid_index",
@@ -63,7 +63,10 @@ impl AddressVector {
                 format!("{} is not a unicast address", self.dest_ip),
             );
         }
-        if self.dest_mac == [0; 6] || is_multicast_mac(self.dest_mac) {
+        // A zero MAC is only right on a port that has none itself (loopback, where the
+        // kernel UDP socket builds the frame); elsewhere the frame would reach no one.
+        let zero_mac_ok = port_mac == [0; 6];
+        if (self.dest_mac == [0; 6] && !zero_mac_ok) || is_multicast_mac(self.dest_mac) {
             let m = self.dest_mac;
             return bad(
                 "dest_mac",
@@ -126,7 +129,7 @@ mod tests {
     fn each_field_is_checked_and_named() {
         let gids = [IP_A, IpAddr::V6(Ipv6Addr::UNSPECIFIED)];
         let good = AddressVector::new(MAC_B, IP_B);
-        good.validate(&gids).unwrap();
+        good.validate(&gids, MAC_A).unwrap();
         type Edit = fn(&mut AddressVector);
         let cases: [(&str, Edit); 11] = [
             ("sgid_index", |a| a.sgid_index = 2),
@@ -149,7 +152,7 @@ mod tests {
         for (want, edit) in cases {
             let mut av = good;
             edit(&mut av);
-            let err = av.validate(&gids).unwrap_err();
+            let err = av.validate(&gids, MAC_A).unwrap_err();
             assert!(err.to_string().contains(want), "{err}");
             assert_eq!(field_of(Err(err)), want, "{av:?}");
         }
@@ -157,7 +160,12 @@ mod tests {
         av.vlan_id = Some(4094);
         av.flow_label = MAX_FLOW_LABEL;
         av.hop_limit = 1;
-        av.validate(&gids).unwrap();
+        av.validate(&gids, MAC_A).unwrap();
+        // On a port without a MAC (loopback), the zero MAC is the neighbour's.
+        av.dest_mac = [0; 6];
+        av.validate(&gids, [0; 6]).unwrap();
+        av.dest_mac = [0xff; 6];
+        assert_eq!(field_of(av.validate(&gids, [0; 6])), "dest_mac");
     }
 
     /// A UD QP in RTS on an engine with one GID.

@@ -542,7 +542,7 @@ impl Engine {
         attr: &QpAttr,
         mask: QpAttrMask,
     ) -> Result<(), EngineError> {
-        let gids = &self.sh.cfg.gids;
+        let cfg = &self.sh.cfg;
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         let cur = qp.state();
         let to = if mask.contains(QpAttrMask::STATE) {
@@ -557,7 +557,7 @@ impl Engine {
             });
         }
         state::check_transition(cur, to, qp.qp_type, mask)?;
-        validate_values(attr, mask, gids)?;
+        validate_values(attr, mask, cfg)?;
         if mask.contains(QpAttrMask::ALT_PATH) || mask.contains(QpAttrMask::PATH_MIG_STATE) {
             return Err(EngineError::InvalidAttributeValue {
                 attr: "ALT_PATH",
@@ -714,7 +714,7 @@ impl Engine {
             )));
         }
         if let Some(dest) = &wr.ud {
-            dest.av.validate(&self.sh.cfg.gids)?;
+            dest.av.validate(&self.sh.cfg.gids, self.sh.cfg.mac)?;
         }
         let wqe = requester::make_wqe(qp, &self.sh, wr)?;
         if state == QpState::Err {
@@ -966,7 +966,7 @@ impl Engine {
 }
 
 /// Range checks of attribute values (the table checks presence).
-fn validate_values(attr: &QpAttr, mask: QpAttrMask, gids: &[IpAddr]) -> Result<(), EngineError> {
+fn validate_values(attr: &QpAttr, mask: QpAttrMask, cfg: &EngineConfig) -> Result<(), EngineError> {
     let bad = |attr: &'static str, reason: String| {
         Err(EngineError::InvalidAttributeValue { attr, reason })
     };
@@ -1007,7 +1007,7 @@ fn validate_values(attr: &QpAttr, mask: QpAttrMask, gids: &[IpAddr]) -> Result<(
         let Some(av) = attr.ah_attr else {
             return bad("AV", "no address vector given".into());
         };
-        av.validate(gids)?;
+        av.validate(&cfg.gids, cfg.mac)?;
     }
     Ok(())
 }

@@ -330,9 +330,10 @@ impl Device {
         av.hop_limit = attr.hop_limit;
         av.traffic_class = attr.traffic_class;
         av.flow_label = attr.flow_label;
-        av.validate(&gids)?;
+        let port_mac = self.netdev().mac.0;
+        av.validate(&gids, port_mac)?;
         av.dest_mac = self.resolve_mac(ip)?.0;
-        av.validate(&gids)?;
+        av.validate(&gids, port_mac)?;
         Ok(av)
     }
 }
