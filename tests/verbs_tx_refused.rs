@@ -95,6 +95,11 @@ fn a_ud_send_the_driver_refuses_is_not_a_success() {
     assert_eq!((wcs[0].wr_id, wcs[0].status), (2, WcStatus::LocQpOpErr));
     let c = a.counters();
     assert_eq!(c.emit_failed, 1);
+    let cause = a.last_emit_error().unwrap();
+    assert!(
+        cause.contains("refused") && cause.contains("600"),
+        "{cause}"
+    );
     assert_eq!(
         a.progress_stats()
             .tx_errors

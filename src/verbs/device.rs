@@ -601,6 +601,14 @@ impl Device {
         lock(&self.shared().engine).counters().clone()
     }
 
+    /// Why the last frame that could not be emitted or that the driver refused failed, with
+    /// its QP (each is counted in `counters().emit_failed`).
+    pub fn last_emit_error(&self) -> Option<String> {
+        lock(&self.shared().engine)
+            .last_emit_error()
+            .map(str::to_string)
+    }
+
     /// The progress thread's counters.
     pub fn progress_stats(&self) -> &ProgressStats {
         &self.shared().stats
