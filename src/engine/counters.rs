@@ -30,6 +30,9 @@ pub struct Counters {
     pub retransmitted_packets: u64,
     /// ACKs coalesced into a later ACK before transmission.
     pub acks_coalesced: u64,
+    /// Frames built but not emitted (a field no frame can carry, a region gone): the WR
+    /// completes with `LocQpOpErr` and the QP enters the error state, as rxe does.
+    pub emit_failed: u64,
     /// Incoming frames dropped, by reason.
     pub drops: DropCounters,
 }

@@ -341,7 +341,7 @@ fn data_opcode(op: &WrOp, first: bool, last: bool) -> Opcode {
     }
 }
 
-/// UD: one packet per WQE, completed as soon as it is sent (there is no ACK).
+/// UD: one packet per WQE, completed once its frame is emitted (there is no ACK).
 fn next_ud(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
     if qp.state() == QpState::Sqd {
         return None;
@@ -386,10 +386,9 @@ fn next_ud(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
     }
     pkt.solicited = wqe.solicited;
     pkt.payload_len = plen;
-    if wqe.signaled {
-        let mut wc = wc_for(qp, &wqe, WcStatus::Success);
-        wc.src_qp = dest.remote_qpn;
-        sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
-    }
+    // Pushed by poll_transmit once the frame is emitted (with an error if it cannot be).
+    let mut wc = wc_for(qp, &wqe, WcStatus::Success);
+    wc.src_qp = dest.remote_qpn;
+    pkt.ud_completion = Some((wc, wqe.signaled));
     Some(pkt)
 }
