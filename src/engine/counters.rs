@@ -30,6 +30,9 @@ pub struct Counters {
     pub retransmitted_packets: u64,
     /// ACKs coalesced into a later ACK before transmission.
     pub acks_coalesced: u64,
+    /// READ responses whose memory was gone when their turn came (MR deregistered or R_Key
+    /// invalidated mid-stream): answered with a remote access NAK, the QP enters ERR.
+    pub read_response_faults: u64,
     /// Incoming frames dropped, by reason.
     pub drops: DropCounters,
 }
@@ -59,6 +62,9 @@ pub struct DropCounters {
     pub out_of_seq_silent: u64,
     /// Duplicate READ/ATOMIC with no saved resource.
     pub stale_duplicate: u64,
+    /// Duplicate READ that is not a sub-range of the READ it repeats (other R_Key, longer,
+    /// or not starting where its PSN says): never executed.
+    pub bad_duplicate: u64,
     /// ACK/response whose PSN is beyond anything sent (ghost or out-of-window).
     pub ghost_ack: u64,
     /// ACK/response for PSNs already acknowledged.

@@ -300,7 +300,11 @@ impl Engine {
                 "memory region of {len} bytes is larger than 4 GiB"
             )));
         }
-        let (key, addr) = self.sh.mrs.register(pd, len, access);
+        let (key, addr) = self.sh.mrs.register(pd, len, access).ok_or_else(|| {
+            EngineError::InvalidArgument(
+                "no more memory regions: the device's key or address space is used up".into(),
+            )
+        })?;
         Ok(MrInfo {
             lkey: key,
             rkey: key,
