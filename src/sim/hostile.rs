@@ -345,9 +345,12 @@ pub struct Outcome {
     pub revivals: u64,
 }
 
+/// Frames seen on the link or fed to an engine: (0 = towards B, 1 = towards A; the bytes).
+type FrameLog = Rc<RefCell<Vec<(usize, Vec<u8>)>>>;
+
 struct Run {
     p: Pair,
-    seen: Rc<RefCell<Vec<(usize, Vec<u8>)>>>,
+    seen: FrameLog,
     out: Outcome,
     next_wr_id: u64,
     completed: Vec<u64>,
@@ -801,7 +804,7 @@ pub fn run(input: &[u8]) -> Result<Outcome, String> {
     for i in 0..4 {
         p.post_recv_b(i, 4096 * i, 4096);
     }
-    let seen = Rc::new(RefCell::new(Vec::new()));
+    let seen: FrameLog = Rc::new(RefCell::new(Vec::new()));
     let log = seen.clone();
     p.net.set_filter(move |f| {
         let mut log = log.borrow_mut();
