@@ -546,3 +546,89 @@ fn recv_cq_overflow_moves_the_qp_to_error() {
     assert_eq!(sent.len(), 3, "{sent:?}");
     assert_eq!(sent[2], (3, WcStatus::RetryExcErr), "{sent:?}");
 }
+
+/// The CQ error and QP fatal events reach a verbs user through
+/// `Device::poll_async_event` (over the in-memory driver, the real progress thread).
+#[test]
+fn cq_overflow_events_reach_the_verbs_async_event_queue() {
+    use xroce::verbs;
+    let (da, db, _link) = verbs::Device::mem_pair(
+        &verbs::mem_link_config(1500, 0.0, 1),
+        verbs::DeviceConfig::default(),
+    )
+    .unwrap();
+    let side = |dev: &verbs::Device, depth: u32| {
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(depth, None).unwrap();
+        let qp = pd.create_qp(&verbs::QpInitAttr::rc(&cq, &cq)).unwrap();
+        let mr = pd.reg_mr(4096, Access::ALL).unwrap();
+        (pd, cq, qp, mr)
+    };
+    let (_pa, cqa, qpa, mra) = side(&da, 1);
+    let (_pb, _cqb, qpb, mrb) = side(&db, 64);
+    let (ga, gb) = (da.ipv4_gid_index().unwrap(), db.ipv4_gid_index().unwrap());
+    let oa = verbs::RcOptions {
+        sgid_index: ga as u8,
+        sq_psn: 10,
+        ..verbs::RcOptions::default()
+    };
+    let ob = verbs::RcOptions {
+        sgid_index: gb as u8,
+        sq_psn: 20,
+        ..verbs::RcOptions::default()
+    };
+    qpa.connect_rc(
+        &verbs::RcPeer {
+            qpn: qpb.qp_num(),
+            psn: 20,
+            gid: db.query_gid(gb).unwrap(),
+        },
+        &oa,
+    )
+    .unwrap();
+    qpb.connect_rc(
+        &verbs::RcPeer {
+            qpn: qpa.qp_num(),
+            psn: 10,
+            gid: da.query_gid(ga).unwrap(),
+        },
+        &ob,
+    )
+    .unwrap();
+    for id in 1..=2 {
+        let wr = SendWr {
+            wr_id: id,
+            op: WrOp::Write {
+                remote_addr: mrb.addr(),
+                rkey: mrb.rkey(),
+            },
+            sg_list: vec![mra.sge(0, 64).unwrap()],
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        };
+        qpa.post_send(&wr).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while std::time::Instant::now() < deadline
+        && !(seen.iter().any(|e| matches!(e, Event::CqError(_)))
+            && seen.contains(&Event::QpFatal(qpa.qp_num())))
+    {
+        match da.poll_async_event() {
+            Some(e) => seen.push(e),
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    assert!(
+        seen.iter().any(|e| matches!(e, Event::CqError(_))),
+        "no CQ error event: {seen:?}"
+    );
+    assert!(seen.contains(&Event::QpFatal(qpa.qp_num())), "{seen:?}");
+    assert_eq!(qpa.state().unwrap(), QpState::Err);
+    let mut wcs = Vec::new();
+    while let Some(wc) = cqa.poll_one().unwrap() {
+        wcs.push(wc);
+    }
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::Success));
+}
