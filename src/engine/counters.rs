@@ -33,6 +33,9 @@ pub struct Counters {
     /// Frames built but not emitted (a field no frame can carry, a region gone): the WR
     /// completes with `LocQpOpErr` and the QP enters the error state, as rxe does.
     pub emit_failed: u64,
+    /// READ responses whose memory was gone when their turn came (MR deregistered or R_Key
+    /// invalidated mid-stream): answered with a remote access NAK, the QP enters ERR.
+    pub read_response_faults: u64,
     /// Incoming frames dropped, by reason.
     pub drops: DropCounters,
 }
@@ -66,6 +69,9 @@ pub struct DropCounters {
     pub out_of_seq_silent: u64,
     /// Duplicate READ/ATOMIC with no saved resource.
     pub stale_duplicate: u64,
+    /// Duplicate READ that is not a sub-range of the READ it repeats (other R_Key, longer,
+    /// or not starting where its PSN says): never executed.
+    pub bad_duplicate: u64,
     /// ACK/response whose PSN is beyond anything sent (ghost or out-of-window).
     pub ghost_ack: u64,
     /// ACK/response for PSNs already acknowledged.

@@ -318,7 +318,11 @@ impl Engine {
                 "memory region of {len} bytes is larger than 4 GiB"
             )));
         }
-        let (key, addr) = self.sh.mrs.register(pd, len, access);
+        let (key, addr) = self.sh.mrs.register(pd, len, access).ok_or_else(|| {
+            EngineError::InvalidArgument(
+                "no more memory regions: the device's key or address space is used up".into(),
+            )
+        })?;
         Ok(MrInfo {
             lkey: key,
             rkey: key,
@@ -909,7 +913,8 @@ impl Engine {
                     self.sh.counters.sent_pkts += 1;
                     // UD: the send is done only now that its frame exists.
                     if let Some((wc, true)) = pkt.ud_completion {
-                        self.sh.cqs.push(qp.send_cq, wc, false, &mut self.sh.events);
+                        let cq = qp.send_cq;
+                        cq::post(qp, &mut self.sh, cq, wc, false);
                     }
                     self.last_tx = Some((qpn, pkt.ud_completion));
                     if has_tx_work(qp) {

@@ -622,8 +622,10 @@ pub struct Wc {
 pub enum Event {
     /// A completion was added to a CQ armed with `req_notify_cq`.
     CqNotify(CqId),
-    /// A CQ overflowed and lost a completion (fatal in IBTA terms).
-    CqOverrun(CqId),
+    /// A CQ overflowed and lost a completion: it is in the error state and takes no more
+    /// completions (IBTA 11.6.3.2 "CQ Error", `IBV_EVENT_CQ_ERR`). Each QP that loses a
+    /// completion to it enters the error state and raises [`Event::QpFatal`].
+    CqError(CqId),
     /// A QP entered the error state by itself (retry exhaustion, remote error, ...).
     QpFatal(u32),
     /// A QP in SQD has drained its send queue (when `en_sqd_async_notify` was set).

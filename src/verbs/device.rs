@@ -640,7 +640,7 @@ impl Device {
         lock(&self.shared().trace).drain(..).collect()
     }
 
-    /// Next asynchronous event (QP fatal, CQ overrun, SQ drained), if any.
+    /// Next asynchronous event (QP fatal, CQ error after an overrun, SQ drained), if any.
     pub fn poll_async_event(&self) -> Option<Event> {
         lock(&self.shared().async_events).pop_front()
     }
