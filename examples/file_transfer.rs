@@ -136,20 +136,23 @@ fn receive(side: Side, listener: TcpListener, out: &std::path::Path) -> Res<Stri
     let data = mr.to_vec(0, len)?;
     let digest = hex(&Sha256::digest(&data));
     let ok = digest == f[1];
-    conn.send(&format!(
-        "{} {}",
-        if ok { "ok" } else { "mismatch" },
-        digest
-    ))?;
     println!(
         "receiver: {} chunks signalled (imm), {len} bytes, sha256 {digest} {}",
         wc.imm_data.unwrap_or(0),
         if ok { "verified" } else { "MISMATCH" }
     );
     if !ok {
+        conn.send(&format!("mismatch {digest}"))?;
         return Err("SHA-256 mismatch".into());
     }
-    std::fs::write(out, &data)?;
+    // "ok" only once the file is on disk: the sender takes it as a promise.
+    let saved =
+        std::fs::File::create(out).and_then(|mut f| f.write_all(&data).and_then(|_| f.sync_all()));
+    if let Err(e) = saved {
+        conn.send(&format!("failed {digest} writing {}: {e}", out.display()))?;
+        return Err(format!("writing {}: {e}", out.display()).into());
+    }
+    conn.send(&format!("ok {digest}"))?;
     Ok(digest)
 }
 
@@ -184,7 +187,8 @@ fn send(side: Side, host: &str, port: u16, data: &[u8]) -> Res<()> {
         side.qp.post_send(&SendWr {
             wr_id: i as u64,
             op: WrOp::Write {
-                remote_addr: remote_addr + offset as u64,
+                // The receiver's VA is opaque: wrap; its R_Key check refuses what is outside.
+                remote_addr: remote_addr.wrapping_add(offset as u64),
                 rkey,
             },
             sg_list: vec![mr.sge(offset, len as u32)?],

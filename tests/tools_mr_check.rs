@@ -88,6 +88,9 @@ enum Lie {
     FlipAfterWrite(usize),
     /// Announces a smaller MR than the client asks for.
     ShortMr,
+    /// Announces its MR at a VA so close to `u64::MAX` that the client's second chunk
+    /// address wraps.
+    VaNearTop,
 }
 
 /// A server written against the documented lines (Python's spacing, as lab-mr.py sends
@@ -120,7 +123,11 @@ fn fake_server(mut ep: Box<dyn ToolEndpoint>, sock: UnixStream, size: usize, lie
         "{{\"qpn\": {}, \"psn\": 119, \"gid\": \"{}\", \"addr\": {}, \"rkey\": {}, \"len\": {len}, \"sha256\": \"{digest}\"}}",
         local.qpn,
         gid_hex(&local.gid),
-        local.buf_addr,
+        if lie == Lie::VaNearTop {
+            u64::MAX - 100
+        } else {
+            local.buf_addr
+        },
         local.rkey
     )
     .unwrap();
@@ -190,7 +197,63 @@ fn client_catches_one_changed_byte_in_the_read_back() {
 #[test]
 fn client_refuses_a_server_mr_smaller_than_the_size() {
     let err = client_against(Lie::ShortMr);
-    assert!(err.contains("server MR has 1048576 bytes"), "{err}");
+    assert!(
+        err.contains("the server registered 1048576 bytes, we asked for 2097152: use the same --size on both sides"),
+        "{err}"
+    );
+}
+
+#[test]
+fn client_wraps_a_server_va_near_the_top_and_reports_the_refused_read() {
+    // Chunk 1 is at VA u64::MAX - 100 + 1 MiB: wrapped (the VA is opaque), not an
+    // overflow panic, and the server's responder refuses both addresses.
+    let err = client_against(Lie::VaNearTop);
+    assert!(
+        err.contains("RDMA READ of the chunk at offset 0 failed with"),
+        "{err}"
+    );
+}
+
+/// A real server and a real client with different --size: each says so in those terms.
+fn sizes(server_size: usize, client_size: usize) -> (String, String) {
+    let (a, b, _link) = devices(0.0);
+    let (mut srv_ep, mut cli_ep) = (endpoint(&a, server_size), endpoint(&b, client_size));
+    let (sa, mut sb) = UnixStream::pair().unwrap();
+    let server = std::thread::spawn(move || {
+        let mut sa = sa;
+        let initial = pattern(server_size, 6);
+        mr_check::server(srv_ep.as_mut(), &mut sa, &opts(server_size), 0x10, &initial)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    });
+    let client = mr_check::client(
+        cli_ep.as_mut(),
+        &mut sb,
+        &opts(client_size),
+        0x20,
+        &pattern(client_size, 7),
+    )
+    .map(|_| ())
+    .unwrap_err()
+    .to_string();
+    drop(sb);
+    (server.join().unwrap(), client)
+}
+
+#[test]
+fn a_different_size_on_each_side_is_named_not_taken_for_corruption() {
+    for (srv, cli) in [(2 << 20, 1 << 20), (1 << 20, 2 << 20)] {
+        let (server, client) = sizes(srv, cli);
+        assert_eq!(
+            client,
+            format!("the server registered {srv} bytes, we asked for {cli}: use the same --size on both sides")
+        );
+        assert_eq!(
+            server,
+            format!("the client asked for {cli} bytes, we registered {srv}: use the same --size on both sides")
+        );
+    }
 }
 
 #[test]

@@ -1,10 +1,11 @@
 //! `xroce file send|recv`: move a file with RDMA WRITE + WRITE_WITH_IMM and check its
 //! SHA-256 at the other end; a progress bar while it runs, the throughput at the end.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use xroce::tools::file::{self, FileOptions};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use xroce::tools::file::{self, FileOptions, FileSink};
 use xroce::tools::options;
 use xroce::tools::setup;
 use xroce::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
@@ -15,8 +16,9 @@ Examples:
   xroce file recv -d veth0
   # sender:
   xroce file send -d veth1 198.18.0.1 ./disk.img
-  # choose the output path and the chunking:
-  xroce file recv -d veth0 -o /tmp/copy.img --chunk 4194304 --slots 4";
+  # choose the output path (a file, or a directory to receive into) and the chunking:
+  xroce file recv -d veth0 -o /tmp/copy.img --chunk 4194304 --slots 4
+  xroce file recv -d veth0 -o /srv/incoming/";
 
 /// `send` or `recv`.
 #[derive(clap::Subcommand, Debug)]
@@ -34,7 +36,8 @@ pub enum Action {
     /// Wait for a sender and receive one file.
     #[command(after_help = EXAMPLES)]
     Recv {
-        /// Where to write (default: the sender's file name in the current directory).
+        /// Where to write: a file, or a directory to put the sender's file name in
+        /// (default: the sender's file name in the current directory).
         #[arg(short = 'o', long = "output")]
         output: Option<PathBuf>,
         /// Overwrite an existing file.
@@ -89,6 +92,30 @@ fn bar(len: u64) -> ProgressBar {
     bar
 }
 
+/// On SIGINT or SIGTERM, removes the receiver's temporary file and exits 128 + the signal
+/// (130, 143), as a shell reports a process the signal ended. signal-hook delivers the
+/// signal to this thread, outside the signal handler, where file I/O is allowed.
+fn remove_on_signal(temp: &Path) -> anyhow::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| anyhow::anyhow!("installing the SIGINT/SIGTERM handler: {e}"))?;
+    let temp = temp.to_path_buf();
+    std::thread::Builder::new()
+        .name("xroce-file-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                // After a commit the temporary file is the final one's old name: gone.
+                if std::fs::remove_file(&temp).is_ok() {
+                    eprintln!(
+                        "xroce: interrupted; removed the partial file {}",
+                        temp.display()
+                    );
+                }
+                std::process::exit(128 + signal);
+            }
+        })?;
+    Ok(())
+}
+
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let common = match &args.action {
@@ -102,6 +129,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     .validate()?;
     options::tcp_port("-p/--port", common.port)?;
+    // The receiver's destination is checked (and its temporary file made) before any device
+    // or socket, so a bad -o is reported at once, naming the path, not after a sender connects.
+    let mut sink = match &args.action {
+        Action::Recv { output, force, .. } => {
+            let sink = FileSink::create(output.as_deref(), *force)?;
+            remove_on_signal(sink.temp_path())?;
+            Some(sink)
+        }
+        Action::Send { .. } => None,
+    };
     let dev = setup::pick_device(common.ib_dev.as_deref())?;
     let gid = setup::pick_gid(&dev, common.gid_idx, "-g")?;
     let opts = FileOptions {
@@ -143,8 +180,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 &opts,
                 setup::random_psn(),
                 &mut |n| progress.set_position(n),
-            )?;
+            );
             progress.finish_and_clear();
+            let outcome = outcome?;
             println!(
                 "sent {} ({} bytes) in {:.2} s = {:.1} MB/s, sha256 {}",
                 outcome.name,
@@ -157,36 +195,28 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 eprintln!("xroce: error: the receiver's SHA-256 differs: the copy is corrupt");
                 return Ok(2);
             }
-            println!("receiver verified SHA-256: OK");
+            println!("receiver verified SHA-256: OK (the file is on the receiver's disk)");
             Ok(0)
         }
-        Action::Recv {
-            output,
-            force,
-            common,
-        } => {
+        Action::Recv { common, .. } => {
+            let Some(sink) = sink.as_mut() else {
+                anyhow::bail!("internal: the receiver has no destination");
+            };
             let spec = EndpointSpec {
                 rc: true,
                 buf_len: opts.receiver_buffer_len(),
-                max_send_wr: opts.slots as u32 + 1,
+                max_send_wr: opts.slots as u32 + 2,
                 max_recv_wr: opts.slots as u32 + 1,
                 driver: common.driver,
                 events: false,
             };
             let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
             let mut stream = setup::accept_one(common.port)?;
-            // Write to a temporary name first; rename once the SHA-256 matches.
-            let dir_default = std::env::current_dir()?;
-            let tmp = match &output {
-                Some(p) => p.with_extension("xroce-partial"),
-                None => dir_default.join(".xroce-incoming.partial"),
-            };
-            let mut writer = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
             let progress = bar(0);
             let result = file::recv(
                 eps[0].as_mut(),
                 &mut stream,
-                &mut writer,
+                sink,
                 &opts,
                 setup::random_psn(),
                 &mut |done, total| {
@@ -194,37 +224,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     progress.set_position(done);
                 },
             );
-            drop(writer);
             progress.finish_and_clear();
-            let outcome = match result {
-                Ok(o) => o,
-                Err(e) => {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(e);
-                }
-            };
-            // Only the base name of what the sender proposed, never a path.
-            let safe_name = std::path::Path::new(&outcome.name)
-                .file_name()
-                .map(|n| n.to_owned())
-                .unwrap_or_else(|| "received.bin".into());
-            let dest = output.unwrap_or_else(|| dir_default.join(safe_name));
+            // On any error the sink is dropped with the temporary file.
+            let outcome = result?;
             if !outcome.verified {
-                let _ = std::fs::remove_file(&tmp);
                 eprintln!("xroce: error: SHA-256 mismatch: the received data is corrupt; nothing was written");
                 return Ok(2);
             }
-            if dest.exists() && !force {
-                let _ = std::fs::remove_file(&tmp);
-                anyhow::bail!(
-                    "{} exists: pass --force to overwrite or -o to choose another path",
-                    dest.display()
-                );
-            }
-            std::fs::rename(&tmp, &dest)?;
+            let dest = sink
+                .destination()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default();
             println!(
-                "received {} ({} bytes) in {:.2} s = {:.1} MB/s, sha256 {} verified",
-                dest.display(),
+                "received {dest} ({} bytes) in {:.2} s = {:.1} MB/s, sha256 {} verified",
                 outcome.bytes,
                 outcome.elapsed.as_secs_f64(),
                 outcome.megabytes_per_sec(),

@@ -177,6 +177,18 @@ fn check_buffer(ep: &dyn ToolEndpoint, size: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The message for a peer whose MR size differs from our --size.
+fn size_mismatch(peer: &str, theirs: u64, ours: usize) -> String {
+    let (theirs_did, ours_did) = if peer == "server" {
+        ("registered", "we asked for")
+    } else {
+        ("asked for", "we registered")
+    };
+    format!(
+        "the {peer} {theirs_did} {theirs} bytes, {ours_did} {ours}: use the same --size on both sides"
+    )
+}
+
 fn read_all(ep: &dyn ToolEndpoint, size: usize) -> anyhow::Result<Vec<u8>> {
     let mut out = vec![0u8; size];
     ep.read_local(0, &mut out)?;
@@ -201,7 +213,9 @@ fn transfer(
         while posted < chunks && posted - done < opts.depth {
             let offset = posted * opts.chunk;
             let len = opts.chunk.min(opts.size - offset);
-            let remote_addr = peer.addr + offset as u64;
+            // The peer's VA is opaque (any u64 is valid); its responder's R_Key and
+            // bounds check decides (IBTA 9.7.5.1.3), so wrap rather than overflow.
+            let remote_addr = peer.addr.wrapping_add(offset as u64);
             let op = if write {
                 ToolOp::Write {
                     remote_addr,
@@ -267,12 +281,9 @@ pub fn client<S: Read + Write>(
     }
     send_json(stream, &hello_of(ep, psn, opts.size, None))?;
     let peer: Hello = recv_json(stream, "server hello")?;
-    if peer.len < opts.size as u64 {
-        anyhow::bail!(
-            "server MR has {} bytes, --size asks for {}: use the same --size on both sides",
-            peer.len,
-            opts.size
-        );
+    // A larger MR would fail the digest check and read like corruption: say what it is.
+    if peer.len != opts.size as u64 {
+        anyhow::bail!("{}", size_mismatch("server", peer.len, opts.size));
     }
     let Some(server_sha) = peer.sha256.clone() else {
         anyhow::bail!("server hello has no sha256: the peer is not an mr-check/lab-mr server");
@@ -338,11 +349,18 @@ pub fn server<S: Read + Write>(
     ep.write_local(0, initial)?;
     let initial_sha256 = sha256_hex(initial);
     let peer: Hello = recv_json(stream, "client hello")?;
-    ep.connect(&remote_of(&peer)?, &rc_params(psn, opts.mtu))?;
+    let same_size = peer.len == opts.size as u64;
+    if same_size {
+        ep.connect(&remote_of(&peer)?, &rc_params(psn, opts.mtu))?;
+    }
+    // Sent either way, so the client can tell its user about a different --size too.
     send_json(
         stream,
         &hello_of(ep, psn, opts.size, Some(initial_sha256.clone())),
     )?;
+    if !same_size {
+        anyhow::bail!("{}", size_mismatch("client", peer.len, opts.size));
+    }
     let mut written_sha256 = Vec::new();
     loop {
         let line: OpLine = recv_json(stream, "client request")?;
