@@ -389,6 +389,7 @@ impl Device {
             max_mtu: Some(identity.mtu),
             oper_state: OperState::Up,
             admin_up: true,
+            carrier: Some(true),
             link_type: "ether".into(),
             driver: Some(driver.info().mode.to_string()),
             num_rx_queues: Some(1),
@@ -668,6 +669,7 @@ impl Device {
             return Err(netdev::NetdevError::NeighbourTimeout {
                 ifname: shared.netdev.name.clone(),
                 ip,
+                next_hop: None,
                 timeout: Duration::ZERO,
             }
             .into());
