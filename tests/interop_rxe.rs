@@ -1000,8 +1000,8 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                 }
                 if want == RetriesPastSeven {
                     let client_ip: Ipv4Addr = ip_of(case.client.0)
-                    .parse()
-                    .expect("lab addresses are IPv4");
+                        .parse()
+                        .expect("lab addresses are IPv4");
                     let copies = stats.get(&client_ip).map_or(0, |s| s.most_copies);
                     let _ = write!(detail, "client sent one packet {copies} times; ");
                     if copies < 9 {
