@@ -3,12 +3,17 @@
  * xroce_xdp: steer RoCEv2 (UDP destination port 4791) to an AF_XDP socket.
  *
  * Runs on every frame the interface receives. It parses
- *   Ethernet [802.1Q / 802.1ad tag [802.1Q tag]] | IPv4 (options allowed) or IPv6
+ *   Ethernet [one or two tags: 802.1Q, 802.1ad, 0x9100] | IPv4 (options allowed) or IPv6
  *   (up to 3 hop-by-hop / routing / destination-options extension headers) | UDP
  * and, when the UDP destination port is 4791 (IBTA Annex A17.2: the RoCEv2 port), redirects
- * the frame into the XSKMAP slot of the receive queue it arrived on. Everything else, and
- * RoCE that arrives on a queue with no socket, goes on to the kernel (XDP_PASS) untouched.
- * IP fragments are passed too: only a whole datagram can be a RoCE packet.
+ * the frame into the XSKMAP slot of the receive queue it arrived on, if xroce's parser
+ * (src/wire/frame.rs) takes it: no tag or one 802.1Q tag, IPv4 with or without options, IPv6
+ * without extension headers. RoCEv2 it does not take goes to the kernel, counted as
+ * unsupported: stacked or 802.1ad tags (an address vector has one 802.1Q tag, a reply could
+ * not go back that way) and IPv6 extension headers (the ICRC masks only fixed IPv6 header
+ * fields, so it cannot be verified over headers that change in flight). Everything else,
+ * and RoCE that arrives on a queue with no socket, goes on to the kernel (XDP_PASS)
+ * untouched. IP fragments are passed too: only a whole datagram can be a RoCE packet.
  *
  * The helpers are declared here (no libbpf headers needed); GPL is required by the verifier
  * for bpf_redirect_map.
@@ -31,6 +36,7 @@ static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)BPF
 #define ROCEV2_UDP_PORT 4791
 #define ETH_P_8021Q_ 0x8100
 #define ETH_P_8021AD_ 0x88A8
+#define ETH_P_QINQ_9100 0x9100
 #define IPV6_MAX_EXT_HEADERS 3
 
 /* Receive queue index -> AF_XDP socket. Filled in by the xroce driver. */
@@ -48,7 +54,8 @@ enum {
 	CNT_PASSED = 2,     /* frames passed to the kernel (not RoCEv2) */
 	CNT_MALFORMED = 3,  /* truncated or inconsistent headers (passed; the kernel drops them) */
 	CNT_NO_SOCKET = 4,  /* RoCEv2 on a queue with no socket bound (passed) */
-	CNT_MAX = 5,
+	CNT_UNSUPPORTED = 5, /* RoCEv2 behind headers xroce does not take (passed) */
+	CNT_MAX = 6,
 };
 
 struct {
@@ -97,7 +104,8 @@ ALWAYS_INLINE struct udphdr *ipv4_udp(void *l3, void *end, int *malformed)
 	return udp;
 }
 
-ALWAYS_INLINE struct udphdr *ipv6_udp(void *l3, void *end, int *malformed)
+/* As ipv4_udp; *ext_headers is set when extension headers precede UDP. */
+ALWAYS_INLINE struct udphdr *ipv6_udp(void *l3, void *end, int *malformed, int *ext_headers)
 {
 	struct ipv6hdr *ip6 = l3;
 	if ((void *)(ip6 + 1) > end) {
@@ -121,6 +129,7 @@ ALWAYS_INLINE struct udphdr *ipv6_udp(void *l3, void *end, int *malformed)
 		}
 		next = ext[0];
 		cursor += (ext[1] + 1) * 8;
+		*ext_headers = 1;
 	}
 	if (next != IPPROTO_UDP) /* includes the fragment header (44) */
 		return 0;
@@ -138,6 +147,7 @@ int xroce_xdp(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	int malformed = 0;
+	int unsupported = 0; /* RoCEv2 here goes to the kernel: src/wire/frame.rs refuses it */
 
 	count(CNT_SEEN);
 
@@ -147,11 +157,16 @@ int xroce_xdp(struct xdp_md *ctx)
 	__u16 proto = eth->h_proto;
 	void *l3 = eth + 1;
 
-	/* Up to two VLAN tags: 802.1ad (S-tag) or 802.1Q, then an inner 802.1Q. */
+	/* Up to two VLAN tags. Only a single 802.1Q tag is taken; a second tag, or an 802.1ad
+	 * (or 0x9100) outer tag, makes RoCEv2 unsupported. */
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
-		if (proto != __builtin_bswap16(ETH_P_8021Q_) && proto != __builtin_bswap16(ETH_P_8021AD_))
+		int c_tag = proto == __builtin_bswap16(ETH_P_8021Q_);
+		if (!c_tag && proto != __builtin_bswap16(ETH_P_8021AD_) &&
+		    proto != __builtin_bswap16(ETH_P_QINQ_9100))
 			break;
+		if (!c_tag || i > 0)
+			unsupported = 1;
 		__u16 *tag = l3; /* TCI, then the encapsulated EtherType */
 		if ((void *)(tag + 2) > end)
 			return pass(CNT_MALFORMED);
@@ -163,7 +178,7 @@ int xroce_xdp(struct xdp_md *ctx)
 	if (proto == __builtin_bswap16(ETH_P_IP))
 		udp = ipv4_udp(l3, end, &malformed);
 	else if (proto == __builtin_bswap16(ETH_P_IPV6))
-		udp = ipv6_udp(l3, end, &malformed);
+		udp = ipv6_udp(l3, end, &malformed, &unsupported);
 	else
 		return pass(CNT_PASSED);
 
@@ -171,6 +186,8 @@ int xroce_xdp(struct xdp_md *ctx)
 		return pass(malformed ? CNT_MALFORMED : CNT_PASSED);
 	if (udp->dest != __builtin_bswap16(ROCEV2_UDP_PORT))
 		return pass(CNT_PASSED);
+	if (unsupported)
+		return pass(CNT_UNSUPPORTED);
 
 	__u32 queue = ctx->rx_queue_index;
 	if (!bpf_map_lookup_elem(&xsks, &queue))

@@ -1,13 +1,38 @@
 #!/usr/bin/env bash
-# Runs the cargo-fuzz target for the frame parser.
-#   fuzz/run.sh [SECONDS]   (default 600)
+# Runs one cargo-fuzz target for a while.
+#   fuzz/run.sh [TARGET] [SECONDS]   TARGET: parse_frame (default), engine_frames or
+#                                    engine_sequences; SECONDS default 600
+# A crash fails the run (non-zero exit) and leaves the input under fuzz/artifacts/TARGET/.
 # cargo-fuzz passes -Zsanitizer and other nightly flags; only stable Rust is installed here,
 # so RUSTC_BOOTSTRAP=1 lets stable accept them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
-secs=${1:-600}
+target=${1:-parse_frame}
+secs=${2:-600}
+# The old form `fuzz/run.sh SECONDS` still runs parse_frame.
+if [[ "$target" =~ ^[0-9]+$ && $# -eq 1 ]]; then
+    secs=$target
+    target=parse_frame
+fi
+case "$target" in
+parse_frame | engine_frames | engine_sequences) ;;
+*)
+    echo "fuzz/run.sh: unknown target '$target' (parse_frame, engine_frames, engine_sequences)" >&2
+    exit 2
+    ;;
+esac
+case "$secs" in
+'' | *[!0-9]*)
+    echo "fuzz/run.sh: SECONDS must be a whole number, got '$secs'" >&2
+    exit 2
+    ;;
+esac
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-python3 seed_corpus.py
+mkdir -p "corpus/$target"
+if [ "$target" = parse_frame ]; then
+    python3 seed_corpus.py
+fi
 export RUSTC_BOOTSTRAP=1
-cargo fuzz build parse_frame
-cargo fuzz run parse_frame corpus/parse_frame -- -max_total_time="$secs" -print_final_stats=1
+# -a: debug assertions and overflow checks, so an overflow on a fuzzed value is a crash.
+cargo fuzz build -a "$target"
+cargo fuzz run -a "$target" "corpus/$target" -- -max_total_time="$secs" -print_final_stats=1

@@ -1,11 +1,34 @@
 #!/usr/bin/env bash
 # The whole test suite. In CI (XROCE_CI=1, set by .ci/run) every test that needs root or the
 # lab must run: a missing privilege is a failure there, never a silent skip.
+#
+# Order: the cheap static checks first, then every test built with overflow checks and debug
+# assertions (profile `checked`: release optimisation, so the timed lab cases keep their
+# speed), then a short run of each fuzz target. XROCE_FUZZ_SECONDS=0 skips the fuzz runs
+# (outside CI only; CI always runs them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export XROCE_CI=${XROCE_CI:-0}
-echo "== cargo build (all targets)"
-cargo build --release --all-targets
-echo "== cargo test"
-cargo test --release -- --test-threads=2
-echo "== all tests passed"
+fuzz_seconds=${XROCE_FUZZ_SECONDS:-30}
+if [ "$XROCE_CI" = 1 ] && [ "$fuzz_seconds" = 0 ]; then
+  echo "test.sh: XROCE_FUZZ_SECONDS=0 is not allowed in CI" >&2
+  exit 1
+fi
+step() { echo "== $* ($(date -u +%H:%M:%S))"; }
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+step "cargo build --profile checked --all-targets (overflow checks, debug assertions)"
+cargo build --profile checked --all-targets
+step "cargo test --profile checked"
+cargo test --profile checked -- --test-threads=2
+if [ "$fuzz_seconds" != 0 ]; then
+  for target in $(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^xroce-fuzz$'); do
+    step "fuzz $target for ${fuzz_seconds}s"
+    fuzz/run.sh "$target" "$fuzz_seconds"
+  done
+else
+  echo "== SKIPPED: fuzz runs (XROCE_FUZZ_SECONDS=0)"
+fi
+step "all tests passed"

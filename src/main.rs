@@ -37,6 +37,11 @@ enum Command {
 }
 
 fn main() {
+    // A closed stdout (`xroce ... | head`) must end the process quietly, whichever of the
+    // many print!/println! calls (and the sim's trace writer, on its own thread) hits it.
+    // Restoring SIGPIPE covers all of them at once, as the C tools get it; a BrokenPipe-
+    // mapping writer would have to replace every one of them and still miss the next one.
+    xroce::driver::sigpipe::restore_default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Dump(args) => cli::dump::run(args),
@@ -53,7 +58,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
-            eprintln!("xroce: error: {err:#}");
+            eprintln!("xroce: error: {}", xroce::tools::setup::error_text(&err));
             std::process::exit(1);
         }
     }

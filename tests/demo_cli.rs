@@ -41,6 +41,8 @@ fn assert_all_verified(stdout: &str) {
     assert!(stdout.contains("Packet trace"));
     assert!(stdout.contains("RC_RDMA_READ_RESPONSE_FIRST"));
     assert!(stdout.contains("RC_ATOMIC_ACKNOWLEDGE"));
+    // Frames the engine could not emit are counted and shown (none in a healthy run).
+    assert!(stdout.contains(" emit_failed 0;"), "{stdout}");
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use etherparse::{PacketBuilder, VlanId};
-use xroce::driver::packet::PacketSocket;
+use xroce::driver::packet::{Direction, PacketSocket};
 use xroce::driver::xdp::{AttachMode, XdpConfig, XdpDriver, ZeroCopy};
 use xroce::driver::{poll_readable, Driver, DriverError};
 use xroce::netns::{LinkConfig, VethLink};
@@ -231,15 +231,16 @@ fn vlan_tagged_and_malformed_frames_are_steered_and_counted() {
     let link = VethLink::create(&LinkConfig::default()).expect("veth link");
     let roce = vec![
         ipv4_frame(&link, Vlan::Single(100), ROCE_PORT, &roce_payload(1, 200)),
-        ipv4_frame(
-            &link,
-            Vlan::Double(200, 300),
-            ROCE_PORT,
-            &roce_payload(2, 300),
-        ),
         ipv4_frame(&link, Vlan::None, ROCE_PORT, &roce_payload(3, 10)),
     ];
     let mut all = roce.clone();
+    // QinQ RoCE is left to the kernel (see `xroce_takes_exactly_what_its_parser_accepts`).
+    all.push(ipv4_frame(
+        &link,
+        Vlan::Double(200, 300),
+        ROCE_PORT,
+        &roce_payload(2, 300),
+    ));
     // Not RoCE: another UDP port, then a truncated IPv4 header, then a fragment to 4791.
     all.insert(1, ipv4_frame(&link, Vlan::None, 4792, &roce_payload(9, 20)));
     let mut truncated = ipv4_frame(&link, Vlan::None, ROCE_PORT, &roce_payload(8, 20));
@@ -256,11 +257,12 @@ fn vlan_tagged_and_malformed_frames_are_steered_and_counted() {
         "exactly the RoCE frames arrive, in order; stats {stats}"
     );
     let s = parse_stats(&stats);
-    assert_eq!(s["redirected"], 3, "{stats}");
+    assert_eq!(s["redirected"], 2, "{stats}");
+    assert_eq!(s["unsupported"], 1, "{stats}");
     assert!(s["malformed"] >= 1, "{stats}");
     assert_eq!(
         s["seen"],
-        s["redirected"] + s["passed"] + s["malformed"] + s["no_socket"],
+        s["redirected"] + s["passed"] + s["malformed"] + s["no_socket"] + s["unsupported"],
         "every frame is counted exactly once: {stats}"
     );
     assert!(s["passed"] >= 2, "{stats}");
@@ -277,6 +279,25 @@ fn receive_all_expecting(
         ("TIMEOUT_MS", "5000".to_string()),
     ];
     env.push(("LINGER_MS", "300".to_string()));
+    receive_with(link, env, frames)
+}
+
+/// Starts `xdp-recv` with `env` on link.b, injects `frames` from link.a through AF_PACKET,
+/// and returns every line the receiver printed (FRAME, KERNEL) and its STATS line.
+fn receive_with(
+    link: &VethLink,
+    env: Vec<(&str, String)>,
+    frames: Vec<Vec<u8>>,
+) -> (Vec<Vec<u8>>, String) {
+    let (got, _, stats) = receive_with_tap(link, env, frames);
+    (got, stats)
+}
+
+fn receive_with_tap(
+    link: &VethLink,
+    env: Vec<(&str, String)>,
+    frames: Vec<Vec<u8>>,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, String) {
     let mut rx = Helper::spawn(&link.b, "xdp-recv", &env);
     rx.expect("READY", Duration::from_secs(20));
     let file = write_frames(&frames);
@@ -292,16 +313,239 @@ fn receive_all_expecting(
     tx.wait();
     let _ = std::fs::remove_file(&file);
     let mut got = Vec::new();
+    let mut kernel = Vec::new();
     let stats = loop {
         let line = rx.expect("", Duration::from_secs(20));
         if let Some(h) = line.strip_prefix("FRAME ") {
             got.push(unhex(h));
+        } else if let Some(h) = line.strip_prefix("KERNEL ") {
+            kernel.push(unhex(h));
         } else if line.starts_with("STATS") {
             break line;
         }
     };
     rx.wait();
-    (got, stats)
+    (got, kernel, stats)
+}
+
+// ---------------------------------------------------------------------------------------
+// What the XDP program steers, against what the parser accepts
+
+/// A real RoCEv2 RC SEND ONLY from link.a to link.b with a valid ICRC, its payload marked
+/// `XROCE-ID<id>` so it can be told apart wherever it lands.
+fn marked_roce(link: &VethLink, v6: bool, id: u8) -> Vec<u8> {
+    use xroce::wire::{EthRepr, FrameRepr, IpRepr, Opcode, PacketRepr};
+    let mut payload = b"XROCE-ID".to_vec();
+    payload.push(id);
+    payload.resize(40, 0x5a);
+    let mut roce = PacketRepr::new(Opcode::RC_SEND_ONLY, 0x11);
+    roce.payload = &payload;
+    let f = FrameRepr {
+        eth: EthRepr {
+            dst: link.b_mac,
+            src: link.a_mac,
+            vlan: None,
+        },
+        ip: if v6 {
+            IpRepr::V6 {
+                src: link.a_ip6.unwrap(),
+                dst: link.b_ip6.unwrap(),
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            }
+        } else {
+            IpRepr::V4 {
+                src: link.a_ip,
+                dst: link.b_ip,
+                tos: 0,
+                ttl: 64,
+                ident: u16::from(id),
+                dont_fragment: true,
+            }
+        },
+        udp_src_port: 0xc003,
+        roce,
+    };
+    let mut buf = vec![0u8; f.buffer_len()];
+    f.emit(&mut buf).unwrap();
+    buf
+}
+
+/// The marker id a frame carries, if any.
+fn marker(frame: &[u8]) -> Option<u8> {
+    let at = frame.windows(8).position(|w| w == b"XROCE-ID")?;
+    frame.get(at + 8).copied()
+}
+
+/// Inserts VLAN tags (TPID, TCI) after the MAC addresses; the ICRC does not cover L2.
+fn with_tags(frame: &[u8], tags: &[(u16, u16)]) -> Vec<u8> {
+    let mut f = frame[..12].to_vec();
+    for (tpid, vid) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&vid.to_be_bytes());
+    }
+    f.extend_from_slice(&frame[12..]);
+    f
+}
+
+/// Inserts IPv4 options into an untagged IPv4 frame, fixing IHL, total length, header
+/// checksum and the ICRC (which covers the options).
+fn with_ipv4_options(frame: &[u8], options: &[u8]) -> Vec<u8> {
+    let mut f = frame[..34].to_vec();
+    f.extend_from_slice(options);
+    f.extend_from_slice(&frame[34..]);
+    let hl = 20 + options.len();
+    f[14] = 0x40 | (hl / 4) as u8;
+    let total = u16::from_be_bytes([f[16], f[17]]) + options.len() as u16;
+    f[16..18].copy_from_slice(&total.to_be_bytes());
+    f[24..26].copy_from_slice(&[0, 0]);
+    let ck = ipv4_checksum(&f[14..14 + hl]);
+    f[24..26].copy_from_slice(&ck.to_be_bytes());
+    let icrc_at = f.len() - 4;
+    let crc = xroce::wire::icrc_ipv4(&f[14..14 + hl], &f[14 + hl..icrc_at]);
+    f[icrc_at..].copy_from_slice(&crc.to_le_bytes());
+    f
+}
+
+/// Inserts IPv6 extension headers (`first` is the first one's type) into an untagged IPv6
+/// frame; with `dst_port`, the UDP destination port is changed too.
+fn with_ipv6_ext(frame: &[u8], first: u8, ext: &[u8], dst_port: Option<u16>) -> Vec<u8> {
+    let mut f = frame[..54].to_vec();
+    f.extend_from_slice(ext);
+    f.extend_from_slice(&frame[54..]);
+    let plen = u16::from_be_bytes([f[18], f[19]]) + ext.len() as u16;
+    f[18..20].copy_from_slice(&plen.to_be_bytes());
+    f[20] = first;
+    if let Some(p) = dst_port {
+        let udp = 54 + ext.len();
+        f[udp + 2..udp + 4].copy_from_slice(&p.to_be_bytes());
+    }
+    f
+}
+
+#[test]
+fn xroce_takes_exactly_what_its_parser_accepts() {
+    use xroce::wire::{parse_frame, parse_frame_verified, WireError};
+    if !common::privileged_or_skip("xroce_takes_exactly_what_its_parser_accepts") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig::default()).expect("veth link");
+    let v4 = |id| marked_roce(&link, false, id);
+    let v6 = |id| marked_roce(&link, true, id);
+    let router_alert = [0x94, 0x04, 0x00, 0x00, 0x01, 0x01, 0x01, 0x00];
+    let hbh_to_udp = [17, 0, 0x01, 0x04, 0, 0, 0, 0]; // hop-by-hop, PadN
+                                                      // (frame, taken by xroce, counted by the XDP program as unsupported RoCEv2)
+    let cases: Vec<(&str, Vec<u8>, bool, bool)> = vec![
+        ("IPv4", v4(1), true, false),
+        (
+            "IPv4 + 802.1Q",
+            with_tags(&v4(2), &[(0x8100, 100)]),
+            true,
+            false,
+        ),
+        (
+            "IPv4 + 8 bytes of options",
+            with_ipv4_options(&v4(3), &router_alert),
+            true,
+            false,
+        ),
+        (
+            "IPv4 + 40 bytes of options",
+            with_ipv4_options(&v4(4), &[1; 40]),
+            true,
+            false,
+        ),
+        ("IPv6", v6(5), true, false),
+        (
+            "QinQ 802.1ad/802.1Q",
+            with_tags(&v4(6), &[(0x88a8, 200), (0x8100, 300)]),
+            false,
+            true,
+        ),
+        (
+            "two 802.1Q tags",
+            with_tags(&v4(7), &[(0x8100, 200), (0x8100, 300)]),
+            false,
+            true,
+        ),
+        (
+            "802.1ad tag alone",
+            with_tags(&v4(8), &[(0x88a8, 200)]),
+            false,
+            true,
+        ),
+        (
+            "IPv6 + hop-by-hop",
+            with_ipv6_ext(&v6(9), 0, &hbh_to_udp, None),
+            false,
+            true,
+        ),
+        (
+            "IPv6 + dest options",
+            with_ipv6_ext(&v6(10), 60, &hbh_to_udp, None),
+            false,
+            true,
+        ),
+        (
+            "IPv6 + hop-by-hop to UDP 4792",
+            with_ipv6_ext(&v6(11), 0, &hbh_to_udp, Some(4792)),
+            false,
+            false,
+        ),
+    ];
+    // The parser's side of the agreement, on the very bytes sent.
+    for (name, f, taken, _) in &cases {
+        let parsed = parse_frame_verified(f);
+        if *taken {
+            assert!(parsed.is_ok(), "{name}: {parsed:?}");
+        } else {
+            assert!(
+                matches!(
+                    parse_frame(f),
+                    Err(WireError::StackedVlan { .. }
+                        | WireError::ServiceVlanTag { .. }
+                        | WireError::Ipv6ExtensionHeaders { .. }
+                        | WireError::NotRoce { .. })
+                ),
+                "{name}: {:?}",
+                parse_frame(f)
+            );
+        }
+    }
+    let taken = cases.iter().filter(|c| c.2).count();
+    let env = vec![
+        ("IFNAME", link.b_if.clone()),
+        ("COUNT", taken.to_string()),
+        ("TIMEOUT_MS", "5000".to_string()),
+        ("LINGER_MS", "500".to_string()),
+        ("TAP", "1".to_string()),
+    ];
+    let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.1.clone()).collect();
+    let (got, kernel, stats) = receive_with_tap(&link, env, frames);
+    let xdp_ids: Vec<u8> = got.iter().filter_map(|f| marker(f)).collect();
+    let kernel_ids: Vec<u8> = kernel.iter().filter_map(|f| marker(f)).collect();
+    for (i, (name, f, taken, _)) in cases.iter().enumerate() {
+        let id = i as u8 + 1;
+        assert_eq!(marker(f), Some(id));
+        let (in_xdp, in_kernel) = (xdp_ids.contains(&id), kernel_ids.contains(&id));
+        assert_eq!(
+            (in_xdp, in_kernel),
+            (*taken, !*taken),
+            "{name}: (AF_XDP, kernel) got it; stats {stats}"
+        );
+    }
+    // What AF_XDP got is byte for byte what was sent, and what the engine would accept.
+    for g in &got {
+        let sent = &cases[usize::from(marker(g).unwrap()) - 1].1;
+        assert_eq!(g, sent);
+        assert!(parse_frame_verified(g).is_ok());
+    }
+    let s = parse_stats(&stats);
+    assert_eq!(s["redirected"], taken as u64, "{stats}");
+    let unsupported = cases.iter().filter(|c| c.3).count() as u64;
+    assert_eq!(s["unsupported"], unsupported, "{stats}");
+    assert_eq!(s["malformed"], 0, "{stats}");
 }
 
 #[test]
@@ -443,7 +687,8 @@ fn clear_errors_for_missing_interface_other_program_and_no_privileges() {
         "{line}"
     );
 
-    // Another XDP program attached (a first xroce driver): the second says so, with its id.
+    // A first xroce driver holds the interface: the second says another xroce uses it (by
+    // the attached program's name), with its id, and gives no advice that would detach it.
     let mut first = Helper::spawn(
         &link.b,
         "xdp-recv",
@@ -457,8 +702,14 @@ fn clear_errors_for_missing_interface_other_program_and_no_privileges() {
     let mut second = Helper::spawn(&link.b, "xdp-open", &[("IFNAME", link.b_if.clone())]);
     let line = second.expect("OPEN", Duration::from_secs(20));
     assert!(
-        line.contains("XdpProgramAttached") && line.contains("another XDP program (id "),
+        line.contains("XroceAlreadyAttached")
+            && line.contains("another xroce process already uses")
+            && line.contains("(its XDP program, id "),
         "{line}"
+    );
+    assert!(
+        !line.contains("xdp off"),
+        "advice that breaks the first: {line}"
     );
     assert!(
         !line.contains("(id 0)"),
@@ -637,6 +888,19 @@ fn helper() {
             Err(e) => say(format!("OPEN-ERR {e:?}: {e}")),
         },
         "xdp-recv" => {
+            // With TAP=1, an AF_PACKET socket on the same interface shows what the kernel
+            // stack got: XDP_PASS frames reach it, redirected ones do not.
+            let tap = (std::env::var("TAP").as_deref() == Ok("1"))
+                .then(|| PacketSocket::open(&env("IFNAME")).unwrap());
+            let drain_tap = || {
+                let Some(tap) = &tap else { return };
+                let mut buf = vec![0u8; 16384];
+                while let Some((n, dir)) = tap.recv_timeout(&mut buf, Duration::ZERO).unwrap() {
+                    if dir == Direction::Incoming {
+                        say(format!("KERNEL {}", hex(&buf[..n])));
+                    }
+                }
+            };
             let mut d = match open_from_env() {
                 Ok(d) => d,
                 Err(e) => return say(format!("ERROR {e:?}: {e}")),
@@ -669,13 +933,22 @@ fn helper() {
                 while Instant::now() < until {
                     d.recv(64, &mut |f, _| say(format!("FRAME {}", hex(f))))
                         .unwrap();
+                    drain_tap();
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
+            drain_tap();
             let s = d.xdp_stats().unwrap();
             say(format!(
-                "STATS seen={} redirected={} passed={} malformed={} no_socket={} sock_rx_dropped={}",
-                s.seen, s.redirected, s.passed, s.malformed, s.no_socket, s.sock_rx_dropped
+                "STATS seen={} redirected={} passed={} malformed={} no_socket={} \
+                 unsupported={} sock_rx_dropped={}",
+                s.seen,
+                s.redirected,
+                s.passed,
+                s.malformed,
+                s.no_socket,
+                s.unsupported,
+                s.sock_rx_dropped
             ));
             say("DONE".into());
         }

@@ -380,3 +380,291 @@ fn summary_shows_each_senders_loss_recovery() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Link types other than Ethernet, and snaplen cuts
+
+/// Writes `frames` (data, original length) as a pcap of `link_type` with `snaplen`, the
+/// timestamps those of rxe_rc_pingpong.pcap (so the lines compare equal), then 1 ms apart.
+fn write_pcap(path: &Path, link_type: u32, snaplen: u32, frames: &[(Vec<u8>, u32)]) {
+    let times: Vec<std::time::Duration> = read_capture(fixture("rxe_rc_pingpong.pcap"))
+        .unwrap()
+        .iter()
+        .map(|f| f.timestamp)
+        .collect();
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    let file = std::fs::File::create(path).unwrap();
+    let header = PcapHeader {
+        datalink: pcap_file::DataLink::from(link_type),
+        snaplen,
+        ..PcapHeader::default()
+    };
+    let mut w = PcapWriter::with_header(file, header).unwrap();
+    for (i, (data, orig)) in frames.iter().enumerate() {
+        let ts = times
+            .get(i)
+            .copied()
+            .unwrap_or_else(|| times[times.len() - 1] + std::time::Duration::from_millis(i as u64));
+        w.write_packet(&PcapPacket::new(ts, *orig, data)).unwrap();
+    }
+}
+
+/// An Ethernet frame re-wrapped in the link header of `link_type`, as tcpdump writes it.
+fn rewrap(link_type: u32, eth: &[u8]) -> Vec<u8> {
+    let (src, ether_type, ip) = (&eth[6..12], &eth[12..14], &eth[14..]);
+    let mut out = match link_type {
+        // SLL: packet type 0 (to us), ARPHRD_ETHER, address length 6, address + 2 pad.
+        113 => [&[0, 0, 0, 1, 0, 6][..], src, &[0, 0], ether_type].concat(),
+        // SLL2: protocol, reserved, ifindex 2, ARPHRD_ETHER, packet type 0, length 6.
+        276 => [ether_type, &[0, 0, 0, 0, 0, 2, 0, 1, 0, 6], src, &[0, 0]].concat(),
+        12 | 101 | 228 | 229 => Vec::new(),
+        other => panic!("no wrapping for {other}"),
+    };
+    out.extend_from_slice(ip);
+    out
+}
+
+/// The per-frame lines of a dump (those starting with '#').
+fn frame_lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.starts_with('#')).collect()
+}
+
+#[test]
+fn cooked_and_raw_ip_captures_decode_like_ethernet() {
+    let frames = read_capture(fixture("rxe_rc_pingpong.pcap")).unwrap();
+    let eth_text = stdout(&dump(&[], &fixture("rxe_rc_pingpong.pcap")));
+    let roce = summary_value(&eth_text, "RoCE frames:");
+    assert!(roce > 20);
+    for link_type in [113, 276, 101, 228, 12] {
+        let tmp = TempFile::new(&format!("link{link_type}.pcap"));
+        let wrapped: Vec<(Vec<u8>, u32)> = frames
+            .iter()
+            .map(|f| {
+                let d = rewrap(link_type, &f.data);
+                let n = d.len() as u32;
+                (d, n)
+            })
+            .collect();
+        write_pcap(&tmp.0, link_type, 65535, &wrapped);
+        let o = dump(&[], &tmp.0);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = stdout(&o);
+        assert_eq!(
+            summary_value(&text, "RoCE frames:"),
+            roce,
+            "link type {link_type}:\n{text}"
+        );
+        assert_eq!(
+            summary_value(&text, "ICRC ok:"),
+            roce,
+            "link type {link_type}"
+        );
+        assert_eq!(
+            frame_lines(&text),
+            frame_lines(&eth_text),
+            "link type {link_type}: the same decoded lines"
+        );
+        // --explain says where the Ethernet header came from.
+        let x = stdout(&dump(&["--explain"], &tmp.0));
+        assert!(
+            x.contains(&format!("(link type {link_type} ")),
+            "link type {link_type}: {}",
+            &x[..x.len().min(600)]
+        );
+    }
+    // Raw IPv6 (229) and SLL2 over IPv6, pcapng: an IPv6 RoCE frame built from frame #16.
+    let mut repr = parse_frame(&frames[15].data).unwrap().repr;
+    repr.ip = xroce::wire::IpRepr::V6 {
+        src: "fd00::11".parse().unwrap(),
+        dst: "fd00::12".parse().unwrap(),
+        traffic_class: 0,
+        flow_label: 0,
+        hop_limit: 64,
+    };
+    let mut v6 = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut v6).unwrap();
+    let tmp = TempFile::new("link229.pcap");
+    let d = rewrap(229, &v6);
+    write_pcap(&tmp.0, 229, 65535, &[(d.clone(), d.len() as u32)]);
+    let text = stdout(&dump(&[], &tmp.0));
+    let line = frame_lines(&text)[0].to_string();
+    assert!(
+        line.contains("fd00::11 > fd00::12")
+            && line.contains("RC_ACKNOWLEDGE")
+            && line.contains("ICRC ok"),
+        "{text}"
+    );
+    {
+        use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+        use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+        use pcap_file::pcapng::PcapNgWriter;
+        let tmp = TempFile::new("sll2.pcapng");
+        {
+            let file = std::fs::File::create(&tmp.0).unwrap();
+            let mut w = PcapNgWriter::new(file).unwrap();
+            w.write_pcapng_block(InterfaceDescriptionBlock::new(
+                pcap_file::DataLink::LINUX_SLL2,
+                65535,
+            ))
+            .unwrap();
+            let d = rewrap(276, &v6);
+            w.write_pcapng_block(EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: std::time::Duration::ZERO,
+                original_len: d.len() as u32,
+                data: std::borrow::Cow::Borrowed(&d),
+                options: vec![],
+            })
+            .unwrap();
+        }
+        let text = stdout(&dump(&[], &tmp.0));
+        assert_eq!(frame_lines(&text), vec![line.as_str()], "{text}");
+    }
+    // A link type with no IP is counted by name, not decoded.
+    let tmp = TempFile::new("link147.pcap");
+    write_pcap(&tmp.0, 147, 65535, &[(vec![1, 2, 3], 3)]);
+    let text = stdout(&dump(&[], &tmp.0));
+    assert!(text.contains("link type 147 (not decoded)"), "{text}");
+}
+
+#[test]
+fn snaplen_cut_frames_are_reported_as_cut() {
+    let frames = read_capture(fixture("rxe_write_bw.pcap")).unwrap();
+    let snaplen = 96u32;
+    let long = frames
+        .iter()
+        .filter(|f| f.data.len() > snaplen as usize && parse_frame(&f.data).is_ok())
+        .count();
+    assert!(long > 10);
+    for link_type in [1u32, 276] {
+        let cut: Vec<(Vec<u8>, u32)> = frames
+            .iter()
+            .map(|f| {
+                let d = if link_type == 1 {
+                    f.data.clone()
+                } else {
+                    rewrap(link_type, &f.data)
+                };
+                let orig = d.len() as u32;
+                (d[..d.len().min(snaplen as usize)].to_vec(), orig)
+            })
+            .collect();
+        let tmp = TempFile::new(&format!("cut{link_type}.pcap"));
+        write_pcap(&tmp.0, link_type, snaplen, &cut);
+        let o = dump(&[], &tmp.0);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = stdout(&o);
+        assert!(!text.contains("truncated IPv4 header"), "{text}");
+        assert_eq!(summary_value(&text, "cut by snaplen:"), long, "{text}");
+        assert_eq!(summary_value(&text, "did not parse:"), 0, "{text}");
+        assert_eq!(summary_value(&text, "ICRC bad:"), 0, "{text}");
+        // A WRITE of the capture, decoded as far as the snaplen goes.
+        let (i, big) = cut
+            .iter()
+            .enumerate()
+            .find(|(_, (d, orig))| d.len() < *orig as usize && *orig > 1000)
+            .unwrap();
+        let want = format!(
+            "CUT: frame cut by the capture's snaplen: {snaplen} of {} bytes captured; ICRC not checkable",
+            big.1
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("#{} ", i + 1)))
+            .unwrap();
+        assert!(line.contains(&want), "{line}");
+        assert!(
+            line.contains("198.18.0.") && line.contains("RC_RDMA_WRITE"),
+            "{line}"
+        );
+        assert!(line.contains(" qp=0x") && line.contains(" psn="), "{line}");
+        // JSON says the same.
+        let json = stdout(&dump(&["--json"], &tmp.0));
+        let v: serde_json::Value = json
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|v| v["frame"] == i + 1)
+            .unwrap();
+        assert_eq!(v["snaplen_cut"], true);
+        assert_eq!(v["captured_len"], snaplen);
+        assert_eq!(v["original_len"], big.1);
+        assert!(v["icrc_ok"].is_null());
+        assert!(
+            v["opcode_name"].as_str().unwrap().contains("RDMA_WRITE"),
+            "{v}"
+        );
+    }
+    // pcapng records carry the original length too.
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+    use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+    use pcap_file::pcapng::PcapNgWriter;
+    let tmp = TempFile::new("cut.pcapng");
+    {
+        let file = std::fs::File::create(&tmp.0).unwrap();
+        let mut w = PcapNgWriter::new(file).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(
+            pcap_file::DataLink::ETHERNET,
+            snaplen,
+        ))
+        .unwrap();
+        for f in &frames {
+            let n = f.data.len().min(snaplen as usize);
+            w.write_pcapng_block(EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: f.timestamp,
+                original_len: f.orig_len,
+                data: std::borrow::Cow::Borrowed(&f.data[..n]),
+                options: vec![],
+            })
+            .unwrap();
+        }
+    }
+    let text = stdout(&dump(&[], &tmp.0));
+    assert_eq!(summary_value(&text, "cut by snaplen:"), long, "{text}");
+    assert!(
+        text.contains("CUT: frame cut by the capture's snaplen: 96 of "),
+        "{text}"
+    );
+}
+
+#[test]
+fn ipv4_options_are_decoded_and_drawn() {
+    // Frame #16 of rxe_rc_pingpong.pcap (an ACK) with a Router Alert option: IHL 6.
+    let frames = read_capture(fixture("rxe_rc_pingpong.pcap")).unwrap();
+    let ack = &frames[15].data;
+    let mut f = ack[..34].to_vec();
+    f.extend_from_slice(&[0x94, 0x04, 0x00, 0x00]);
+    f.extend_from_slice(&ack[34..]);
+    f[14] = 0x46;
+    let total = u16::from_be_bytes([f[16], f[17]]) + 4;
+    f[16..18].copy_from_slice(&total.to_be_bytes());
+    f[24..26].copy_from_slice(&[0, 0]);
+    let mut sum: u32 = f[14..38]
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let icrc_at = f.len() - 4;
+    let crc = xroce::wire::icrc_ipv4(&f[14..38], &f[38..icrc_at]);
+    f[icrc_at..].copy_from_slice(&crc.to_le_bytes());
+    let tmp = TempFile::new("options.pcap");
+    let n = f.len() as u32;
+    write_pcap(&tmp.0, 1, 65535, &[(f, n)]);
+    let text = stdout(&dump(&[], &tmp.0));
+    let line = frame_lines(&text)[0];
+    assert!(
+        line.contains("RC_ACKNOWLEDGE") && line.contains("ICRC ok"),
+        "{text}"
+    );
+    let x = stdout(&dump(&["--explain"], &tmp.0));
+    assert!(
+        x.contains("version 4, IHL 6 (24-byte header with options)"),
+        "{x}"
+    );
+    assert!(x.contains("0022  94 04 00 00"), "{x}");
+    assert!(x.contains("4 bytes of IPv4 options"), "{x}");
+    assert!(x.contains("header checksum") && x.contains("(ok;"), "{x}");
+}

@@ -256,9 +256,90 @@ fn attribute_values_are_range_checked() {
     let req = transition_rule(Init, Rtr, QpType::Rc).unwrap().required;
     let err = e.modify_qp(qp, &attr, M::STATE | req).unwrap_err();
     assert!(
-        matches!(err, EngineError::InvalidAttributeValue { attr: "AV", .. }),
+        matches!(
+            err,
+            EngineError::InvalidAddressVector {
+                field: "sgid_index",
+                ..
+            }
+        ),
         "{err}"
     );
+}
+
+/// Every address-vector field a frame is built from is checked at modify_qp (RTR), so no
+/// PSN is ever assigned to a frame that cannot be emitted; the error names the field.
+#[test]
+fn each_invalid_address_vector_field_is_refused_at_rtr_and_named() {
+    type Edit = fn(&mut AddressVector);
+    let cases: [(&str, &str, Edit); 8] = [
+        ("vlan_id", "4096", |a| a.vlan_id = Some(4096)),
+        ("vlan_id", "4095", |a| a.vlan_id = Some(4095)),
+        ("flow_label", "0x100000", |a| a.flow_label = 0x10_0000),
+        ("hop_limit", "0", |a| a.hop_limit = 0),
+        ("sgid_index", "7", |a| a.sgid_index = 7),
+        ("dest_mac", "ff:ff:ff:ff:ff:ff", |a| a.dest_mac = [0xff; 6]),
+        ("dest_mac", "00:00:00:00:00:00", |a| a.dest_mac = [0; 6]),
+        ("dest_ip", "224.0.0.5", |a| {
+            a.dest_ip = IpAddr::V4(Ipv4Addr::new(224, 0, 0, 5))
+        }),
+    ];
+    let req = transition_rule(Init, Rtr, QpType::Rc).unwrap().required;
+    for (field, value, edit) in cases {
+        let (mut e, qp) = engine_with_qp(QpType::Rc);
+        reach(&mut e, qp, QpType::Rc, Init);
+        let mut attr = full_attr(Rtr);
+        edit(attr.ah_attr.as_mut().unwrap());
+        let err = e.modify_qp(qp, &attr, M::STATE | req).unwrap_err();
+        match &err {
+            EngineError::InvalidAddressVector { field: f, .. } => assert_eq!(*f, field, "{err}"),
+            other => panic!("{field}: expected an address vector error, got {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(text.contains(field) && text.contains(value), "{text}");
+        assert_eq!(e.query_qp(qp).unwrap().0.qp_state, Init, "nothing changed");
+    }
+    // The boundary values are accepted.
+    let (mut e, qp) = engine_with_qp(QpType::Rc);
+    reach(&mut e, qp, QpType::Rc, Init);
+    let mut attr = full_attr(Rtr);
+    let av = attr.ah_attr.as_mut().unwrap();
+    av.vlan_id = Some(4094);
+    av.flow_label = 0xF_FFFF;
+    av.hop_limit = 1;
+    e.modify_qp(qp, &attr, M::STATE | req).unwrap();
+}
+
+/// A UD send names its destination per WR: it is checked at post time, field by field.
+#[test]
+fn a_ud_destination_is_checked_when_posted() {
+    let (mut e, qp) = engine_with_qp(QpType::Ud);
+    reach(&mut e, qp, QpType::Ud, Rts);
+    let mut av = AddressVector::new([2, 0, 0, 0, 0, 2], IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)));
+    av.vlan_id = Some(5000);
+    let wr = SendWr {
+        wr_id: 1,
+        op: WrOp::Send,
+        sg_list: vec![],
+        flags: SendFlags::SIGNALED,
+        ud: Some(UdDest {
+            av,
+            remote_qpn: 0x22,
+            remote_qkey: 0x1234,
+        }),
+    };
+    let err = e.post_send(qp, &wr).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::InvalidAddressVector {
+                field: "vlan_id",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(e.send_queue_len(qp).unwrap(), 0);
 }
 
 #[test]

@@ -503,21 +503,8 @@ fn out_of_bounds_and_access_flags_are_remote_access_errors() {
     );
     let wcs = p.run_for_completions(1, SEC);
     assert_eq!(statuses(&wcs), vec![(1, WcStatus::RemAccessErr)]);
-    // A misaligned atomic.
-    let mut p = Pair::new(PairOptions::default());
-    let s = p.sge_a(0, 8);
-    let (va, rkey) = (p.mr_b.addr + 4, p.mr_b.rkey);
-    p.post_a(
-        1,
-        WrOp::FetchAdd {
-            remote_addr: va,
-            rkey,
-            add: 1,
-        },
-        vec![s],
-    );
-    let wcs = p.run_for_completions(1, SEC);
-    assert_eq!(statuses(&wcs), vec![(1, WcStatus::RemAccessErr)]);
+    // A misaligned atomic is an invalid request, not an access error:
+    // engine_peer_values::misaligned_atomic_is_an_invalid_request.
 }
 
 #[test]
@@ -1108,4 +1095,39 @@ fn a_long_read_stream_after_a_gap_does_not_trigger_more_retries() {
     let c = p.a().counters().clone();
     assert_eq!(c.local_ack_timeout_err, 0, "{c:?}");
     assert_eq!(c.completer_retry_err, 1);
+}
+
+#[test]
+fn ipv4_options_are_received_and_unsupported_headers_are_counted_apart() {
+    let mut p = Pair::new(PairOptions::default());
+    let op = write_op(&p, 0);
+    let s = p.sge_a(0, 64);
+    p.post_a(1, op, vec![s]);
+    let mut buf = vec![0; MAX_FRAME_LEN];
+    let n = p.a().poll_transmit(Duration::ZERO, &mut buf).unwrap();
+    let frame = buf[..n].to_vec();
+    assert_eq!(frame[14], 0x45, "untagged IPv4 without options");
+    // QinQ copy: the parser refuses it by name, the engine counts it apart from malformed.
+    let mut qinq = frame[..12].to_vec();
+    qinq.extend_from_slice(&[0x88, 0xa8, 0x00, 0x64, 0x81, 0x00, 0x00, 0xc8]);
+    qinq.extend_from_slice(&frame[12..]);
+    p.b().handle_frame(Duration::ZERO, &qinq);
+    assert_eq!(p.b().counters().drops.unsupported_headers, 1);
+    assert_eq!(p.b().counters().drops.malformed, 0);
+    // The same request with 4 bytes of IPv4 options (IHL 6), ICRC over the longer header.
+    let mut opt = frame[..34].to_vec();
+    opt.extend_from_slice(&[0x94, 0x04, 0x00, 0x00]); // Router Alert (RFC 2113)
+    opt.extend_from_slice(&frame[34..]);
+    opt[14] = 0x46;
+    let total = u16::from_be_bytes([opt[16], opt[17]]) + 4;
+    opt[16..18].copy_from_slice(&total.to_be_bytes());
+    let icrc_at = opt.len() - 4;
+    let crc = xroce::wire::icrc_ipv4(&opt[14..38], &opt[38..icrc_at]);
+    opt[icrc_at..].copy_from_slice(&crc.to_le_bytes());
+    p.b().handle_frame(Duration::ZERO, &opt);
+    let c = p.b().counters();
+    assert_eq!(
+        (c.rcvd_pkts, c.drops.bad_icrc, c.drops.malformed),
+        (1, 0, 0)
+    );
 }

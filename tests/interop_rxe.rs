@@ -11,6 +11,8 @@
 //! two emulated machines for several minutes) and otherwise prints a SKIPPED line.
 //! `XROCE_INTEROP_CASES=a,b` runs only the cases whose names contain one of the words;
 //! `XROCE_INTEROP_PENDING=1` also runs the cases marked pending (see `docs/interop.md`).
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::fs;
@@ -1116,9 +1118,10 @@ fn interop_with_rxe() {
     let ci = std::env::var("XROCE_CI").is_ok_and(|v| v == "1");
     let opted_in = std::env::var("XROCE_INTEROP").is_ok_and(|v| v == "1");
     if !ci && !opted_in {
-        eprintln!(
-            "SKIPPED: interop_with_rxe boots two QEMU guests for several minutes; \
-             run with XROCE_INTEROP=1 (CI runs it: XROCE_CI=1)"
+        common::report_skip(
+            "interop_with_rxe",
+            "it boots two QEMU guests for several minutes; \
+             run with XROCE_INTEROP=1 (CI runs it: XROCE_CI=1)",
         );
         return;
     }
@@ -1126,7 +1129,7 @@ fn interop_with_rxe() {
         if ci {
             panic!("interop_with_rxe cannot run in CI: {why}");
         }
-        eprintln!("SKIPPED: interop_with_rxe: {why}");
+        common::report_skip("interop_with_rxe", &why);
         return;
     }
     let filter: Vec<String> = std::env::var("XROCE_INTEROP_CASES")
@@ -1266,5 +1269,15 @@ fn interop_with_rxe() {
     assert!(
         failed.is_empty(),
         "interop cases failed: {failed:?} (report above)"
+    );
+}
+
+/// A skip must reach the user through the harness's captured output (issue 10, item 26).
+#[test]
+fn skip_without_opt_in_is_visible() {
+    let stderr = common::rerun_self("interop_with_rxe", &[], &["XROCE_CI", "XROCE_INTEROP"]);
+    assert!(
+        stderr.contains("SKIPPED: interop_with_rxe: it boots two QEMU guests"),
+        "the skip line is hidden: {stderr:?}"
     );
 }

@@ -172,7 +172,7 @@ fn scenario_wrong_rkey_fails_that_op_and_flushes_the_rest() {
     assert!(s.ok(true), "{:#?}", s.problems);
     assert_eq!(s.statuses.get(WcStatus::RemAccessErr.as_str()), Some(&1));
     assert!(s.ops_completed >= 20);
-    assert!(s.statuses.get(WcStatus::WrFlushErr.as_str()).is_some());
+    assert!(s.statuses.contains_key(WcStatus::WrFlushErr.as_str()));
 }
 
 #[test]

@@ -19,6 +19,7 @@ use xroce::tools::file::{self, FileOptions};
 use xroce::tools::perf::{PerfOptions, PerfRunner};
 use xroce::tools::perftest_oob::{self, LocalSide, PerftestComm, Role, TestKind};
 use xroce::tools::pingpong::{self, PingpongOptions};
+use xroce::tools::report::TestInfo;
 
 #[derive(Default)]
 struct Side {
@@ -500,4 +501,90 @@ fn file_transfer_verifies_sha256() {
         assert!(s.verified && r.verified);
         assert_eq!(w, data);
     }
+}
+
+/// One side of a perf test that announces `mtu_enum` and prints perftest's header block.
+fn perf_side_announcing(
+    mut ep: ModelEndpoint,
+    stream: UnixStream,
+    role: Role,
+    opts: PerfOptions,
+    mtu_enum: u8,
+) -> String {
+    let dest = opts.dest(&ep.local(), 0x123);
+    let local = opts.local_side(mtu_enum, 16, vec![dest]);
+    let steps = perftest_oob::script(opts.kind, role, &opts.sizes(1024), 1);
+    let info = TestInfo {
+        kind: opts.kind,
+        device: "model0".into(),
+        num_qps: 1,
+        connection: "RC",
+        is_client: role == Role::Client,
+        tx_depth: opts.tx_depth,
+        rx_depth: opts.rx_depth,
+        cq_mod: opts.cq_mod,
+        // What the local link alone would allow; the header must show the QP's MTU.
+        mtu: perftest_oob::mtu_bytes(mtu_enum).unwrap(),
+        gid_index: Some(1),
+        inline_size: 0,
+        out_reads: 16,
+        atomic_type: None,
+    };
+    let mut out = Vec::new();
+    {
+        let mut runner = PerfRunner::new(vec![&mut ep], opts, role, local.dests.clone(), &mut out)
+            .with_test_info(info);
+        let mut comm = PerftestComm::new(stream, role, "6.06", false, true);
+        perftest_oob::run_script(&mut comm, &steps, &local, &mut runner).unwrap();
+        runner.finish().unwrap();
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Client link 9000 (path MTU 4096), server link 1500 (1024): the QPs use 1024, and the
+/// client's header says so (it said 4096).
+#[test]
+fn perf_header_shows_the_negotiated_mtu() {
+    let mut opts = PerfOptions::defaults(TestKind::WriteBw);
+    opts.iters = 50;
+    let (a, b) = pair(2 * opts.half_len(), false);
+    let (sa, sb) = UnixStream::pair().unwrap();
+    let o2 = opts.clone();
+    let server = std::thread::spawn(move || perf_side_announcing(a, sa, Role::Server, o2, 3));
+    let client = perf_side_announcing(b, sb, Role::Client, opts, 5);
+    let server = server.join().unwrap();
+    for (who, text) in [("client", &client), ("server", &server)] {
+        assert!(
+            text.contains(" Mtu             : 1024[B]\n"),
+            "{who} header must show the MTU the QP uses\n{text}"
+        );
+        assert!(!text.contains("4096[B]"), "{who}\n{text}");
+        // perftest's order: the header block before the address lines.
+        assert!(text.find(" Mtu ").unwrap() < text.find(" local address").unwrap());
+    }
+}
+
+/// The send_bw server reports no peak (perftest: "BW peak won't be measured"), only the
+/// average; it printed 100+ GB/s from bursts of receive completions.
+#[test]
+fn send_bw_server_reports_no_peak() {
+    let mut opts = PerfOptions::defaults(TestKind::SendBw);
+    opts.iters = 300;
+    assert!(!opts.measures_peak_as(Role::Server) && opts.measures_peak_as(Role::Client));
+    let ((server, _), (client, _)) = perf_pair(opts, "6.06");
+    let row = |text: &str| -> Vec<f64> {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(" 65536 "))
+            .unwrap_or_else(|| panic!("no result row\n{text}"))
+            .to_string();
+        line.split_whitespace()
+            .map(|w| w.parse::<f64>().unwrap())
+            .collect()
+    };
+    let s = row(&server);
+    assert_eq!(s[2], 0.0, "server peak\n{server}");
+    assert!(s[3] > 0.0, "server average\n{server}");
+    let c = row(&client);
+    assert!(c[2] >= c[3], "client peak >= average\n{client}");
 }

@@ -357,3 +357,45 @@ fn mr_check_over_af_xdp() {
         "server:\n{server}"
     );
 }
+
+/// Client link 9000, server link 1500: the QPs use path MTU 1024 and both headers say so
+/// (the client's said 4096). The send_bw server shows no peak, with perftest's warning.
+#[test]
+fn perf_header_mtu_is_the_qps_and_send_bw_server_has_no_peak() {
+    if !common::privileged_or_skip("perf_header_mtu_is_the_qps_and_send_bw_server_has_no_peak") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig {
+        mtu: 9000,
+        ..LinkConfig::default()
+    })
+    .expect("namespaces and veth pair");
+    link.add_static_neighbours().expect("static neighbours");
+    link.a
+        .ip(&["link", "set", "dev", &link.a_if, "mtu", "1500"])
+        .expect("server link MTU 1500");
+    let (server, client) = pair(
+        &link,
+        &["perf", "send_bw", "-x", "1", "-n", "200", "-s", "1024"],
+        &["perf", "send_bw", "-x", "1", "-n", "200", "-s", "1024"],
+        60,
+    );
+    for (who, text) in [("client", &client), ("server", &server)] {
+        assert!(text.contains(" Mtu             : 1024[B]"), "{who}\n{text}");
+        assert!(
+            !text.contains(" Mtu             : 4096[B]"),
+            "{who}\n{text}"
+        );
+    }
+    assert!(
+        server.contains(" WARNING: BW peak won't be measured in this run."),
+        "{server}"
+    );
+    let row = server
+        .lines()
+        .find(|l| l.starts_with(" 1024 "))
+        .unwrap_or_else(|| panic!("no server row\n{server}"));
+    let cols: Vec<f64> = row.split_whitespace().map(|w| w.parse().unwrap()).collect();
+    assert_eq!(cols[2], 0.0, "server peak\n{server}");
+    assert!(cols[3] > 0.0, "server average\n{server}");
+}

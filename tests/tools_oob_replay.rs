@@ -11,6 +11,8 @@
 //! Regenerate the fixtures from the captures with
 //! `XROCE_REGEN_OOB_FIXTURES=1 XROCE_EXTRA_PCAPS=/path/to/pcaps cargo test --test tools_oob_replay`.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -105,7 +107,7 @@ fn fixtures_match_the_captures() {
         if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
             panic!("{msg}");
         }
-        eprintln!("SKIPPED: fixtures_match_the_captures: {msg}");
+        common::report_skip("fixtures_match_the_captures", msg);
     }
 }
 

@@ -512,6 +512,81 @@ fn ud_send_through_an_address_handle() {
     assert_eq!(mrb.to_vec(40, 8).unwrap(), b"datagram");
 }
 
+/// Every address-vector field is checked where it is set, with an error naming it: in
+/// create_ah, in modify_qp to RTR and in a UD send's destination. Nothing invalid reaches
+/// the transmit path, where the frame would be lost after its PSN was assigned.
+#[test]
+fn invalid_address_vector_fields_are_refused_where_set_and_named() {
+    let (da, db, _link) =
+        Device::mem_pair(&mem_link_config(1500, 0.0, 1), DeviceConfig::default()).unwrap();
+    let pd = da.alloc_pd().unwrap();
+    let sgid = da.ipv4_gid_index().unwrap() as u8;
+    let dgid = db.query_gid(db.ipv4_gid_index().unwrap()).unwrap();
+    let field_of = |err: VerbsError| match err {
+        VerbsError::Engine(xroce::engine::EngineError::InvalidAddressVector { field, .. }) => field,
+        other => panic!("expected an address vector error, got {other}"),
+    };
+    // create_ah
+    let mut attr = AhAttr::new(dgid, sgid);
+    attr.flow_label = 1 << 20;
+    let err = pd.create_ah(&attr).unwrap_err();
+    assert!(err.to_string().contains("flow_label"), "{err}");
+    assert_eq!(field_of(err), "flow_label");
+    let mut attr = AhAttr::new(dgid, sgid);
+    attr.hop_limit = 0;
+    assert_eq!(field_of(pd.create_ah(&attr).unwrap_err()), "hop_limit");
+    let attr = AhAttr::new(Gid::from_ip("224.0.0.1".parse().unwrap()), sgid);
+    assert_eq!(field_of(pd.create_ah(&attr).unwrap_err()), "dest_ip");
+    let err = pd.create_ah(&AhAttr::new(dgid, 9)).unwrap_err();
+    assert!(err.to_string().contains("no GID at index 9"), "{err}");
+    let ah = pd.create_ah(&AhAttr::new(dgid, sgid)).unwrap();
+    // modify_qp to RTR
+    let cq = da.create_cq(16, None).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq)).unwrap();
+    qp.to_init(ALL_REMOTE, 0).unwrap();
+    let mut av = ah.av();
+    av.vlan_id = Some(4096);
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr: Some(av),
+        dest_qp_num: 0x22,
+        ..QpAttr::default()
+    };
+    let mask = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    let err = qp.modify(&rtr, mask).unwrap_err();
+    assert!(err.to_string().contains("vlan_id"), "{err}");
+    assert_eq!(field_of(err), "vlan_id");
+    assert_eq!(qp.state().unwrap(), QpState::Init);
+    // A UD send's destination
+    let ud = pd.create_qp(&QpInitAttr::ud(&cq, &cq)).unwrap();
+    ud.ready_ud(0x1111_1111, 0).unwrap();
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let mut av = ah.av();
+    av.dest_mac = [0; 6];
+    let err = ud
+        .post_send(&SendWr {
+            ud: Some(UdDest {
+                av,
+                remote_qpn: 0x22,
+                remote_qkey: 0x1111_1111,
+            }),
+            ..wr(1, WrOp::Send, vec![mr.sge(0, 8).unwrap()])
+        })
+        .unwrap_err();
+    assert_eq!(field_of(err), "dest_mac");
+    assert!(
+        cq.poll_one().unwrap().is_none(),
+        "no completion for a refused WR"
+    );
+    assert_eq!(da.counters().emit_failed, 0);
+}
+
 #[test]
 fn typed_errors_name_what_was_wrong() {
     let (da, _db, _link) =

@@ -859,12 +859,13 @@ fn drive(
     writeln!(
         out,
         "\nclient counters: sent_pkts {} rcvd_pkts {} retransmitted_packets {} rcvd_seq_err {} \
-         retry_exceeded_err {}; drops: bad_icrc {} malformed {} unknown_qp {}",
+         retry_exceeded_err {} emit_failed {}; drops: bad_icrc {} malformed {} unknown_qp {}",
         c.sent_pkts,
         c.rcvd_pkts,
         c.retransmitted_packets,
         c.rcvd_seq_err,
         c.retry_exceeded_err,
+        c.emit_failed,
         c.drops.bad_icrc,
         c.drops.malformed,
         c.drops.unknown_qp

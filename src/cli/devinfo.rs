@@ -12,7 +12,7 @@ use xroce::verbs::attr::{format_guid, DeviceAttr, PortAttr};
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// Network interface (the device is named xroce_<IFACE>); default: all Ethernet ones.
+    /// Network interface, or the device name xroce_<IFACE>; default: all Ethernet ones.
     #[arg(short = 'd', long = "ib-dev", value_name = "IFACE")]
     pub device: Option<String>,
     /// Also print the device limits and the GID table.
@@ -23,7 +23,8 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let names = match &args.device {
-        Some(name) => vec![name.clone()],
+        // The device name it prints (xroce_<iface>) is accepted as well as the interface.
+        Some(name) => vec![xroce::tools::setup::interface_name(name)],
         None => {
             let mut names = Vec::new();
             for name in netdev::list()? {

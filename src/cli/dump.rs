@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::{json, Map, Value};
 
-use xroce::wire::capture::{CaptureReader, CapturedFrame, LINKTYPE_ETHERNET};
+use xroce::wire::capture::{link_type_name, to_ethernet, CaptureReader, CapturedFrame};
 use xroce::wire::frame::{ETH_LEN, UDP_LEN, VLAN_LEN};
 use xroce::wire::icrc::IPV4_VARIANT_BYTES;
 use xroce::wire::{
@@ -24,7 +24,8 @@ use xroce::wire::{
 /// Arguments of `xroce dump`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// A pcap or pcapng capture with Ethernet frames (e.g. tests/fixtures/rxe_rc_pingpong.pcap).
+    /// A pcap or pcapng capture (e.g. tests/fixtures/rxe_rc_pingpong.pcap): Ethernet, Linux
+    /// cooked (`tcpdump -i any`: SLL, SLL2) or raw IP link types.
     pub file: PathBuf,
     /// One JSON object per RoCE frame on stdout (summary on stderr).
     #[arg(long, conflicts_with = "explain")]
@@ -44,6 +45,8 @@ struct Summary {
     per_opcode: BTreeMap<u8, usize>,
     not_roce: BTreeMap<String, usize>,
     malformed: BTreeMap<String, Vec<usize>>,
+    /// RoCE frames the capture's snaplen cut short (ICRC not checkable).
+    snaplen_cut: Vec<usize>,
     /// Per source address: what it did to recover from loss.
     senders: BTreeMap<String, SenderStats>,
     /// Copies seen of each (source, dest QP, PSN, opcode) that is not an acknowledgement.
@@ -69,9 +72,19 @@ impl Summary {
     fn count_sender(&mut self, p: &ParsedFrame<'_>) {
         let (src, _) = addresses(p);
         let r = &p.repr.roce;
+        self.count_sender_bth(src, &r.bth, r.aeth);
+    }
+
+    /// As `count_sender`, from the BTH and AETH alone (all a snaplen-cut frame may show).
+    fn count_sender_bth(
+        &mut self,
+        src: String,
+        bth: &xroce::wire::BthRepr,
+        aeth: Option<xroce::wire::AethRepr>,
+    ) {
         let stats = self.senders.entry(src.clone()).or_default();
         stats.frames += 1;
-        if let Some(a) = r.aeth {
+        if let Some(a) = aeth {
             match a.syndrome {
                 Syndrome::Nak(NakCode::PsnSequenceError) => stats.nak_sequence += 1,
                 Syndrome::Nak(_) => stats.nak_other += 1,
@@ -79,11 +92,11 @@ impl Summary {
                 _ => {}
             }
         }
-        let op = r.bth.opcode;
+        let op = bth.opcode;
         if op != Opcode::RC_ACKNOWLEDGE && op != Opcode::RC_ATOMIC_ACKNOWLEDGE {
             let n = self
                 .copies
-                .entry((src, r.bth.dest_qp, r.bth.psn.value(), op.0))
+                .entry((src, bth.dest_qp, bth.psn.value(), op.0))
                 .or_insert(0);
             *n += 1;
             if *n > 1 {
@@ -156,13 +169,16 @@ fn write_or_stop(out: &mut impl std::io::Write, text: &str) -> anyhow::Result<bo
 
 /// Classifies one frame, updates the summary and returns what to print for it.
 fn handle_frame(args: &Args, f: &CapturedFrame, rel: Duration, s: &mut Summary) -> Option<String> {
-    if f.link_type != LINKTYPE_ETHERNET {
-        *s.not_roce
-            .entry(format!("link type {} (not Ethernet)", f.link_type))
-            .or_default() += 1;
-        return None;
-    }
-    match parse_frame(&f.data) {
+    let view = match to_ethernet(f.link_type, &f.data) {
+        Ok(v) => v,
+        Err(e) => {
+            *s.not_roce.entry(e.to_string()).or_default() += 1;
+            return None;
+        }
+    };
+    let data = &view.bytes[..];
+    let cut = usize::try_from(f.orig_len).is_ok_and(|orig| orig > f.data.len());
+    match parse_frame(data) {
         Ok(p) => {
             s.roce += 1;
             *s.per_opcode.entry(p.repr.roce.bth.opcode.0).or_default() += 1;
@@ -177,11 +193,12 @@ fn handle_frame(args: &Args, f: &CapturedFrame, rel: Duration, s: &mut Summary) 
                 line.push('\n');
                 line
             } else if args.explain {
-                explain(f, rel, &p)
+                explain(f, data, rel, &p)
             } else {
                 frame_line(f.number, rel, &p)
             })
         }
+        Err(_) if cut => snaplen_cut(args, f, data, rel, s),
         Err(e) => {
             if let Some(reason) = not_roce_reason(&e) {
                 *s.not_roce.entry(reason).or_default() += 1;
@@ -190,7 +207,7 @@ fn handle_frame(args: &Args, f: &CapturedFrame, rel: Duration, s: &mut Summary) 
             // Addressed to 4791 but malformed: a RoCE frame that did not parse.
             s.roce += 1;
             s.malformed.entry(e.to_string()).or_default().push(f.number);
-            let icrc = frame_icrc(&f.data).ok();
+            let icrc = frame_icrc(data).ok();
             if let Some((rx, computed)) = icrc {
                 if rx == computed {
                     s.icrc_ok += 1;
@@ -223,6 +240,92 @@ fn handle_frame(args: &Args, f: &CapturedFrame, rel: Duration, s: &mut Summary) 
     }
 }
 
+/// A frame the capture's snaplen cut before its end: decoded as far as it goes (addresses,
+/// and the BTH when captured), reported as cut, its ICRC not checkable.
+fn snaplen_cut(
+    args: &Args,
+    f: &CapturedFrame,
+    data: &[u8],
+    rel: Duration,
+    s: &mut Summary,
+) -> Option<String> {
+    use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
+    let cut_text = format!(
+        "frame cut by the capture's snaplen: {} of {} bytes captured; ICRC not checkable",
+        f.data.len(),
+        f.orig_len
+    );
+    let packet = LaxSlicedPacket::from_ethernet(data).ok();
+    let addresses = packet.as_ref().and_then(|p| match &p.net {
+        Some(LaxNetSlice::Ipv4(ip)) => Some((
+            ip.header().source_addr().to_string(),
+            ip.header().destination_addr().to_string(),
+        )),
+        Some(LaxNetSlice::Ipv6(ip)) => Some((
+            ip.header().source_addr().to_string(),
+            ip.header().destination_addr().to_string(),
+        )),
+        None => None,
+    });
+    let udp = packet.as_ref().and_then(|p| match &p.transport {
+        Some(TransportSlice::Udp(u)) => Some((u.destination_port(), u.payload())),
+        _ => None,
+    });
+    let protocol = packet
+        .as_ref()
+        .and_then(|p| p.net.as_ref())
+        .and_then(|n| n.ip_payload_ref())
+        .map(|ip| ip.ip_number.0);
+    let (Some((src, dst)), Some((xroce::wire::ROCEV2_UDP_PORT, roce))) = (addresses, udp) else {
+        // Not RoCE: counted as an uncut frame would be.
+        let why = match (udp, protocol) {
+            (Some(_), _) => "UDP to a port other than 4791".to_string(),
+            (None, Some(p)) if p != 17 => format!("IP but not UDP (protocol {p})"),
+            _ => "cut by the capture's snaplen before its UDP header".to_string(),
+        };
+        *s.not_roce.entry(why).or_default() += 1;
+        return None;
+    };
+    s.roce += 1;
+    s.snaplen_cut.push(f.number);
+    let bth = xroce::wire::Bth::new_checked(roce)
+        .ok()
+        .and_then(|b| xroce::wire::BthRepr::parse(&b).ok());
+    if let Some(b) = &bth {
+        *s.per_opcode.entry(b.opcode.0).or_default() += 1;
+        s.count_sender_bth(src.clone(), b, None);
+    }
+    if args.json {
+        let mut v = json!({
+            "frame": f.number,
+            "time": rel.as_secs_f64(),
+            "src": src,
+            "dst": dst,
+            "snaplen_cut": true,
+            "captured_len": f.data.len(),
+            "original_len": f.orig_len,
+            "error": cut_text,
+            "icrc_ok": Value::Null,
+        });
+        if let Some(b) = &bth {
+            v["opcode"] = json!(b.opcode.0);
+            v["opcode_name"] = json!(b.opcode.name());
+            v["dest_qp"] = json!(b.dest_qp);
+            v["psn"] = json!(b.psn.value());
+        }
+        return Some(format!("{v}\n"));
+    }
+    let headers = match &bth {
+        Some(b) => format!("{:<28} qp=0x{:x} psn={}", b.opcode, b.dest_qp, b.psn),
+        None => "(BTH not captured)".into(),
+    };
+    Some(format!(
+        "#{:<5} {:>10.6}  {src} > {dst}  {headers}  CUT: {cut_text}\n",
+        f.number,
+        rel.as_secs_f64()
+    ))
+}
+
 /// `Some(category)` for errors that mean "this is not a RoCEv2 frame at all".
 fn not_roce_reason(e: &WireError) -> Option<String> {
     match e {
@@ -231,23 +334,21 @@ fn not_roce_reason(e: &WireError) -> Option<String> {
         WireError::NotRoce { .. } => Some("UDP to a port other than 4791".into()),
         WireError::Fragmented { .. } => Some("IP fragment".into()),
         // Too short to even hold UDP: not a RoCE frame we can speak about.
-        WireError::Truncated { layer, .. }
-            if matches!(
-                layer,
+        WireError::Truncated {
+            layer:
                 xroce::wire::Layer::Ethernet
-                    | xroce::wire::Layer::Vlan
-                    | xroce::wire::Layer::Ipv4
-                    | xroce::wire::Layer::Ipv6
-                    | xroce::wire::Layer::Udp
-            ) =>
-        {
-            Some(format!("truncated below UDP ({e})"))
-        }
+                | xroce::wire::Layer::Vlan
+                | xroce::wire::Layer::Ipv4
+                | xroce::wire::Layer::Ipv6
+                | xroce::wire::Layer::Udp,
+            ..
+        } => Some(format!("truncated below UDP ({e})")),
         WireError::IpVersionMismatch { .. }
         | WireError::BadIpv4Ihl { .. }
-        | WireError::BadIpLength { .. }
-        | WireError::StackedVlan { .. }
-        | WireError::Ipv4Options { .. } => Some(format!("IP header not handled ({e})")),
+        | WireError::BadIpLength { .. } => Some(format!("IP header not handled ({e})")),
+        WireError::StackedVlan { .. } | WireError::ServiceVlanTag { .. } => {
+            Some(format!("VLAN tagging not handled ({e})"))
+        }
         _ => None,
     }
 }
@@ -456,6 +557,12 @@ fn summary_text(s: &Summary) -> String {
     for (why, n) in &s.not_roce {
         let _ = writeln!(t, "  {n:>6}  {why}");
     }
+    let _ = writeln!(
+        t,
+        "cut by snaplen:     {}{}",
+        s.snaplen_cut.len(),
+        frame_list(&s.snaplen_cut)
+    );
     let malformed: usize = s.malformed.values().map(Vec::len).sum();
     let _ = writeln!(t, "did not parse:      {malformed}");
     for (why, frames) in &s.malformed {
@@ -518,8 +625,8 @@ fn row(t: &mut String, data: &[u8], at: usize, len: usize, meaning: &str, icrc: 
     let _ = writeln!(t, "    {at:04x}  {hex:<24} {meaning}{note}");
 }
 
-fn explain(f: &CapturedFrame, rel: Duration, p: &ParsedFrame<'_>) -> String {
-    let d = &f.data[..];
+/// `d` is the frame as Ethernet (see `capture::to_ethernet`).
+fn explain(f: &CapturedFrame, d: &[u8], rel: Duration, p: &ParsedFrame<'_>) -> String {
     let r = &p.repr.roce;
     let info = r.bth.opcode.info();
     let mut t = String::new();
@@ -529,11 +636,25 @@ fn explain(f: &CapturedFrame, rel: Duration, p: &ParsedFrame<'_>) -> String {
         "=== frame #{} at {:.6} s: {} bytes, {} > {}, {} ===",
         f.number,
         rel.as_secs_f64(),
-        d.len(),
+        f.data.len(),
         src,
         dst,
         r.bth.opcode
     );
+    if d.len() != f.data.len() || d != &f.data[..] {
+        let link_len = f.data.len() + ETH_LEN - d.len();
+        let what = if link_len == 0 {
+            "no link header; a stand-in Ethernet header is shown".to_string()
+        } else {
+            format!("its {link_len}-byte link header is shown as the Ethernet header it stands for")
+        };
+        let _ = writeln!(
+            t,
+            "  (link type {} {}: {what}; offsets count from that)",
+            f.link_type,
+            link_type_name(f.link_type),
+        );
+    }
     let mac = |b: &[u8]| {
         b.iter()
             .map(|x| format!("{x:02x}"))
@@ -610,14 +731,16 @@ fn explain(f: &CapturedFrame, rel: Duration, p: &ParsedFrame<'_>) -> String {
                 "  IPv4 [{}..{}]  (the ICRC covers it, but sees the variant fields as 0xFF)",
                 ip, p.offsets.udp
             );
-            row(
-                &mut t,
-                d,
-                ip,
-                1,
-                "version 4, IHL 5 (20-byte header, no options)",
-                "covered",
-            );
+            let header_len = p.offsets.udp - ip;
+            let ihl = if p.ipv4_options.is_empty() {
+                "version 4, IHL 5 (20-byte header, no options)".to_string()
+            } else {
+                format!(
+                    "version 4, IHL {} ({header_len}-byte header with options)",
+                    header_len / 4
+                )
+            };
+            row(&mut t, d, ip, 1, &ihl, "covered");
             row(
                 &mut t,
                 d,
@@ -690,6 +813,16 @@ fn explain(f: &CapturedFrame, rel: Duration, p: &ParsedFrame<'_>) -> String {
                 &format!("destination {dst}"),
                 "covered",
             );
+            if !p.ipv4_options.is_empty() {
+                row(
+                    &mut t,
+                    d,
+                    ip + 20,
+                    p.ipv4_options.len(),
+                    &format!("{} bytes of IPv4 options", p.ipv4_options.len()),
+                    "covered",
+                );
+            }
             debug_assert_eq!(IPV4_VARIANT_BYTES, [1, 8, 10, 11]);
         }
         IpRepr::V6 {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use xroce::tools::file::{self, FileOptions};
+use xroce::tools::options;
 use xroce::tools::setup;
 use xroce::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
 
@@ -97,6 +98,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let common = match &args.action {
         Action::Send { common, .. } | Action::Recv { common, .. } => common,
     };
+    // Option checks first, before any interface is looked at.
+    FileOptions {
+        chunk_size: common.chunk,
+        slots: common.slots,
+        ..FileOptions::default()
+    }
+    .validate()?;
+    options::tcp_port("-p/--port", common.port)?;
     let dev = setup::pick_device(common.ib_dev.as_deref())?;
     let gid = setup::pick_gid(&dev, common.gid_idx, "-g")?;
     let opts = FileOptions {

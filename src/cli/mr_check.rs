@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use rand::RngCore;
 use xroce::tools::mr_check::{self, MrCheckOptions};
+use xroce::tools::options;
 use xroce::tools::setup;
 use xroce::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
 
@@ -94,9 +95,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         chunk: common.chunk,
         depth: common.depth,
         mtu: common.mtu,
-        stall_timeout: Duration::from_secs(common.stall_timeout.max(1)),
+        stall_timeout: Duration::from_secs(common.stall_timeout),
     };
     opts.validate()?;
+    options::tcp_port("-p/--port", common.port)?;
     let dev = setup::pick_device(common.ib_dev.as_deref())?;
     let gid = setup::pick_gid(&dev, common.gid_idx, "-g")?;
     // Validates -m against the link (a path MTU above it would be dropped on the wire).

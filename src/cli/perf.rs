@@ -3,12 +3,14 @@
 use std::io::Write;
 use std::time::Duration;
 
-use xroce::tools::perf::{PerfOptions, PerfRunner};
+use xroce::tools::options;
+use xroce::tools::perf::{self, PerfOptions, PerfRunner};
 use xroce::tools::perftest_oob::{
     self, enums, PerftestComm, PerftestDest, Role, TestKind, BOOKWORM_VERSION,
 };
-use xroce::tools::report::{self, JsonReport, TestInfo};
+use xroce::tools::report::{JsonReport, TestInfo};
 use xroce::tools::setup;
+use xroce::tools::stats;
 use xroce::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
 
 const EXAMPLES: &str = "\
@@ -189,6 +191,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.report_gbits = args.report_gbits;
     opts.events = args.events;
     opts.validate()?;
+    options::tcp_port("-p/--port", args.port)?;
+    if let Some(o) = args.outs {
+        if !kind.is_read_like() {
+            // perftest_parameters.c refuses -o outside the READ and atomic tests too.
+            anyhow::bail!("-o/--outs: outstanding reads apply only to read_bw, read_lat and the atomic tests; drop -o");
+        }
+        options::in_range(
+            "-o/--outs",
+            o,
+            1,
+            perf::MAX_OUT_READS,
+            "the device's max_qp_rd_atom, as ibv_devinfo -v shows",
+        )?;
+    }
     if perftest_oob::version_number(&args.perftest_version) < perftest_oob::MIN_COMPATIBLE_VERSION {
         anyhow::bail!("--perftest-version must be 5.70 or newer (perftest refuses older peers)");
     }
@@ -236,6 +252,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     } else {
         Box::new(std::io::stdout())
     };
+    if kind.is_bw() && !opts.measures_peak_as(role) {
+        writeln!(text, "{}", stats::NO_PEAK_WARNING)?;
+    }
     let info = TestInfo {
         kind,
         device: dev.name.clone(),
@@ -265,7 +284,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             setup::accept_one(args.port)?
         }
     };
-    write!(text, "{}", report::header(&info))?;
     let steps = perftest_oob::script(kind, role, &sizes, opts.num_qps);
     let mut comm = PerftestComm::new(
         stream,
@@ -276,7 +294,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     );
     let ep_refs: Vec<&mut (dyn xroce::tools::endpoint::ToolEndpoint + 'static)> =
         eps.iter_mut().map(|e| e.as_mut()).collect();
-    let mut runner = PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut());
+    let mut runner =
+        PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut()).with_test_info(info);
     let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
     if role == Role::Server && kind.is_bw() && kind != TestKind::SendBw {
         if let Some(rep) = outcome.remote_report {

@@ -2,11 +2,13 @@
 //! same options, same TCP exchange, same output. Interoperates with the C tools.
 use std::time::Duration;
 
+use xroce::tools::options;
 use xroce::tools::perftest_oob::Role;
 use xroce::tools::pingpong::{self, PingpongOptions};
 use xroce::tools::pingpong_oob::DEFAULT_PORT;
 use xroce::tools::setup;
 use xroce::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
+use xroce::verbs::attr::limits;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -83,8 +85,31 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             args.mtu
         );
     }
-    if args.rx_depth < 2 {
-        anyhow::bail!("-r must be at least 2 (receives are re-posted when one is left)");
+    options::tcp_port("-p/--port", args.port)?;
+    options::in_range(
+        "-r/--rx-depth",
+        args.rx_depth,
+        2,
+        limits::MAX_QP_WR,
+        "receives are re-posted when one is left; the device's max_qp_wr",
+    )?;
+    options::in_range(
+        "-n/--iters",
+        args.iters,
+        1,
+        i32::MAX as u64,
+        "ibv_rc_pingpong's int",
+    )?;
+    // The SL field is 4 bits (the SL of the address vector; perftest's MAX_SL is 15 too).
+    options::in_range("-l/--sl", args.sl, 0, 15, "a service level is 4 bits")?;
+    if let Some(size) = args.size {
+        options::in_range(
+            "-s/--size",
+            size,
+            1,
+            limits::MAX_MR_SIZE as usize,
+            "the message buffer is one memory region, at most 1 GiB",
+        )?;
     }
     let dev = setup::pick_device(args.ib_dev.as_deref())?;
     let gid = setup::pick_gid(&dev, args.gid_idx, "-g")?;
@@ -107,9 +132,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         events: args.events,
         stall_timeout: Duration::from_secs(30),
     };
-    if opts.size == 0 {
-        anyhow::bail!("-s must be at least 1");
-    }
     let spec = EndpointSpec {
         rc: !args.ud,
         buf_len: pingpong::buffer_len(&opts),

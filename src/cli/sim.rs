@@ -90,6 +90,9 @@ pub struct Args {
     wrong_rkey: Option<u64>,
 }
 
+/// Most operations one run takes (about a minute of CPU).
+const MAX_OPS: u64 = 10_000_000;
+
 fn parse_op(s: &str) -> anyhow::Result<OpKind> {
     Ok(match s.trim().to_ascii_lowercase().as_str() {
         "send" => OpKind::Send,
@@ -117,6 +120,12 @@ pub fn config(args: &Args) -> anyhow::Result<WorkloadConfig> {
     let Some(mtu) = Mtu::from_bytes(args.mtu) else {
         bail!("--mtu {}: must be 256, 512, 1024, 2048 or 4096", args.mtu);
     };
+    if args.ops == 0 || args.ops > MAX_OPS {
+        bail!(
+            "--ops {}: must be 1..={MAX_OPS} (a run is one thread of virtual time; split longer ones by --seed)",
+            args.ops
+        );
+    }
     if args.qps == 0 || args.qps > 1024 {
         bail!("--qps {}: must be 1..=1024", args.qps);
     }
@@ -135,7 +144,7 @@ pub fn config(args: &Args) -> anyhow::Result<WorkloadConfig> {
     if args.max_rd_atomic == 0 || args.max_rd_atomic > 128 {
         bail!("--max-rd-atomic {}: must be 1..=128", args.max_rd_atomic);
     }
-    if !(args.latency_us >= 0.0 && args.latency_us < 1e9) || !(args.rate_gbps >= 0.0) {
+    if !(0.0..1e9).contains(&args.latency_us) || args.rate_gbps.is_nan() || args.rate_gbps < 0.0 {
         bail!("--latency-us and --rate-gbps must be non-negative");
     }
     for (n, v) in [("retry-cnt", args.retry_cnt), ("rnr-retry", args.rnr_retry)] {
@@ -206,7 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
         Ok(())
     })?;
-    let ok = summary.ok(scenario_active);
+    let (ok, verdict) = verdict(&summary, &args, scenario_active);
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -239,7 +248,55 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         for p in &s.problems {
             println!("  PROBLEM: {p}");
         }
-        println!("  result: {}", if ok { "OK" } else { "FAILED" });
+        println!("  result: {verdict}");
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+/// The scenario flags given, as typed.
+fn scenario_flags(args: &Args) -> String {
+    let mut flags = Vec::new();
+    if args.no_recv {
+        flags.push("--no-recv".to_string());
+    }
+    if let Some(k) = args.partition_after {
+        flags.push(format!("--partition-after {k}"));
+    }
+    if let Some(n) = args.wrong_rkey {
+        flags.push(format!("--wrong-rkey {n}"));
+    }
+    flags.join(" ")
+}
+
+/// Whether the run passed, and the result line. A failure scenario passes when operations
+/// failed as it makes them fail (said so: "OK" alone read as if everything succeeded), and
+/// fails when it never took effect (nothing failed, so nothing was tested).
+fn verdict(s: &workload::Summary, args: &Args, scenario_active: bool) -> (bool, String) {
+    if !s.ok(scenario_active) {
+        return (false, "FAILED (see the problems above)".to_string());
+    }
+    if !scenario_active {
+        return (
+            true,
+            format!("OK: all {} operations completed and verified", s.ops_posted),
+        );
+    }
+    let flags = scenario_flags(args);
+    if s.ops_failed == 0 {
+        let msg = format!(
+            "FAILED: the scenario {flags} never took effect: all {} operations succeeded, so it tested nothing; choose a point inside the run ({} operations, {} frames)",
+            s.ops_posted, s.ops_posted, s.link.frames_sent
+        );
+        return (false, msg);
+    }
+    let verified = if s.ops_completed > 0 {
+        format!("; the {} that completed were verified", s.ops_completed)
+    } else {
+        String::new()
+    };
+    let msg = format!(
+        "EXPECTED FAILURE: {} of {} operations failed as {flags} makes them fail, each with a status the scenario explains{verified}",
+        s.ops_failed, s.ops_posted
+    );
+    (true, msg)
 }

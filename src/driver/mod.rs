@@ -26,6 +26,7 @@ pub mod iface;
 pub mod loopback;
 pub mod mem;
 pub mod packet;
+pub mod sigpipe;
 pub mod tap;
 pub mod udp;
 pub mod xdp;
@@ -200,6 +201,9 @@ pub struct XdpStats {
     pub malformed: u64,
     /// UDP 4791 frames that arrived on a receive queue with no AF_XDP socket bound.
     pub no_socket: u64,
+    /// UDP 4791 frames behind headers xroce does not take (stacked or 802.1ad VLAN tags,
+    /// IPv6 extension headers), passed to the kernel.
+    pub unsupported: u64,
     /// Frames dropped for the socket: by the kernel (e.g. larger than a UMEM chunk without
     /// multi-buffer, or no fill buffer) or by the driver (multi-buffer frame too large).
     pub sock_rx_dropped: u64,
@@ -247,6 +251,19 @@ pub enum DriverError {
         /// The interface name.
         ifname: String,
         /// The kernel's id of the program already attached (0 if unknown).
+        prog_id: u32,
+    },
+    /// xroce's own XDP program is attached already: another xroce process uses the
+    /// interface (one xroce device per interface).
+    #[error(
+        "another xroce process already uses {ifname:?} (its XDP program, id {prog_id}, is \
+         attached): one xroce device per interface. Stop that process, or run this one on \
+         another interface; do not detach the program, that would cut the other xroce off"
+    )]
+    XroceAlreadyAttached {
+        /// The interface name.
+        ifname: String,
+        /// The kernel's id of the other xroce's program.
         prog_id: u32,
     },
     /// Binding the AF_XDP socket kept failing with EBUSY.

@@ -134,7 +134,8 @@ fn complete_front(qp: &mut Qp, sh: &mut Shared) {
     if let Some(wqe) = qp.sq.pop_front() {
         if wqe.signaled {
             let wc = requester::wc_for(qp, &wqe, WcStatus::Success);
-            sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
+            let cq = qp.send_cq;
+            super::cq::post(qp, sh, cq, wc, false);
         }
         if qp.req.send_idx > 0 {
             qp.req.send_idx -= 1;
@@ -176,6 +177,12 @@ fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Duration, p: Psn) -> bool {
         }
         if w.op.is_read_or_atomic() {
             let resume = first.wrapping_add(w.read_done_pkts);
+            if p.is_before(resume) {
+                // `p` ends inside the part of this READ already received (a NAK in place of
+                // its next response acknowledges up to the one before): nothing is implied
+                // lost, the READ is still owed.
+                break;
+            }
             if advance_una(qp, resume) {
                 progress = true;
             }

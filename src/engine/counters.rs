@@ -30,6 +30,12 @@ pub struct Counters {
     pub retransmitted_packets: u64,
     /// ACKs coalesced into a later ACK before transmission.
     pub acks_coalesced: u64,
+    /// Frames built but not emitted (a field no frame can carry, a region gone): the WR
+    /// completes with `LocQpOpErr` and the QP enters the error state, as rxe does.
+    pub emit_failed: u64,
+    /// READ responses whose memory was gone when their turn came (MR deregistered or R_Key
+    /// invalidated mid-stream): answered with a remote access NAK, the QP enters ERR.
+    pub read_response_faults: u64,
     /// Incoming frames dropped, by reason.
     pub drops: DropCounters,
 }
@@ -41,6 +47,10 @@ pub struct DropCounters {
     pub bad_icrc: u64,
     /// Frame could not be parsed (truncated, lengths, unknown opcode, TVer, ...).
     pub malformed: u64,
+    /// RoCEv2 frames with headers xroce does not take: stacked VLAN tags, an 802.1ad
+    /// service tag, IPv6 extension headers (the XDP program leaves these to the kernel, so
+    /// only other drivers can deliver them).
+    pub unsupported_headers: u64,
     /// Destination IP is none of this engine's GIDs.
     pub bad_dest_addr: u64,
     /// Source address does not match the RC QP's address vector.
@@ -59,6 +69,9 @@ pub struct DropCounters {
     pub out_of_seq_silent: u64,
     /// Duplicate READ/ATOMIC with no saved resource.
     pub stale_duplicate: u64,
+    /// Duplicate READ that is not a sub-range of the READ it repeats (other R_Key, longer,
+    /// or not starting where its PSN says): never executed.
+    pub bad_duplicate: u64,
     /// ACK/response whose PSN is beyond anything sent (ghost or out-of-window).
     pub ghost_ack: u64,
     /// ACK/response for PSNs already acknowledged.

@@ -45,6 +45,7 @@ use crate::wire::{
     Opcode, PacketRepr, Psn, RethRepr, VlanTag, WireError,
 };
 
+pub mod av;
 mod completer;
 pub mod counters;
 mod cq;
@@ -133,6 +134,8 @@ pub(crate) struct Shared {
     /// Reused buffer for gathering payloads.
     pub scratch: Vec<u8>,
     pub ip_ident: u16,
+    /// Why the last frame that could not be emitted failed (see `Counters::emit_failed`).
+    pub last_emit_error: Option<String>,
 }
 
 /// A packet the requester or responder wants to send; its payload is in `Shared::scratch`.
@@ -154,6 +157,9 @@ pub(crate) struct OutPacket {
     pub payload_len: usize,
     /// The payload lies in one MR (key, address): emitted straight from it, no gather copy.
     pub payload_mr: Option<(u32, u64)>,
+    /// UD: the send WQE's completion (and whether it is signaled), pushed only once the
+    /// frame is emitted; with an error status if it cannot be.
+    pub ud_completion: Option<(Wc, bool)>,
 }
 
 impl OutPacket {
@@ -174,6 +180,7 @@ impl OutPacket {
             deth: None,
             payload_len: 0,
             payload_mr: None,
+            ud_completion: None,
         }
     }
 }
@@ -207,6 +214,9 @@ pub struct Engine {
     next_qpn: u32,
     /// QPs that may have a packet to send, round robin.
     tx_list: VecDeque<u32>,
+    /// The QP of the frame the last `poll_transmit` returned, with its UD completion (for
+    /// `report_send_failure`).
+    last_tx: Option<(u32, Option<(Wc, bool)>)>,
 }
 
 /// rxe's UDP source port for a QP pair: the flow label of the two QPNs folded into 14 bits
@@ -232,12 +242,14 @@ impl Engine {
                 events: VecDeque::new(),
                 scratch: vec![0; 4096],
                 ip_ident: 0,
+                last_emit_error: None,
             },
             qps: QpMap::default(),
             pds: Vec::new(),
             // rxe numbers QPs from 17 (0 and 1 are the special QPs).
             next_qpn: 0x11,
             tx_list: VecDeque::new(),
+            last_tx: None,
         }
     }
 
@@ -249,6 +261,12 @@ impl Engine {
     /// Counters (rxe names plus drops by reason).
     pub fn counters(&self) -> &Counters {
         &self.sh.counters
+    }
+
+    /// Why the last frame that could not be emitted failed, with its QP (each such failure
+    /// is counted in [`Counters::emit_failed`]).
+    pub fn last_emit_error(&self) -> Option<&str> {
+        self.sh.last_emit_error.as_deref()
     }
 
     // ----- protection domains and memory regions -----
@@ -300,7 +318,11 @@ impl Engine {
                 "memory region of {len} bytes is larger than 4 GiB"
             )));
         }
-        let (key, addr) = self.sh.mrs.register(pd, len, access);
+        let (key, addr) = self.sh.mrs.register(pd, len, access).ok_or_else(|| {
+            EngineError::InvalidArgument(
+                "no more memory regions: the device's key or address space is used up".into(),
+            )
+        })?;
         Ok(MrInfo {
             lkey: key,
             rkey: key,
@@ -524,7 +546,7 @@ impl Engine {
         attr: &QpAttr,
         mask: QpAttrMask,
     ) -> Result<(), EngineError> {
-        let gids = &self.sh.cfg.gids;
+        let cfg = &self.sh.cfg;
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         let cur = qp.state();
         let to = if mask.contains(QpAttrMask::STATE) {
@@ -539,7 +561,7 @@ impl Engine {
             });
         }
         state::check_transition(cur, to, qp.qp_type, mask)?;
-        validate_values(attr, mask, gids)?;
+        validate_values(attr, mask, cfg)?;
         if mask.contains(QpAttrMask::ALT_PATH) || mask.contains(QpAttrMask::PATH_MIG_STATE) {
             return Err(EngineError::InvalidAttributeValue {
                 attr: "ALT_PATH",
@@ -695,6 +717,9 @@ impl Engine {
                 qp.caps.max_send_sge
             )));
         }
+        if let Some(dest) = &wr.ud {
+            dest.av.validate(&self.sh.cfg.gids, self.sh.cfg.mac)?;
+        }
         let wqe = requester::make_wqe(qp, &self.sh, wr)?;
         if state == QpState::Err {
             // IBTA 10.8.3.3: WRs posted in the error state complete with a flush error.
@@ -768,16 +793,16 @@ impl Engine {
                     drops.bad_icrc += 1;
                     return;
                 }
-                Err(_) => {
-                    drops.malformed += 1;
+                Err(e) => {
+                    count_parse_error(drops, &e);
                     return;
                 }
             }
         } else {
             match wire::parse_frame(frame) {
                 Ok(p) => p.repr,
-                Err(_) => {
-                    drops.malformed += 1;
+                Err(e) => {
+                    count_parse_error(drops, &e);
                     return;
                 }
             }
@@ -861,6 +886,7 @@ impl Engine {
     /// QP's path MTU plus 132) and return its length, or `None` if nothing is to be sent.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<usize> {
+        self.last_tx = None;
         let mut budget = self.tx_list.len();
         while budget > 0 {
             budget -= 1;
@@ -874,31 +900,78 @@ impl Engine {
                 schedule(&mut self.tx_list, qp);
                 return None;
             }
-            let pkt = match responder::next_response(qp, &mut self.sh) {
-                Some(p) => Some(p),
-                None => requester::next_request(qp, &mut self.sh, now),
-            };
-            let Some(pkt) = pkt else {
-                continue;
+            let (pkt, is_request) = match responder::next_response(qp, &mut self.sh) {
+                Some(p) => (p, false),
+                None => match requester::next_request(qp, &mut self.sh, now) {
+                    Some(p) => (p, true),
+                    None => continue,
+                },
             };
             let written = emit_packet(qp, &mut self.sh, &pkt, buf);
-            if has_tx_work(qp) {
-                schedule(&mut self.tx_list, qp);
-            }
             match written {
-                Some(n) => {
+                Ok(n) => {
                     self.sh.counters.sent_pkts += 1;
+                    // UD: the send is done only now that its frame exists.
+                    if let Some((wc, true)) = pkt.ud_completion {
+                        let cq = qp.send_cq;
+                        cq::post(qp, &mut self.sh, cq, wc, false);
+                    }
+                    self.last_tx = Some((qpn, pkt.ud_completion));
+                    if has_tx_work(qp) {
+                        schedule(&mut self.tx_list, qp);
+                    }
                     return Some(n);
                 }
-                None => continue,
+                Err(why) => {
+                    self.sh.counters.emit_failed += 1;
+                    self.sh.last_emit_error = Some(format!(
+                        "QP {qpn:#x}: {} PSN {}: {why}",
+                        pkt.opcode.name(),
+                        pkt.psn.value()
+                    ));
+                    if is_request {
+                        fail_unemitted_request(qp, &mut self.sh, pkt.ud_completion);
+                    }
+                    if has_tx_work(qp) {
+                        schedule(&mut self.tx_list, qp);
+                    }
+                }
             }
         }
         None
     }
+
+    /// The driver could not send the frame the last [`Engine::poll_transmit`] returned (call
+    /// it right after, before any other engine call). A UD send then completes with
+    /// `LocQpOpErr` instead of success and its QP enters ERR, as for a frame the engine
+    /// cannot emit; an RC frame is left to the transport's retry, like a frame lost on the
+    /// wire. Either way it is counted in [`Counters::emit_failed`] with its cause.
+    pub fn report_send_failure(&mut self, reason: &str) {
+        let Some((qpn, ud_completion)) = self.last_tx.take() else {
+            return;
+        };
+        self.sh.counters.emit_failed += 1;
+        self.sh.last_emit_error = Some(format!(
+            "QP {qpn:#x}: the driver refused the frame: {reason}"
+        ));
+        let (Some((wc, signaled)), Some(qp)) = (ud_completion, self.qps.get_mut(&qpn)) else {
+            return;
+        };
+        if signaled {
+            // Nobody polled since poll_transmit pushed the success: take it back.
+            if let Some(cq) = self.sh.cqs.get_mut(qp.send_cq) {
+                if cq.entries.back() == Some(&wc) {
+                    cq.entries.pop_back();
+                }
+            }
+        }
+        fail_unemitted_request(qp, &mut self.sh, ud_completion);
+        schedule(&mut self.tx_list, qp);
+    }
 }
 
 /// Range checks of attribute values (the table checks presence).
-fn validate_values(attr: &QpAttr, mask: QpAttrMask, gids: &[IpAddr]) -> Result<(), EngineError> {
+fn validate_values(attr: &QpAttr, mask: QpAttrMask, cfg: &EngineConfig) -> Result<(), EngineError> {
     let bad = |attr: &'static str, reason: String| {
         Err(EngineError::InvalidAttributeValue { attr, reason })
     };
@@ -939,21 +1012,7 @@ fn validate_values(attr: &QpAttr, mask: QpAttrMask, gids: &[IpAddr]) -> Result<(
         let Some(av) = attr.ah_attr else {
             return bad("AV", "no address vector given".into());
         };
-        let Some(src) = gids.get(av.sgid_index as usize) else {
-            return bad(
-                "AV",
-                format!("sgid_index {} beyond the GID table", av.sgid_index),
-            );
-        };
-        if src.is_ipv4() != av.dest_ip.is_ipv4() {
-            return bad(
-                "AV",
-                format!(
-                    "source GID {src} and destination {} differ in family",
-                    av.dest_ip
-                ),
-            );
-        }
+        av.validate(&cfg.gids, cfg.mac)?;
     }
     Ok(())
 }
@@ -972,6 +1031,17 @@ pub(crate) fn check_sq_drained(qp: &mut Qp, sh: &mut Shared) {
 }
 
 /// Put a QP on the transmit list if it may have something to send.
+/// Counts a frame the wire parser refused: RoCEv2 behind headers xroce leaves to the kernel
+/// apart from the rest.
+fn count_parse_error(drops: &mut DropCounters, e: &WireError) {
+    match e {
+        WireError::StackedVlan { .. }
+        | WireError::ServiceVlanTag { .. }
+        | WireError::Ipv6ExtensionHeaders { .. } => drops.unsupported_headers += 1,
+        _ => drops.malformed += 1,
+    }
+}
+
 fn schedule(list: &mut VecDeque<u32>, qp: &mut Qp) {
     if !qp.in_tx_list && has_tx_work(qp) {
         qp.in_tx_list = true;
@@ -1028,10 +1098,30 @@ pub(crate) fn fail_qp(qp: &mut Qp, sh: &mut Shared, status: WcStatus) {
     flush_qp(qp, sh);
 }
 
-/// Build the frame for `pkt` from the QP's address vector and write it to `buf`.
-fn emit_packet(qp: &Qp, sh: &mut Shared, pkt: &OutPacket, buf: &mut [u8]) -> Option<usize> {
+/// A request whose frame could not be emitted after its PSN was assigned: as rxe does when
+/// it cannot build or transmit a packet, the WQE completes with LOC_QP_OP_ERR and the QP
+/// enters the error state (no retry could ever send it). A UD WQE is already off the queue.
+fn fail_unemitted_request(qp: &mut Qp, sh: &mut Shared, ud_completion: Option<(Wc, bool)>) {
+    match ud_completion {
+        Some((mut wc, _)) => {
+            wc.status = WcStatus::LocQpOpErr;
+            sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
+            sh.events.push_back(Event::QpFatal(qp.qpn));
+            flush_qp(qp, sh);
+        }
+        None => fail_qp(qp, sh, WcStatus::LocQpOpErr),
+    }
+}
+
+/// Build the frame for `pkt` from the QP's address vector and write it to `buf`; the error
+/// says why it cannot be built.
+fn emit_packet(qp: &Qp, sh: &mut Shared, pkt: &OutPacket, buf: &mut [u8]) -> Result<usize, String> {
     let av = &pkt.av;
-    let src_ip = *sh.cfg.gids.get(av.sgid_index as usize)?;
+    let src_ip = *sh
+        .cfg
+        .gids
+        .get(av.sgid_index as usize)
+        .ok_or_else(|| format!("source GID index {} is beyond the GID table", av.sgid_index))?;
     let ident = match sh.cfg.fixed_ip_ident {
         Some(v) => v,
         None => {
@@ -1052,13 +1142,20 @@ fn emit_packet(qp: &Qp, sh: &mut Shared, pkt: &OutPacket, buf: &mut [u8]) -> Opt
             src,
             dst,
             traffic_class: av.traffic_class,
-            flow_label: av.flow_label & 0xF_FFFF,
+            flow_label: av.flow_label,
             hop_limit: av.hop_limit,
         },
-        _ => return None,
+        (src, dst) => {
+            return Err(format!(
+                "source {src} and destination {dst} differ in family"
+            ))
+        }
     };
     let payload = match pkt.payload_mr {
-        Some((key, va)) => sh.mrs.slice(key, va, pkt.payload_len as u64)?,
+        Some((key, va)) => sh
+            .mrs
+            .slice(key, va, pkt.payload_len as u64)
+            .ok_or_else(|| format!("payload {va:#x}+{} of MR {key:#x} is gone", pkt.payload_len))?,
         None => &sh.scratch[..pkt.payload_len],
     };
     let udp_src_port = av
@@ -1100,5 +1197,5 @@ fn emit_packet(qp: &Qp, sh: &mut Shared, pkt: &OutPacket, buf: &mut [u8]) -> Opt
             payload,
         },
     };
-    frame.emit(buf).ok()
+    frame.emit(buf).map_err(|e| e.to_string())
 }

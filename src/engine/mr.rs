@@ -55,10 +55,23 @@ pub(crate) struct MrTable {
 const IOVA_BASE: u64 = 0x0000_7f00_0000_0000;
 
 impl MrTable {
-    /// Register `len` zeroed bytes; returns (key, iova).
-    pub fn register(&mut self, pd: PdId, len: usize, access: Access) -> (u32, u64) {
+    /// Register `len` zeroed bytes; returns (key, iova), or `None` when the iova space is
+    /// used up (never wrapped: two regions must not overlap).
+    pub fn register(&mut self, pd: PdId, len: usize, access: Access) -> Option<(u32, u64)> {
+        if self.next_iova == 0 {
+            self.next_iova = IOVA_BASE;
+        }
+        let iova = self.next_iova;
+        // Page-align the next region and leave a guard page between regions.
+        let next = (len as u64)
+            .checked_add(4095)
+            .map(|l| l & !4095)
+            .and_then(|l| l.checked_add(4096))
+            .and_then(|l| iova.checked_add(l))?;
         let idx = match self.slots.iter().position(|s| s.is_none()) {
             Some(i) => i,
+            // The index fills the key's upper 24 bits: no more regions than that.
+            None if self.slots.len() + 1 >= 1 << 24 => return None,
             None => {
                 self.slots.push(None);
                 self.tags.push(0);
@@ -67,12 +80,7 @@ impl MrTable {
         };
         self.tags[idx] = self.tags[idx].wrapping_add(0x35) | 1;
         let key = ((idx as u32 + 1) << 8) | self.tags[idx] as u32;
-        if self.next_iova == 0 {
-            self.next_iova = IOVA_BASE;
-        }
-        let iova = self.next_iova;
-        // Page-align the next region and leave a guard page between regions.
-        self.next_iova += ((len as u64 + 4095) & !4095) + 4096;
+        self.next_iova = next;
         self.slots[idx] = Some(Mr {
             pd,
             key,
@@ -81,7 +89,7 @@ impl MrTable {
             data: vec![0; len],
             rkey_valid: true,
         });
-        (key, iova)
+        Some((key, iova))
     }
 
     fn index(key: u32) -> Option<usize> {
@@ -147,6 +155,7 @@ impl MrTable {
             }
             mr.range(sge.addr, sge.length as u64)
                 .ok_or(AccessFault::OutOfBounds)?;
+            // At most max_sge x u32::MAX: no overflow in u64.
             total += sge.length as u64;
         }
         Ok(total)
@@ -168,7 +177,11 @@ impl MrTable {
             let Some(mr) = self.get(sge.lkey) else {
                 return false;
             };
-            let Some(r) = mr.range(sge.addr + offset, take as u64) else {
+            let Some(r) = sge
+                .addr
+                .checked_add(offset)
+                .and_then(|a| mr.range(a, take as u64))
+            else {
                 return false;
             };
             out[done..done + take].copy_from_slice(&mr.data[r]);
@@ -194,7 +207,11 @@ impl MrTable {
             let Some(mr) = self.get_mut(sge.lkey) else {
                 return false;
             };
-            let Some(r) = mr.range(sge.addr + offset, take as u64) else {
+            let Some(r) = sge
+                .addr
+                .checked_add(offset)
+                .and_then(|a| mr.range(a, take as u64))
+            else {
                 return false;
             };
             mr.data[r].copy_from_slice(&data[done..done + take]);

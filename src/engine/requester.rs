@@ -41,8 +41,11 @@ pub(crate) fn make_wqe(qp: &Qp, sh: &Shared, wr: &SendWr) -> Result<SendWqe, Eng
         .mrs
         .check_sges(qp.pd, &wr.sg_list, need)
         .map_err(|f| EngineError::InvalidWr(format!("SGE: {f:?}")))?;
-    if total > u32::MAX as u64 {
-        return bad("message longer than 4 GiB".into());
+    if total > super::responder::MAX_MESSAGE_LEN {
+        return bad(format!(
+            "message of {total} bytes exceeds the maximum message size of {} bytes (2 GiB)",
+            super::responder::MAX_MESSAGE_LEN
+        ));
     }
     let len = total as u32;
     if wr.op.is_atomic() && len != 8 {
@@ -253,12 +256,15 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Optio
         }
         WrOp::Read { remote_addr, rkey } => {
             // A retried READ asks only for the part not yet received (IBTA 9.7.4.1.4).
-            let offset = k * mtu;
+            // k < npkts, so k * mtu < len + mtu: computed in u64 it cannot overflow.
+            let offset = k as u64 * mtu as u64;
             pkt.opcode = Opcode::RC_RDMA_READ_REQUEST;
             pkt.reth = Some(RethRepr {
-                va: remote_addr + offset as u64,
+                // The remote VA is opaque here (the responder checks it): wrapping, never a
+                // panic for an address near u64::MAX.
+                va: remote_addr.wrapping_add(offset),
                 rkey,
-                dma_len: wqe.len - offset.min(wqe.len),
+                dma_len: (wqe.len as u64 - offset.min(wqe.len as u64)) as u32,
             });
             pkt.ack_req = true;
             consumed = npkts - k;
@@ -341,7 +347,7 @@ fn data_opcode(op: &WrOp, first: bool, last: bool) -> Opcode {
     }
 }
 
-/// UD: one packet per WQE, completed as soon as it is sent (there is no ACK).
+/// UD: one packet per WQE, completed once its frame is emitted (there is no ACK).
 fn next_ud(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
     if qp.state() == QpState::Sqd {
         return None;
@@ -361,7 +367,8 @@ fn next_ud(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
     };
     if !ok {
         let wc = wc_for(qp, &wqe, WcStatus::LocProtErr);
-        sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
+        let cq = qp.send_cq;
+        super::cq::post(qp, sh, cq, wc, false);
         return None;
     }
     let psn = qp.req.next_psn;
@@ -386,10 +393,9 @@ fn next_ud(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
     }
     pkt.solicited = wqe.solicited;
     pkt.payload_len = plen;
-    if wqe.signaled {
-        let mut wc = wc_for(qp, &wqe, WcStatus::Success);
-        wc.src_qp = dest.remote_qpn;
-        sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
-    }
+    // Pushed by poll_transmit once the frame is emitted (with an error if it cannot be).
+    let mut wc = wc_for(qp, &wqe, WcStatus::Success);
+    wc.src_qp = dest.remote_qpn;
+    pkt.ud_completion = Some((wc, wqe.signaled));
     Some(pkt)
 }

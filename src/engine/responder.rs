@@ -18,6 +18,13 @@ use super::{OutPacket, Shared, CREDIT_UNLIMITED};
 /// timer recovers) so a duplicate flood cannot grow memory.
 const MAX_QUEUED_RESPONSES: usize = 1024;
 
+/// The largest message a request may carry or ask for: 2^31 bytes, what `max_msg_sz`
+/// announces. A longer RETH DMA length is an invalid request: "the length specified in an
+/// RDMA request is greater than 2^31 bytes" is one of the causes of a Remote Invalid Request
+/// the IBTA lists for that completion status (ibv_poll_cq(3) quotes it); rxe checks the same
+/// (`check_length`, class C, NAK Invalid Request).
+pub(crate) const MAX_MESSAGE_LEN: u64 = 1 << 31;
+
 /// The receive completion for a WQE.
 pub(crate) fn recv_wc(qp: &Qp, wqe: &RecvWqe, status: WcStatus, byte_len: u32) -> Wc {
     Wc {
@@ -236,8 +243,11 @@ pub(crate) fn handle_request(
             let InProgress::Send { wqe, offset, .. } = &mut qp.resp.in_progress else {
                 return;
             };
-            if *offset + plen as u64 > wqe.len {
-                // C9-xx: the message does not fit the receive buffer.
+            // Both terms are bounded (offset <= wqe.len, plen <= MTU): no overflow.
+            let end = *offset + plen as u64;
+            if end > wqe.len || end > MAX_MESSAGE_LEN {
+                // C9-xx: the message does not fit the receive buffer (or is longer than any
+                // message may be, so its byte count would not fit a completion).
                 fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::LocLenErr);
                 return;
             }
@@ -273,9 +283,11 @@ pub(crate) fn handle_request(
                         }
                     }
                 }
-                qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
-                sh.cqs
-                    .push(qp.recv_cq, wc, pkt.bth.solicited, &mut sh.events);
+                qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+                let cq = qp.recv_cq;
+                if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
+                    return;
+                }
             }
         }
         Kind::Write => {
@@ -285,6 +297,10 @@ pub(crate) fn handle_request(
                     return;
                 };
                 let len = reth.dma_len as u64;
+                if len > MAX_MESSAGE_LEN {
+                    fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
+                    return;
+                }
                 if pos == Position::Only && plen as u64 != len
                     || pos == Position::First && plen as u64 >= len
                 {
@@ -336,12 +352,15 @@ pub(crate) fn handle_request(
                 };
                 dst.copy_from_slice(pkt.payload);
             }
-            *va += plen as u64;
+            // Wrapping, and harmless: a non-zero length was bounds-checked as a whole above,
+            // so [va, va+len) does not wrap; with length 0 nothing is added. The next packet's
+            // `slice_mut` checks the address again.
+            *va = va.wrapping_add(plen as u64);
             *remaining -= plen as u64;
             let total = *total;
             if last {
                 qp.resp.in_progress = InProgress::None;
-                qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+                qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
                 if info.has_immdt {
                     let Some(wqe) = qp.rq.pop_front() else {
                         return;
@@ -349,8 +368,10 @@ pub(crate) fn handle_request(
                     let mut wc = recv_wc(qp, &wqe, WcStatus::Success, total as u32);
                     wc.opcode = WcOpcode::RecvRdmaWithImm;
                     wc.imm_data = pkt.immdt;
-                    sh.cqs
-                        .push(qp.recv_cq, wc, pkt.bth.solicited, &mut sh.events);
+                    let cq = qp.recv_cq;
+                    if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
+                        return;
+                    }
                 }
             }
         }
@@ -360,6 +381,14 @@ pub(crate) fn handle_request(
                 return;
             };
             let len = reth.dma_len;
+            if len as u64 > MAX_MESSAGE_LEN {
+                fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
+                return;
+            }
+            // IBTA 9.4.3: a zero-length READ needs no R_Key or address check; it is answered
+            // with one empty READ RESPONSE ONLY. Its VA stays unchecked (it may be anything,
+            // u64::MAX included): the saved resource has length 0, so no later duplicate can
+            // reach memory through it (`replay_fits`).
             if len > 0
                 && check_remote(qp, sh, reth.rkey, reth.va, len as u64, Access::REMOTE_READ)
                     .is_err()
@@ -374,7 +403,7 @@ pub(crate) fn handle_request(
                 return;
             }
             let npkts = (len as usize).div_ceil(mtu).max(1) as u32;
-            qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+            qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
             let msn = qp.resp.msn;
             save_resource(
                 qp,
@@ -408,10 +437,20 @@ pub(crate) fn handle_request(
                 sh.counters.drops.malformed += 1;
                 return;
             };
-            // C9-163 alignment, then R_Key/PD/access/bounds.
-            if a.va % 8 != 0
-                || check_remote(qp, sh, a.rkey, a.va, 8, Access::REMOTE_ATOMIC).is_err()
-            {
+            // A misaligned atomic is an invalid request, not an access error: the AtomicETH
+            // VA must be naturally (8-byte) aligned (IBTA 9.4.5), and the IBTA's responder
+            // error classes put "misaligned atomic" in class C with NAK Invalid Request
+            // (9.9.3.1.3), as rxe does (RESPST_ERR_MISALIGNED_ATOMIC) and qib/hfi1 (nack_inv).
+            // The requester completes with REM_INV_REQ_ERR.
+            if a.va % 8 != 0 {
+                fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
+                return;
+            }
+            let cell = match check_remote(qp, sh, a.rkey, a.va, 8, Access::REMOTE_ATOMIC) {
+                Ok(()) => sh.mrs.slice_mut(a.rkey, a.va, 8),
+                Err(_) => None,
+            };
+            let Some(cell) = cell else {
                 fatal(
                     qp,
                     sh,
@@ -419,9 +458,6 @@ pub(crate) fn handle_request(
                     NakCode::RemoteAccessError,
                     WcStatus::RemAccessErr,
                 );
-                return;
-            }
-            let Some(cell) = sh.mrs.slice_mut(a.rkey, a.va, 8) else {
                 return;
             };
             let mut word = [0u8; 8];
@@ -437,7 +473,7 @@ pub(crate) fn handle_request(
                 orig.wrapping_add(a.swap_add)
             };
             cell.copy_from_slice(&new.to_ne_bytes());
-            qp.resp.msn = (qp.resp.msn + 1) & 0xFF_FFFF;
+            qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
             let msn = qp.resp.msn;
             save_resource(qp, SavedResource::Atomic { psn, orig, msn });
             queue(qp, sh, Response::AtomicAck { psn, orig, msn });
@@ -512,13 +548,11 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &PacketRepr<'_>, kind: Kind) {
                 return;
             };
             // The retried request may ask for a sub-range; it must lie inside the original
-            // and start where its PSN says (9.7.5.1.5).
-            let start = va + k as u64 * mtu as u64;
-            if reth.va != start
-                || reth.rkey != rkey
-                || reth.va + reth.dma_len as u64 > va + len as u64
-            {
-                sh.counters.drops.stale_duplicate += 1;
+            // and start where its PSN says (9.7.5.1.5). Anything else (a longer range, another
+            // R_Key, a non-zero length against a zero-length original) is not a replay of what
+            // was accepted and is dropped, as rxe does; it is never executed as a new READ.
+            if reth.rkey != rkey || !replay_fits(va, len, k, mtu, reth.va, reth.dma_len) {
+                sh.counters.drops.bad_duplicate += 1;
                 return;
             }
             abandon_responses_from(qp, psn);
@@ -552,6 +586,20 @@ fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &PacketRepr<'_>, kind: Kind) {
     }
 }
 
+/// Is `[dup_va, dup_va + dup_len)`, asked for at packet `k` of a saved READ of
+/// `[va, va + len)`, the tail of that READ starting at packet `k`? Every value comes from a
+/// peer, so nothing here may overflow: the offset is computed in u64 from k < 2^24 and an MTU
+/// of at most 4096, and the comparison is on lengths, never on end addresses.
+fn replay_fits(va: u64, len: u32, k: u32, mtu: u32, dup_va: u64, dup_len: u32) -> bool {
+    let offset = k as u64 * mtu as u64;
+    if offset > len as u64 {
+        return false;
+    }
+    // Wrapping is right here: the VA is only compared. A non-zero original was
+    // bounds-checked (no wrap within it); a zero-length one has offset 0.
+    dup_va == va.wrapping_add(offset) && dup_len as u64 <= len as u64 - offset
+}
+
 /// A duplicate READ/ATOMIC at `psn` came in: the requester went back to `psn`, so it has
 /// everything before and will discard every response at or after it that is still queued
 /// here (the rest of the same READ, later READs, later atomic ACKs). Drop those so the
@@ -577,9 +625,9 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
     let av = *qp.av()?;
     let dest_qp = qp.attr.dest_qp_num;
     let mtu = qp.mtu();
-    let front = qp.resp.responses.front_mut()?;
+    let front = *qp.resp.responses.front()?;
     use crate::wire::{AethRepr, AtomicAckEthRepr, Opcode};
-    match *front {
+    match front {
         Response::Ack { psn, syndrome, msn } => {
             qp.resp.responses.pop_front();
             let mut pkt = OutPacket::new(av, dest_qp, Opcode::RC_ACKNOWLEDGE, psn);
@@ -603,31 +651,49 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
             va,
             rkey,
             len,
-            ref mut offset,
+            offset,
             msn,
         } => {
             let n = len.div_ceil(mtu).max(1);
-            let k = *offset / mtu;
-            let plen = (len - *offset).min(mtu) as usize;
+            let k = offset / mtu;
+            let plen = (len - offset).min(mtu);
             let (first, last) = (k == 0, k + 1 == n);
+            // Wrapping: the address is opaque until the check below tests it against the MR
+            // (a zero-length READ reads nothing and is never checked).
+            let data_va = va.wrapping_add(offset as u64);
+            if plen > 0
+                && sh
+                    .mrs
+                    .check_remote(rkey, qp.pd, data_va, plen as u64, Access::REMOTE_READ)
+                    .is_err()
+            {
+                // The memory went away under a streaming READ (MR deregistered, R_Key
+                // invalidated). The responder can no longer read it: NAK remote access error
+                // in place of this response packet, with the PSN it would have had (the IBTA
+                // rule for NAKing an RDMA READ: the NAK replaces the response packet and takes
+                // its PSN), and the QP enters the error state (class C, as rxe's read_reply
+                // does when rxe_recheck_mr fails).
+                qp.resp.responses.pop_front();
+                read_fault(qp, sh, psn.wrapping_add(k));
+                return next_response(qp, sh);
+            }
+            if let Some(Response::Read { offset, .. }) = qp.resp.responses.front_mut() {
+                *offset += plen;
+            }
+            if last {
+                qp.resp.responses.pop_front();
+            }
             let opcode = match (first, last) {
                 (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
                 (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
                 (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
                 (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
             };
-            let data_va = va + *offset as u64;
-            *offset += plen as u32;
-            if last {
-                qp.resp.responses.pop_front();
-            }
             let mut pkt = OutPacket::new(av, dest_qp, opcode, psn.wrapping_add(k));
             if plen > 0 {
-                // The MR may have been deregistered since the READ was accepted.
-                sh.mrs.slice(rkey, data_va, plen as u64)?;
                 pkt.payload_mr = Some((rkey, data_va));
             }
-            pkt.payload_len = plen;
+            pkt.payload_len = plen as usize;
             if first || last {
                 pkt.aeth = Some(AethRepr {
                     syndrome: Syndrome::Ack {
@@ -639,6 +705,24 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
             Some(pkt)
         }
     }
+}
+
+/// A READ response could not be read from memory: NAK remote access error at `psn`, the QP
+/// enters ERR (every queued response but NAKs is dropped, every WR flushed).
+fn read_fault(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
+    sh.counters.read_response_faults += 1;
+    let msn = qp.resp.msn;
+    queue(
+        qp,
+        sh,
+        Response::Ack {
+            psn,
+            syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+            msn,
+        },
+    );
+    sh.events.push_back(super::Event::QpFatal(qp.qpn));
+    super::flush_qp(qp, sh);
 }
 
 /// UD receive (IBTA 9.8.3 / 10.2.4): Q_Key check, receive WQE, 40-byte GRH before the data.
@@ -685,12 +769,14 @@ pub(crate) fn handle_ud(
     let total = 40 + pkt.payload.len() as u64;
     if total > wqe.len {
         let wc = recv_wc(qp, &wqe, WcStatus::LocLenErr, 0);
-        sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
+        let cq = qp.recv_cq;
+        super::cq::post(qp, sh, cq, wc, false);
         return;
     }
     if !sh.mrs.scatter(&wqe.sges, 0, &grh) || !sh.mrs.scatter(&wqe.sges, 40, pkt.payload) {
         let wc = recv_wc(qp, &wqe, WcStatus::LocProtErr, 0);
-        sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
+        let cq = qp.recv_cq;
+        super::cq::post(qp, sh, cq, wc, false);
         return;
     }
     let mut wc = recv_wc(qp, &wqe, WcStatus::Success, total as u32);
@@ -699,6 +785,6 @@ pub(crate) fn handle_ud(
     wc.grh_present = true;
     wc.sender_ip = Some(src_ip);
     wc.sender_mac = Some(frame.eth.src);
-    sh.cqs
-        .push(qp.recv_cq, wc, pkt.bth.solicited, &mut sh.events);
+    let cq = qp.recv_cq;
+    super::cq::post(qp, sh, cq, wc, pkt.bth.solicited);
 }

@@ -228,11 +228,11 @@ pub struct AddressVector {
     pub hop_limit: u8,
     /// IPv4 TOS / IPv6 traffic class.
     pub traffic_class: u8,
-    /// IPv6 flow label (ignored for IPv4).
+    /// IPv6 flow label, 20 bits (ignored for IPv4).
     pub flow_label: u32,
     /// UDP source port; `None` = rxe's rule from the two QPNs (see `rxe_udp_src_port`).
     pub udp_src_port: Option<u16>,
-    /// 802.1Q VLAN id, if the port is on a VLAN.
+    /// 802.1Q VLAN id (0..=4094), if the port is on a VLAN.
     pub vlan_id: Option<u16>,
 }
 
@@ -622,8 +622,10 @@ pub struct Wc {
 pub enum Event {
     /// A completion was added to a CQ armed with `req_notify_cq`.
     CqNotify(CqId),
-    /// A CQ overflowed and lost a completion (fatal in IBTA terms).
-    CqOverrun(CqId),
+    /// A CQ overflowed and lost a completion: it is in the error state and takes no more
+    /// completions (IBTA 11.6.3.2 "CQ Error", `IBV_EVENT_CQ_ERR`). Each QP that loses a
+    /// completion to it enters the error state and raises [`Event::QpFatal`].
+    CqError(CqId),
     /// A QP entered the error state by itself (retry exhaustion, remote error, ...).
     QpFatal(u32),
     /// A QP in SQD has drained its send queue (when `en_sqd_async_notify` was set).
@@ -719,4 +721,13 @@ pub enum EngineError {
     /// A configuration or argument value is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An address vector field no frame can carry (checked where the AV is set: `modify_qp`
+    /// with `AV`, a UD send's destination, `create_ah`).
+    #[error("address vector field {field}: {reason}")]
+    InvalidAddressVector {
+        /// The field of [`AddressVector`] at fault (`vlan_id`, `flow_label`, ...).
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
 }

@@ -6,6 +6,7 @@
 //! `poll_transmit` of both engines onto the link, advance the clock to the next event (a
 //! frame arriving or an engine timer), deliver frames / run timers, repeat.
 //! The same seed gives the same run, byte for byte.
+pub mod hostile;
 pub mod pair;
 pub mod workload;
 
@@ -313,7 +314,7 @@ impl Network {
             self.stats.frames_delivered += 1;
             self.engines[f.to].handle_frame(self.now, &f.frame);
         }
-        for i in 0..2 {
+        for (i, name) in NAMES.iter().enumerate() {
             if self.engines[i]
                 .poll_timeout()
                 .is_some_and(|t| t <= self.now)
@@ -322,17 +323,12 @@ impl Network {
                 self.engines[i].handle_timeout(self.now);
                 let after = self.engines[i].counters().clone();
                 if after.local_ack_timeout_err > before.local_ack_timeout_err {
-                    let msg = format!(
-                        "{}: local ACK timeout -> go back to the oldest unacked PSN",
-                        NAMES[i]
-                    );
+                    let msg =
+                        format!("{name}: local ACK timeout -> go back to the oldest unacked PSN");
                     self.note(&msg);
                 }
                 if after.retry_exceeded_err > before.retry_exceeded_err {
-                    let msg = format!(
-                        "{}: retry_cnt exhausted -> RETRY_EXC_ERR, QP to ERR",
-                        NAMES[i]
-                    );
+                    let msg = format!("{name}: retry_cnt exhausted -> RETRY_EXC_ERR, QP to ERR");
                     self.note(&msg);
                 }
             }

@@ -414,10 +414,8 @@ pub fn run(
         }
         // A posts operations while there is room.
         let mut posted_any = false;
-        for qi in 0..pairs.len() {
-            while sum.ops_posted < cfg.ops
-                && !pairs[qi].dead
-                && pairs[qi].outstanding.len() < depth as usize
+        for pair in pairs.iter_mut() {
+            while sum.ops_posted < cfg.ops && !pair.dead && pair.outstanding.len() < depth as usize
             {
                 let kind = mix[rng.gen_range(0..mix.len())];
                 let wrong = match wrong_rkey_pending {
@@ -431,14 +429,7 @@ pub fn run(
                     _ => false,
                 };
                 post_op(
-                    &mut net,
-                    &mut pairs[qi],
-                    kind,
-                    wrong,
-                    &mut rng,
-                    cfg,
-                    next_wr_id,
-                    &mut sum,
+                    &mut net, pair, kind, wrong, &mut rng, cfg, next_wr_id, &mut sum,
                 )?;
                 next_wr_id += 1;
                 posted_any = true;

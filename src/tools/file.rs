@@ -60,11 +60,24 @@ impl FileOptions {
     }
     /// Rejects sizes that cannot work.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.chunk_size == 0 || self.chunk_size > 64 << 20 {
-            anyhow::bail!("--chunk must be between 1 byte and 64 MiB");
-        }
-        if self.slots == 0 || self.slots > 1024 {
-            anyhow::bail!("--slots must be between 1 and 1024");
+        use crate::tools::options::in_range;
+        in_range(
+            "--chunk",
+            self.chunk_size,
+            1,
+            64 << 20,
+            "bytes, at most 64 MiB",
+        )?;
+        in_range("--slots", self.slots, 1, 1024, "")?;
+        // Both buffers are one memory region each (the sender's has the credit word too).
+        let max = crate::verbs::attr::limits::MAX_MR_SIZE as usize - CREDIT_LEN;
+        let total = self.chunk_size.saturating_mul(self.slots);
+        if total > max {
+            anyhow::bail!(
+                "--chunk {} x --slots {} = {total} bytes: the transfer buffer is one memory region of at most {max} bytes (1 GiB); lower --chunk or --slots",
+                self.chunk_size,
+                self.slots
+            );
         }
         Ok(())
     }

@@ -26,6 +26,9 @@ use sha2::{Digest, Sha256};
 use crate::tools::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWr};
 use crate::tools::json_line::{gid_from_hex, gid_hex, hex, recv_json, send_json};
 
+/// Longest `--stall-timeout`: the server waits ten times that for the client's next line.
+pub const MAX_STALL_TIMEOUT_SECS: u64 = 3600;
+
 /// The check's parameters (both sides).
 #[derive(Debug, Clone)]
 pub struct MrCheckOptions {
@@ -56,14 +59,28 @@ impl Default for MrCheckOptions {
 impl MrCheckOptions {
     /// Rejects sizes that cannot work.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.size == 0 || self.size > 1 << 30 {
-            anyhow::bail!("--size must be between 1 byte and 1 GiB");
-        }
-        if self.chunk == 0 || self.chunk > 1 << 30 {
-            anyhow::bail!("--chunk must be between 1 byte and 1 GiB");
-        }
-        if self.depth == 0 || self.depth > 64 {
-            anyhow::bail!("--depth must be between 1 and 64");
+        use crate::tools::options::in_range;
+        let max = crate::verbs::attr::limits::MAX_MR_SIZE as usize;
+        in_range(
+            "--size",
+            self.size,
+            1,
+            max,
+            "bytes: one memory region, at most 1 GiB",
+        )?;
+        in_range(
+            "--chunk",
+            self.chunk,
+            1,
+            max,
+            "bytes per work request, at most 1 GiB",
+        )?;
+        in_range("--depth", self.depth, 1, 64, "work requests in flight")?;
+        if self.stall_timeout.is_zero() || self.stall_timeout.as_secs() > MAX_STALL_TIMEOUT_SECS {
+            anyhow::bail!(
+                "--stall-timeout {}: must be between 1 and {MAX_STALL_TIMEOUT_SECS} seconds",
+                self.stall_timeout.as_secs()
+            );
         }
         Ok(())
     }

@@ -17,15 +17,41 @@ use std::time::{Duration, Instant};
 use crate::tools::endpoint::{
     ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
 };
+use crate::tools::options::in_range;
 use crate::tools::perftest_oob::{
     enums, BwReport, LocalSide, NegotiateParams, PerftestDest, PerftestRunner, Role, SysData,
     TestKind,
 };
 use crate::tools::report::{self, JsonResult};
-use crate::tools::stats::{BwStats, BwUnit, LatencyStats};
+use crate::tools::stats::{BwStats, BwTimes, BwUnit, LatencyStats, MAX_PEAK_ITERS};
 
 /// perftest's UD Q_Key (`DEF_QKEY`).
 pub const PERFTEST_QKEY: u32 = 0x1111_1111;
+
+// Option limits. Where perftest has one (perftest_parameters.h) it is mirrored.
+/// `-n`: perftest's `MIN_ITER`.
+pub const MIN_ITERS: u64 = 5;
+/// `-n` of the bw tests: perftest's `MAX_ITER` (2^32). Above 20000 no per-message time is
+/// kept (no peak, as in perftest), so the count costs no memory.
+pub const MAX_ITERS: u64 = 1 << 32;
+/// `-n` of the latency tests: one 8-byte timestamp per iteration, 128 MiB at most.
+pub const MAX_LAT_ITERS: u64 = 1 << 24;
+/// `-s`: perftest's `MAX_SIZE` (the largest `-a` size, 8 MiB).
+pub const MAX_SIZE: u64 = 8 << 20;
+/// `-q`: each QP has its own buffer of up to 2 x 8 MiB.
+pub const MAX_QPS: usize = 64;
+/// `-t`: perftest's `MAX_TX`.
+pub const MAX_TX_DEPTH: u32 = 15_000;
+/// `-r`: perftest's `MAX_RX` (also xroce's `max_qp_wr`).
+pub const MAX_RX_DEPTH: u32 = 16_384;
+/// `-Q`: perftest's `MAX_CQ_MOD`.
+pub const MAX_CQ_MOD: u32 = 1024;
+/// `-D` of the bw tests (perftest only requires it to be positive).
+pub const MAX_DURATION_SECS: u64 = 3600;
+/// `-D` of read_lat and atomic_lat, which keep a timestamp per iteration.
+pub const MAX_LAT_DURATION_SECS: u64 = 600;
+/// `-o`: the device's outstanding READ/atomic limit (`max_qp_rd_atom`).
+pub const MAX_OUT_READS: u32 = crate::verbs::attr::limits::MAX_RD_ATOMIC;
 
 /// Options shared by all tests (perftest's names).
 #[derive(Debug, Clone)]
@@ -157,6 +183,19 @@ impl PerfOptions {
         }
     }
 
+    /// Whether this side measures the BW peak, as perftest decides (`noPeak`): not with
+    /// `-D`, not above 20000 iterations, not on the send_bw server.
+    pub fn measures_peak_as(&self, role: Role) -> bool {
+        self.kind.is_bw()
+            && self.duration.is_none()
+            && self.iters <= MAX_PEAK_ITERS
+            && !(self.kind == TestKind::SendBw && role == Role::Server)
+    }
+
+    fn measures_peak(&self) -> bool {
+        self.duration.is_none() && self.iters <= MAX_PEAK_ITERS
+    }
+
     /// The report unit.
     pub fn unit(&self) -> BwUnit {
         if self.report_gbits {
@@ -179,23 +218,66 @@ impl PerfOptions {
         if !k.is_bw() && self.num_qps != 1 {
             anyhow::bail!("latency tests use one QP; drop -q");
         }
-        if self.num_qps == 0 || self.num_qps > 64 {
-            anyhow::bail!("-q must be between 1 and 64");
+        in_range(
+            "-q/--qp",
+            self.num_qps,
+            1,
+            MAX_QPS,
+            "one registered buffer per QP",
+        )?;
+        in_range(
+            "-s/--size",
+            self.size,
+            1,
+            MAX_SIZE,
+            "8 MiB, perftest's MAX_SIZE",
+        )?;
+        if self.duration.is_none() {
+            let (max, why) = if k.is_bw() {
+                (MAX_ITERS, "perftest's MIN_ITER and MAX_ITER")
+            } else {
+                (
+                    MAX_LAT_ITERS,
+                    "a latency test keeps one timestamp per iteration, as perftest does",
+                )
+            };
+            in_range("-n/--iters", self.iters, MIN_ITERS, max, why)?;
         }
-        if self.size == 0 || self.size > 8 << 20 {
-            anyhow::bail!("-s must be between 1 and 8388608 (8 MiB)");
+        if let Some(d) = self.duration {
+            if matches!(k, TestKind::SendBw | TestKind::SendLat | TestKind::WriteLat) {
+                anyhow::bail!("-D is supported for write_bw, read_bw, atomic_bw, read_lat and atomic_lat; use -n for {}", k.perftest_binary().trim_start_matches("ib_"));
+            }
+            let (max, why) = if k.is_bw() {
+                (MAX_DURATION_SECS, "seconds")
+            } else {
+                (
+                    MAX_LAT_DURATION_SECS,
+                    "seconds; a latency test keeps one timestamp per iteration",
+                )
+            };
+            in_range("-D/--duration", d, 1, max, why)?;
         }
-        if self.iters < 5 && self.duration.is_none() {
-            anyhow::bail!("-n must be at least 5 (perftest drops the slowest samples)");
-        }
-        if self.duration.is_some()
-            && matches!(k, TestKind::SendBw | TestKind::SendLat | TestKind::WriteLat)
-        {
-            anyhow::bail!("-D is supported for write_bw, read_bw, atomic_bw, read_lat and atomic_lat; use -n for {}", k.perftest_binary().trim_start_matches("ib_"));
-        }
-        if self.tx_depth == 0 || self.cq_mod == 0 {
-            anyhow::bail!("-t and -Q must be at least 1");
-        }
+        in_range(
+            "-t/--tx-depth",
+            self.tx_depth,
+            1,
+            MAX_TX_DEPTH,
+            "perftest's MIN_TX and MAX_TX",
+        )?;
+        in_range(
+            "-r/--rx-depth",
+            self.rx_depth,
+            1,
+            MAX_RX_DEPTH,
+            "perftest's MIN_RX and MAX_RX; with 0 no receive is posted and every SEND waits",
+        )?;
+        in_range(
+            "-Q/--cq-mod",
+            self.cq_mod,
+            1,
+            MAX_CQ_MOD,
+            "perftest's MIN_CQ_MOD and MAX_CQ_MOD",
+        )?;
         if self.events && k.verb() == enums::VERB_WRITE {
             // perftest refuses it too: the WRITE tests learn of arrivals by polling memory.
             anyhow::bail!(
@@ -248,6 +330,8 @@ pub struct PerfRunner<'a> {
     /// Results so far, for `--json`.
     pub results: Vec<JsonResult>,
     header_printed: bool,
+    /// perftest's test-info block, printed at connect with the path MTU the QPs use.
+    test_info: Option<report::TestInfo>,
     recvs_posted: Vec<u32>,
     stash: std::collections::VecDeque<ToolWc>,
 }
@@ -271,9 +355,18 @@ impl<'a> PerfRunner<'a> {
             out,
             results: Vec::new(),
             header_printed: false,
+            test_info: None,
             recvs_posted: vec![0; n],
             stash: Default::default(),
         }
+    }
+
+    /// Prints `info` (perftest's header block) when the QPs are connected, with the path
+    /// MTU the exchange settled on: perftest prints it after `check_mtu`, and the QPs use
+    /// the smaller of both sides' MTUs, not the local link's.
+    pub fn with_test_info(mut self, info: report::TestInfo) -> Self {
+        self.test_info = Some(info);
+        self
     }
 
     fn half(&self) -> usize {
@@ -400,9 +493,7 @@ impl<'a> PerfRunner<'a> {
         let mut posted_n = vec![0u64; n_qps];
         let mut done_n = vec![0u64; n_qps];
         let mut sig_n = vec![0u64; n_qps];
-        let mut posted_t: Vec<f64> = Vec::new();
-        let mut completed_t: Vec<f64> = Vec::new();
-        let mut index_of: Vec<Vec<usize>> = vec![Vec::new(); n_qps];
+        let mut times = BwTimes::new(n_qps, self.opts.measures_peak());
         let start = Instant::now();
         let mut wcs = Vec::with_capacity(16);
         let mut last_progress = Instant::now();
@@ -428,10 +519,7 @@ impl<'a> PerfRunner<'a> {
                         len,
                         signaled,
                     };
-                    posted_t.push(start.elapsed().as_secs_f64() * 1e6);
-                    completed_t.push(f64::NAN);
-                    // Position of this message in the post/complete time arrays.
-                    index_of[q].push(posted_t.len() - 1);
+                    times.posted(q, start.elapsed().as_secs_f64() * 1e6);
                     self.eps[q].post_send(&wr)?;
                     posted_n[q] += 1;
                 }
@@ -444,7 +532,7 @@ impl<'a> PerfRunner<'a> {
                 break;
             }
             let mut got = 0;
-            for q in 0..n_qps {
+            for (q, done) in done_n.iter_mut().enumerate() {
                 wcs.clear();
                 got += self.eps[q].poll(&mut wcs, 16)?;
                 let now = start.elapsed().as_secs_f64() * 1e6;
@@ -452,11 +540,8 @@ impl<'a> PerfRunner<'a> {
                     Self::check(wc)?;
                     let k = wc.wr_id & ((1 << 48) - 1);
                     // A signalled completion retires every earlier WR of its QP.
-                    for j in done_n[q]..=k {
-                        let idx = index_of[q][j as usize];
-                        completed_t[idx] = now;
-                    }
-                    done_n[q] = done_n[q].max(k + 1);
+                    times.completed(q, *done, k, now);
+                    *done = (*done).max(k + 1);
                 }
             }
             if got > 0 {
@@ -471,19 +556,9 @@ impl<'a> PerfRunner<'a> {
             }
         }
         // Only messages known to have completed count.
-        let (posted_t, completed_t): (Vec<f64>, Vec<f64>) = posted_t
-            .into_iter()
-            .zip(completed_t)
-            .filter(|(_, c)| !c.is_nan())
-            .unzip();
-        let stats = BwStats::compute(
-            size,
-            &posted_t,
-            &completed_t,
-            cq_mod as usize,
-            self.opts.unit(),
-        )
-        .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
+        let stats = times
+            .stats(size, cq_mod as usize, self.opts.unit())
+            .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
         self.print_table_header()?;
         writeln!(self.out, "{}", report::bw_row(&stats))?;
         self.results.push(JsonResult::Bw(stats));
@@ -497,11 +572,16 @@ impl<'a> PerfRunner<'a> {
     }
 
     /// send_bw server: count `iters` receives per QP.
+    // Indexed by QP: the loop body borrows `self` mutably through `self.eps[q]`.
+    #[allow(clippy::needless_range_loop)]
     fn run_send_bw_server(&mut self, size: u64) -> anyhow::Result<BwReport> {
         let n_qps = self.eps.len();
         let start = Instant::now();
         let mut got = vec![0u64; n_qps];
-        let mut times: Vec<f64> = Vec::new();
+        // perftest's server times from the first receive to the last (set_on_first_rx_packet);
+        // receives have no post time, so it measures no peak.
+        let mut first_recv: Option<f64> = None;
+        let mut last_recv = 0.0;
         let mut wcs = Vec::with_capacity(16);
         let mut last_progress = Instant::now();
         let len = self.recv_len(size);
@@ -516,7 +596,8 @@ impl<'a> PerfRunner<'a> {
                     if wc.kind == WcKind::Recv {
                         any = true;
                         got[q] += 1;
-                        times.push(start.elapsed().as_secs_f64() * 1e6);
+                        last_recv = start.elapsed().as_secs_f64() * 1e6;
+                        first_recv.get_or_insert(last_recv);
                         self.eps[q].post_recv(0, half, len)?;
                     }
                 }
@@ -533,11 +614,10 @@ impl<'a> PerfRunner<'a> {
                 self.idle()?;
             }
         }
-        let posted: Vec<f64> = std::iter::once(0.0)
-            .chain(times.iter().copied())
-            .take(times.len())
-            .collect();
-        let stats = BwStats::compute(size, &posted, &times, 1, self.opts.unit())
+        let received: u64 = got.iter().sum();
+        // All in one poll: time from the start of the wait instead.
+        let from = first_recv.filter(|&f| f < last_recv).unwrap_or(0.0);
+        let stats = BwStats::without_peak(size, received, last_recv - from, self.opts.unit())
             .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
         self.print_table_header()?;
         writeln!(self.out, "{}", report::bw_row(&stats))?;
@@ -745,6 +825,10 @@ impl PerftestRunner for PerfRunner<'_> {
             )?;
         }
         self.remote = remote.to_vec();
+        if let Some(mut info) = self.test_info.take() {
+            info.mtu = mtu;
+            write!(self.out, "{}", report::header(&info))?;
+        }
         for d in self.local_dests.clone() {
             write!(
                 self.out,

@@ -58,11 +58,29 @@ pub enum Role {
     Server,
 }
 
+/// What an I/O failure of the exchange means for the user. A closed connection is a peer
+/// that stopped (killed, crashed, or it refused our options and said why in its own
+/// output): asking whether it runs the same test would mislead.
+fn io_cause(e: &std::io::Error) -> String {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => format!(
+            "the peer closed the connection ({e}): it stopped, was killed or gave up; its own output says why"
+        ),
+        _ => format!(
+            "{e} (does the peer run the same test, with the same -s/-a/-q/-x/-c options and port?)"
+        ),
+    }
+}
+
 /// Errors of the exchange. Messages say what the peer is expected to be.
 #[derive(Debug, thiserror::Error)]
 pub enum PerftestOobError {
     /// The TCP stream failed or closed early.
-    #[error("perftest out-of-band exchange failed while {during}: {source} (does the peer run the same test, with the same -s/-a/-q/-x/-c options and port?)")]
+    #[error(
+        "perftest out-of-band exchange failed while {during}: {}",
+        io_cause(source)
+    )]
     Io {
         /// Which step was running.
         during: &'static str,

@@ -9,15 +9,14 @@ use crate::netdev::{self, GidEntry, NetdevInfo};
 /// The interface given with `-d`, or the first one that is up, not loopback, and has an
 /// IPv4 address.
 pub fn pick_device(name: Option<&str>) -> anyhow::Result<NetdevInfo> {
-    if let Some(name) = name {
-        let info = netdev::query(name).map_err(|e| {
+    if let Some(typed) = name {
+        let name = interface_name(typed);
+        let info = netdev::query(&name).map_err(|e| {
             let known = netdev::list().unwrap_or_default().join(", ");
-            anyhow::anyhow!("-d {name}: {e}; interfaces here: {known}")
+            anyhow::anyhow!("-d {typed}: {e}; interfaces here: {known}")
         })?;
         if !info.is_active() {
-            anyhow::bail!(
-                "interface {name} is not up: run `ip link set {name} up` (and give it an address)"
-            );
+            anyhow::bail!("{}", not_active_reason(&info));
         }
         return Ok(info);
     }
@@ -36,6 +35,45 @@ pub fn pick_device(name: Option<&str>) -> anyhow::Result<NetdevInfo> {
         "no usable interface found (need one that is up with an IPv4 address; have: {}); pick one with -d IFACE",
         names.join(", ")
     )
+}
+
+/// An error and its causes on one line, each cause once: many messages already include
+/// their source's text, and anyhow's `{:#}` would print it a second time.
+pub fn error_text(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+/// The interface behind a `-d` value: the interface name itself, or the device name
+/// `xroce_<iface>` that `xroce devinfo` prints (as `ibv_devinfo` prints `rxe0`). A real
+/// interface called `xroce_...` wins.
+pub fn interface_name(typed: &str) -> String {
+    match typed.strip_prefix("xroce_") {
+        Some(iface) if !iface.is_empty() && netdev::query(typed).is_err() => iface.to_string(),
+        _ => typed.to_string(),
+    }
+}
+
+/// Why an interface cannot carry traffic, in the user's terms: administratively down, or
+/// up without a carrier (no cable, or a veth whose peer is down), which `ip link set up`
+/// does not fix.
+pub fn not_active_reason(info: &NetdevInfo) -> String {
+    let name = &info.name;
+    if !info.admin_up {
+        format!("interface {name} is down: run `ip link set {name} up` (and give it an address)")
+    } else {
+        format!(
+            "interface {name} is up but has no carrier (operstate {}): nothing is connected to it; plug in the cable, or for a veth bring its peer up (`ip link set <peer> up`)",
+            format!("{:?}", info.oper_state).to_uppercase()
+        )
+    }
 }
 
 /// The GID at `index` (`-g`/`-x`), or when none is given the first IPv4-mapped GID (RoCE
@@ -139,4 +177,71 @@ pub fn random_psn() -> u32 {
 /// The local IP of a GID (for messages).
 pub fn gid_ip(gid: &GidEntry) -> IpAddr {
     gid.gid.to_ip()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netdev::OperState;
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        use crate::tools::perftest_oob::PerftestOobError;
+        // A perf server whose client died: the cause was printed twice, and the message
+        // asked whether the peer runs the same test.
+        let eof = std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "failed to fill whole buffer",
+        );
+        let err = anyhow::Error::from(PerftestOobError::Io {
+            during: "exchanging versions",
+            source: eof,
+        });
+        let text = error_text(&err);
+        assert_eq!(
+            text.matches("failed to fill whole buffer").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.contains("the peer closed the connection"), "{text}");
+        assert!(!text.contains("same test"), "{text}");
+        assert_eq!(format!("{err:#}").matches("failed to fill").count(), 2);
+        // Context that does not repeat its cause keeps it.
+        let err = anyhow::Error::from(std::io::Error::other("disk full")).context("writing x");
+        assert_eq!(error_text(&err), "writing x: disk full");
+    }
+
+    #[test]
+    fn device_name_from_devinfo_is_accepted() {
+        // `xroce devinfo` calls the device on lo "xroce_lo"; -d takes either name.
+        assert_eq!(interface_name("xroce_lo"), "lo");
+        assert_eq!(interface_name("lo"), "lo");
+        assert_eq!(interface_name("xroce_"), "xroce_");
+        assert_eq!(pick_device(Some("xroce_lo")).unwrap().name, "lo");
+        let err = pick_device(Some("xroce_nosuchif0"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("-d xroce_nosuchif0: "), "{err}");
+    }
+
+    #[test]
+    fn down_and_no_carrier_are_told_apart() {
+        let mut info = netdev::query("lo").unwrap();
+        info.name = "veth7".into();
+        info.admin_up = false;
+        info.oper_state = OperState::Down;
+        let down = not_active_reason(&info);
+        assert!(
+            down.contains("veth7 is down: run `ip link set veth7 up`"),
+            "{down}"
+        );
+        info.admin_up = true;
+        let no_carrier = not_active_reason(&info);
+        assert!(
+            no_carrier.contains("veth7 is up but has no carrier (operstate DOWN)")
+                && no_carrier.contains("bring its peer up"),
+            "{no_carrier}"
+        );
+        assert!(!no_carrier.contains("not up"), "{no_carrier}");
+    }
 }

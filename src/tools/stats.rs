@@ -13,6 +13,12 @@
 //! post); peak = the best rate over any window that starts at a post and ends at a
 //! signalled completion; message rate in Mpps. MB/s uses 2^20 bytes, Gb/s uses 10^9 bits
 //! (`--report_gbits`).
+//!
+//! perftest measures the peak only where it has a post time per message: not on the
+//! send_bw server (a receive has no post time), not with `-D`, not above 20000 iterations
+//! (perftest_parameters.c prints "WARNING: BW peak won't be measured in this run." and
+//! reports 0). [`BwTimes`] keeps per-message times only when the peak is measured, so a
+//! long run needs no memory per message.
 
 /// Samples perftest drops from the top before computing latency statistics.
 pub const LAT_MEASURE_TAIL: usize = 2;
@@ -167,6 +173,103 @@ impl BwStats {
     }
 }
 
+/// perftest measures the BW peak only up to this many iterations per QP
+/// (perftest_parameters.c: `iters > 20000` sets `noPeak`).
+pub const MAX_PEAK_ITERS: u64 = 20_000;
+
+/// The warning perftest prints when it will not measure the peak.
+pub const NO_PEAK_WARNING: &str = " WARNING: BW peak won't be measured in this run.";
+
+impl BwStats {
+    /// Average and message rate only (peak 0, as perftest reports it with `noPeak`), from
+    /// `messages` of `size` bytes taking `elapsed_usec` in all.
+    pub fn without_peak(size: u64, messages: u64, elapsed_usec: f64, unit: BwUnit) -> Option<Self> {
+        if messages == 0 || !elapsed_usec.is_finite() || elapsed_usec <= 0.0 {
+            return None;
+        }
+        Some(BwStats {
+            size,
+            iters: messages,
+            peak: 0.0,
+            average: (size as f64 * messages as f64) / (elapsed_usec / 1e6) / unit.bytes_per_unit(),
+            msg_rate_mpps: messages as f64 / elapsed_usec,
+            unit,
+        })
+    }
+}
+
+/// Post and completion times of a bandwidth run (µs since its start). With the peak, one
+/// pair per message; without it only the first post, the last completion and a count.
+#[derive(Debug, Clone)]
+pub struct BwTimes {
+    measure_peak: bool,
+    posted: Vec<f64>,
+    completed: Vec<f64>,
+    /// Per QP, the index in `posted` of its k-th message.
+    index_of: Vec<Vec<usize>>,
+    first_post: Option<f64>,
+    last_completion: f64,
+    completed_messages: u64,
+}
+
+impl BwTimes {
+    /// Times for `qps` QPs; `measure_peak` keeps a pair per message.
+    pub fn new(qps: usize, measure_peak: bool) -> Self {
+        BwTimes {
+            measure_peak,
+            posted: Vec::new(),
+            completed: Vec::new(),
+            index_of: vec![Vec::new(); qps],
+            first_post: None,
+            last_completion: 0.0,
+            completed_messages: 0,
+        }
+    }
+
+    /// Message number `posted_n` of `qp` was posted at `now`.
+    pub fn posted(&mut self, qp: usize, now: f64) {
+        self.first_post.get_or_insert(now);
+        if self.measure_peak {
+            self.posted.push(now);
+            self.completed.push(f64::NAN);
+            self.index_of[qp].push(self.posted.len() - 1);
+        }
+    }
+
+    /// Messages `from..=to` of `qp` completed at `now` (one signalled completion retires
+    /// every earlier unsignalled message of its QP).
+    pub fn completed(&mut self, qp: usize, from: u64, to: u64, now: f64) {
+        if to < from {
+            return;
+        }
+        self.completed_messages += to - from + 1;
+        self.last_completion = now;
+        if self.measure_peak {
+            for k in from..=to {
+                if let Some(&idx) = self.index_of[qp].get(k as usize) {
+                    self.completed[idx] = now;
+                }
+            }
+        }
+    }
+
+    /// The statistics of the messages known to have completed.
+    pub fn stats(&self, size: u64, cq_mod: usize, unit: BwUnit) -> Option<BwStats> {
+        if !self.measure_peak {
+            let elapsed = self.last_completion - self.first_post?;
+            return BwStats::without_peak(size, self.completed_messages, elapsed, unit);
+        }
+        let (posted, completed): (Vec<f64>, Vec<f64>) = self
+            .posted
+            .iter()
+            .zip(&self.completed)
+            .filter(|(_, c)| !c.is_nan())
+            .map(|(p, c)| (*p, *c))
+            .unzip();
+        BwStats::compute(size, &posted, &completed, cq_mod, unit)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +316,56 @@ mod tests {
         let g = BwStats::compute(1 << 20, &posted, &completed, 1, BwUnit::GigabitsPerSec).unwrap();
         assert!((g.average - (4.0 * 1048576.0 * 8.0 / 0.009) / 1e9).abs() < 1e-9);
         assert!(BwStats::compute(1, &[], &[], 1, BwUnit::MegabytesPerSec).is_none());
+    }
+
+    /// A send_bw server sees receive completions in bursts: 16 arrive in one poll with the
+    /// same timestamp. Treating the previous completion as a "post" made a 16-message burst
+    /// look instantaneous and the peak absurd (100+ GB/s against 450 MB/s); perftest does
+    /// not measure a peak there, and neither must we.
+    #[test]
+    fn receive_bursts_give_no_peak_only_the_average() {
+        // 160 messages of 64 KiB, in 10 bursts of 16 one ms apart: 10 MiB in 9 ms.
+        let mut times = BwTimes::new(1, false);
+        times.posted(0, 0.0);
+        for burst in 0..10u64 {
+            let now = burst as f64 * 1000.0;
+            times.completed(0, burst * 16, burst * 16 + 15, now);
+        }
+        let s = times.stats(65536, 1, BwUnit::MegabytesPerSec).unwrap();
+        assert_eq!(s.peak, 0.0, "perftest reports no peak on the receive side");
+        assert_eq!(s.iters, 160);
+        assert!((s.average - 10.0 / 0.009).abs() < 1e-6, "{}", s.average);
+        assert!(s.peak <= s.average);
+    }
+
+    /// The client's peak with synthetic times, as perftest's print_report_bw computes it:
+    /// windows start at a post and end at a signalled completion (every cq_mod-th and the
+    /// last), and no window beats the rate the timings allow.
+    #[test]
+    fn client_peak_is_bounded_by_the_fastest_window() {
+        let mut times = BwTimes::new(1, true);
+        // 8 messages posted 100 us apart, cq_mod 4: completions at messages 3 and 7.
+        for k in 0..8 {
+            times.posted(0, k as f64 * 100.0);
+        }
+        times.completed(0, 0, 3, 500.0);
+        times.completed(0, 4, 7, 1300.0);
+        let s = times.stats(1 << 20, 4, BwUnit::MegabytesPerSec).unwrap();
+        // Best window: posted[0] = 0 .. completed[3] = 500, 4 messages: 125 us each (the
+        // whole run is 162.5 us per message, posted[4] .. completed[7] 225).
+        assert!((s.peak - 1e6 / 125.0).abs() < 1e-6, "{}", s.peak);
+        assert!((s.average - 8.0 / 0.0013).abs() < 1e-6, "{}", s.average);
+        assert!(s.peak >= s.average);
+        // Without the peak, the same run has the same average and no per-message memory.
+        let mut lean = BwTimes::new(1, false);
+        for k in 0..8 {
+            lean.posted(0, k as f64 * 100.0);
+        }
+        lean.completed(0, 0, 3, 500.0);
+        lean.completed(0, 4, 7, 1300.0);
+        assert!(lean.posted.is_empty() && lean.index_of[0].is_empty());
+        let l = lean.stats(1 << 20, 4, BwUnit::MegabytesPerSec).unwrap();
+        assert_eq!((l.peak, l.iters), (0.0, 8));
+        assert!((l.average - s.average).abs() < 1e-9);
     }
 }

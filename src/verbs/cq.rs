@@ -26,6 +26,11 @@ impl ChannelShared {
         lock(&self.fired).push_back(cq);
         let _ = self.tx.send(&[1]);
     }
+
+    /// Makes the fd readable without an event: a waiter looks again (the device stopped).
+    pub fn wake(&self) {
+        let _ = self.tx.send(&[1]);
+    }
 }
 
 /// A completion channel (`ibv_comp_channel`): CQs armed with [`Cq::req_notify`] report
@@ -35,7 +40,7 @@ impl ChannelShared {
 #[derive(Clone, Debug)]
 pub struct CompletionChannel {
     pub(crate) inner: Arc<ChannelShared>,
-    _device: Device,
+    device: Device,
 }
 
 impl CompletionChannel {
@@ -50,13 +55,18 @@ impl CompletionChannel {
                 source,
             })?;
         }
+        let inner = Arc::new(ChannelShared {
+            rx,
+            tx,
+            fired: Mutex::new(VecDeque::new()),
+        });
+        let mut all = lock(&device.shared().all_channels);
+        all.retain(|c| c.strong_count() > 0);
+        all.push(Arc::downgrade(&inner));
+        drop(all);
         Ok(CompletionChannel {
-            inner: Arc::new(ChannelShared {
-                rx,
-                tx,
-                fired: Mutex::new(VecDeque::new()),
-            }),
-            _device: device.clone(),
+            inner,
+            device: device.clone(),
         })
     }
 
@@ -76,12 +86,18 @@ impl CompletionChannel {
     /// Waits for an event (`ibv_get_cq_event`): the id of the CQ that fired (compare with
     /// [`Cq::id`]). `None` waits forever. Re-arm the CQ with [`Cq::req_notify`] before
     /// polling it, so no completion slips between the poll and the next wait.
+    ///
+    /// If the device's progress thread stops (its driver failed, or it panicked), returns
+    /// [`VerbsError::DeviceStopped`] with the cause at once, however long the timeout.
     pub fn get_cq_event(&self, timeout: Option<Duration>) -> Result<CqId> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             if let Some(cq) = self.try_get_cq_event() {
                 return Ok(cq);
             }
+            // `fail` records the cause before it wakes the channel, so a wake-up that
+            // raced with this check still finds it on the next round.
+            self.device.shared().check_alive()?;
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 return Err(VerbsError::Timeout(timeout.unwrap_or_default()));

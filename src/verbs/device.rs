@@ -4,7 +4,7 @@ use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -127,6 +127,9 @@ pub(crate) struct Shared {
     pub static_neighbours: Mutex<HashMap<IpAddr, MacAddr>>,
     /// Completion channel of each CQ that has one, by CQ id.
     pub channels: Mutex<HashMap<u32, Arc<ChannelShared>>>,
+    /// Every completion channel of the device (with or without CQs), to wake its waiters
+    /// when the progress thread stops.
+    pub all_channels: Mutex<Vec<Weak<ChannelShared>>>,
     pub async_events: Mutex<VecDeque<Event>>,
     pub stats: ProgressStats,
     pub xdp_stats: Mutex<Option<XdpStats>>,
@@ -210,12 +213,7 @@ impl Shared {
     /// Runs `f` on the engine, then delivers the events it raised and, if `wake`, wakes the
     /// progress thread so new work (a posted WR, a state change) is transmitted.
     pub fn with_engine<R>(&self, wake: bool, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
-        if let Some(reason) = lock(&self.stopped).clone() {
-            return Err(VerbsError::DeviceStopped {
-                device: self.name.clone(),
-                reason,
-            });
-        }
+        self.check_alive()?;
         let (out, events) = {
             let mut engine = lock(&self.engine);
             let out = f(&mut engine);
@@ -230,6 +228,17 @@ impl Shared {
             self.wake();
         }
         Ok(out)
+    }
+
+    /// `Err(DeviceStopped)` with the cause once the progress thread has stopped.
+    pub fn check_alive(&self) -> Result<()> {
+        match lock(&self.stopped).clone() {
+            Some(reason) => Err(VerbsError::DeviceStopped {
+                device: self.name.clone(),
+                reason,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Wakes the progress thread (no-op cost in busy-poll mode).
@@ -487,6 +496,7 @@ impl Device {
             neighbour_timeout: config.neighbour_timeout,
             static_neighbours: Mutex::new(HashMap::new()),
             channels: Mutex::new(HashMap::new()),
+            all_channels: Mutex::new(Vec::new()),
             async_events: Mutex::new(VecDeque::new()),
             stats: ProgressStats::default(),
             xdp_stats: Mutex::new(None),
@@ -609,6 +619,14 @@ impl Device {
         lock(&self.shared().engine).counters().clone()
     }
 
+    /// Why the last frame that could not be emitted or that the driver refused failed, with
+    /// its QP (each is counted in `counters().emit_failed`).
+    pub fn last_emit_error(&self) -> Option<String> {
+        lock(&self.shared().engine)
+            .last_emit_error()
+            .map(str::to_string)
+    }
+
     /// The progress thread's counters.
     pub fn progress_stats(&self) -> &ProgressStats {
         &self.shared().stats
@@ -640,7 +658,7 @@ impl Device {
         lock(&self.shared().trace).drain(..).collect()
     }
 
-    /// Next asynchronous event (QP fatal, CQ overrun, SQ drained), if any.
+    /// Next asynchronous event (QP fatal, CQ error after an overrun, SQ drained), if any.
     pub fn poll_async_event(&self) -> Option<Event> {
         lock(&self.shared().async_events).pop_front()
     }

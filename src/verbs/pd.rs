@@ -322,12 +322,18 @@ impl Device {
             )));
         }
         let ip = attr.dgid.to_ip();
-        let mac = self.resolve_mac(ip)?;
-        let mut av = AddressVector::new(mac.0, ip);
+        // Check the fields the caller chose before resolving (which may wait for ARP); the
+        // MAC is checked again once known.
+        let gids: Vec<_> = self.gid_table().iter().map(|e| e.gid.to_ip()).collect();
+        let mut av = AddressVector::new([2, 0, 0, 0, 0, 0], ip);
         av.sgid_index = attr.sgid_index;
         av.hop_limit = attr.hop_limit;
         av.traffic_class = attr.traffic_class;
         av.flow_label = attr.flow_label;
+        let port_mac = self.netdev().mac.0;
+        av.validate(&gids, port_mac)?;
+        av.dest_mac = self.resolve_mac(ip)?.0;
+        av.validate(&gids, port_mac)?;
         Ok(av)
     }
 }

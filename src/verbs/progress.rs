@@ -97,10 +97,12 @@ pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixD
                         shared.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(DriverError::TxBusy) => backlog.push_back(buf[..len].to_vec()),
-                    // A frame the driver refuses is lost like a frame lost on the wire:
-                    // the transport's retry recovers (RC) or the datagram is gone (UD).
-                    Err(_) => {
+                    // A frame the driver refuses is lost like a frame lost on the wire
+                    // (RC retries it), but the engine learns of it: a UD send completes
+                    // with an error instead of success.
+                    Err(e) => {
                         shared.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
+                        engine.report_send_failure(&e.to_string());
                     }
                 }
             }
@@ -151,7 +153,17 @@ pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixD
     }
 }
 
+/// Records why the progress thread stops (a driver error or a panic), then wakes every
+/// completion channel so callers blocked in `get_cq_event` learn it; every later verbs call
+/// (posts, polls, waits) returns `DeviceStopped` with this reason.
 pub(crate) fn fail(shared: &Shared, reason: String) {
     tracing::error!(device = %shared.name, %reason, "progress thread stopped");
     *lock(&shared.stopped) = Some(reason);
+    let channels: Vec<_> = lock(&shared.all_channels)
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    for channel in channels {
+        channel.wake();
+    }
 }

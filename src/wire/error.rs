@@ -77,7 +77,8 @@ pub enum WireError {
         /// The EtherType found.
         ether_type: u16,
     },
-    /// More than one VLAN tag (QinQ); xroce handles a single 802.1Q tag.
+    /// More than one VLAN tag (QinQ); xroce handles a single 802.1Q tag (its XDP program
+    /// leaves these to the kernel).
     #[error(
         "stacked VLAN tags (EtherType 0x{ether_type:04x} inside a VLAN tag) are not supported"
     )]
@@ -99,11 +100,28 @@ pub enum WireError {
         /// The IHL field (header length in 32-bit words).
         ihl: u8,
     },
-    /// IPv4 options are present; RoCEv2 senders never use them and xroce does not model them.
-    #[error("IPv4 header carries options (IHL {ihl}); not supported")]
-    Ipv4Options {
-        /// The IHL field.
-        ihl: u8,
+    /// An 802.1ad service tag (or the older QinQ TPID 0x9100) as the outer tag; xroce
+    /// sends and takes only a single 802.1Q tag (its XDP program leaves these to the kernel).
+    #[error(
+        "802.1ad service VLAN tag (TPID 0x{tpid:04x}) is not supported: \
+         xroce takes a single 802.1Q tag"
+    )]
+    ServiceVlanTag {
+        /// The outer TPID.
+        tpid: u16,
+    },
+    /// RoCEv2 (UDP port 4791) behind IPv6 extension headers: the ICRC masks only fixed IPv6
+    /// header fields, so it cannot be verified over headers that change in flight (hop-by-hop
+    /// options, routing). xroce's XDP program leaves these to the kernel.
+    #[error(
+        "RoCEv2 behind {len} bytes of IPv6 extension headers (first: next header {first}): \
+         not supported, the ICRC cannot be verified over them"
+    )]
+    Ipv6ExtensionHeaders {
+        /// The first extension header's type (0 hop-by-hop, 43 routing, 60 destination).
+        first: u8,
+        /// Bytes of extension headers before the UDP header.
+        len: usize,
     },
     /// The IP total length (IPv4) or payload length (IPv6) is smaller than the headers it must
     /// hold.

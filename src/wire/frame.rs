@@ -2,8 +2,18 @@
 //! 4791, the RoCE packet, pad and ICRC (RoCEv2 Annex A17.2).
 //!
 //! ```text
-//! | Ethernet 14 | [802.1Q 4] | IPv4 20 / IPv6 40 | UDP 8 | BTH 12 | ext hdrs | payload | pad 0-3 | ICRC 4 |
+//! | Ethernet 14 | [802.1Q 4] | IPv4 20-60 / IPv6 40 | UDP 8 | BTH 12 | ext hdrs | payload | pad 0-3 | ICRC 4 |
 //! ```
+//! What is taken, and what is left to the kernel (`bpf/xroce_xdp.c` steers the same set):
+//! - IPv4 options are legal IP and the ICRC covers the whole IPv4 header (only TOS, TTL and
+//!   the checksum are masked), so a frame with options is parsed and verified. Options are
+//!   never emitted.
+//! - IPv6 extension headers are refused ([`WireError::Ipv6ExtensionHeaders`]): the ICRC's
+//!   masks name only fixed IPv6 header fields, while hop-by-hop options and routing headers
+//!   change in flight, so the ICRC cannot be verified over them.
+//! - Stacked VLAN tags (QinQ) and 802.1ad service tags are refused: an address vector has
+//!   one 802.1Q tag, so a reply could not go back the way the frame came.
+//!
 //! Ethernet, VLAN, IP and UDP headers are parsed and written with `etherparse`; the RoCE
 //! headers with the views in this module's siblings.
 
@@ -65,7 +75,8 @@ impl EthRepr {
 /// The IP header of a frame, with the fields RoCEv2 lets a sender choose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IpRepr {
-    /// IPv4 without options, protocol UDP, never fragmented.
+    /// IPv4, protocol UDP, never fragmented. Options a received frame carried are in
+    /// [`ParsedFrame::ipv4_options`]; emit writes none.
     V4 {
         /// Source address.
         src: Ipv4Addr,
@@ -96,7 +107,7 @@ pub enum IpRepr {
 }
 
 impl IpRepr {
-    /// Header length: 20 or 40.
+    /// Header length [`FrameRepr::emit`] writes: 20 or 40.
     pub fn buffer_len(&self) -> usize {
         match self {
             IpRepr::V4 { .. } => IPV4_LEN,
@@ -158,6 +169,8 @@ pub struct ParsedFrame<'a> {
     pub ipv4_checksum: Option<u16>,
     /// Whether the IPv4 header checksum is right (always true for IPv6).
     pub ipv4_checksum_ok: bool,
+    /// IPv4 options as received (empty without options, and for IPv6).
+    pub ipv4_options: &'a [u8],
     /// Offsets of the parts.
     pub offsets: FrameOffsets,
     /// Bytes after the IP packet (Ethernet minimum-size padding).
@@ -170,12 +183,40 @@ impl<'a> ParsedFrame<'a> {
         self.icrc_received == self.icrc_computed
     }
 
-    /// Re-emits the frame exactly as received when it was well formed: the repr, plus the
-    /// received UDP checksum and BTH byte 4 (reserved bits included). The ICRC masks both,
-    /// so the emitted ICRC is unchanged.
+    /// Re-emits the frame exactly as received when it was well formed: the repr, the IPv4
+    /// options, the received UDP checksum and BTH byte 4 (reserved bits included). The ICRC
+    /// masks the last two, so apart from the options the emitted ICRC is the repr's.
     pub fn emit_as_received(&self, buf: &mut [u8]) -> Result<usize> {
         let n = self.repr.emit(buf)?;
-        let udp = self.repr.eth.buffer_len() + self.repr.ip.buffer_len();
+        let ip = self.repr.eth.buffer_len();
+        let opts = self.ipv4_options;
+        let n = if opts.is_empty() {
+            n
+        } else {
+            let len = n + opts.len();
+            if buf.len() < len {
+                return Err(WireError::BufferTooSmall {
+                    need: len,
+                    have: buf.len(),
+                });
+            }
+            // Shift UDP onwards, put the options in, and fix IHL, total length, checksum.
+            buf.copy_within(ip + IPV4_LEN..n, ip + IPV4_LEN + opts.len());
+            buf[ip + IPV4_LEN..ip + IPV4_LEN + opts.len()].copy_from_slice(opts);
+            let header_len = IPV4_LEN + opts.len();
+            buf[ip] = 0x40 | (header_len / 4) as u8;
+            let total = usize::from(u16::from_be_bytes([buf[ip + 2], buf[ip + 3]])) + opts.len();
+            let total = u16::try_from(total).map_err(|_| WireError::TooLarge { len: total })?;
+            buf[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
+            buf[ip + 10..ip + 12].fill(0);
+            let ck = ipv4_checksum_any(&buf[ip..ip + header_len]);
+            buf[ip + 10..ip + 12].copy_from_slice(&ck.to_be_bytes());
+            let icrc_at = len - ICRC_LEN;
+            let crc = icrc::icrc_ipv4(&buf[ip..ip + header_len], &buf[ip + header_len..icrc_at]);
+            buf[icrc_at..len].copy_from_slice(&icrc::to_wire(crc));
+            len
+        };
+        let udp = self.offsets.udp;
         buf[udp + 6..udp + 8].copy_from_slice(&self.udp_checksum.to_be_bytes());
         buf[udp + UDP_LEN + 4] = self.bth_byte4;
         Ok(n)
@@ -220,6 +261,9 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
     let mut ether_type = eth.ether_type();
     let mut at = ETH_LEN;
     let mut vlan = None;
+    if is_service_tpid(ether_type) {
+        return Err(WireError::ServiceVlanTag { tpid: ether_type.0 });
+    }
     if ether_type == EtherType::VLAN_TAGGED_FRAME {
         let tag = SingleVlanHeaderSlice::from_slice(&frame[at..])
             .map_err(|_| truncated(Layer::Vlan, VLAN_LEN, frame.len() - at))?;
@@ -230,12 +274,7 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
         });
         ether_type = tag.ether_type();
         at += VLAN_LEN;
-        if matches!(
-            ether_type,
-            EtherType::VLAN_TAGGED_FRAME
-                | EtherType::PROVIDER_BRIDGING
-                | EtherType::VLAN_DOUBLE_TAGGED_FRAME
-        ) {
+        if ether_type == EtherType::VLAN_TAGGED_FRAME || is_service_tpid(ether_type) {
             return Err(WireError::StackedVlan {
                 ether_type: ether_type.0,
             });
@@ -266,14 +305,13 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
                     }) => WireError::BadIpv4Ihl { ihl },
                 }
             })?;
-            if hdr.ihl() != 5 {
-                return Err(WireError::Ipv4Options { ihl: hdr.ihl() });
-            }
+            // IPv4 options (IHL 6-15) are legal IP; the ICRC covers them (see the module doc).
+            let header_len = hdr.slice().len();
             let total = usize::from(hdr.total_len());
-            if total < IPV4_LEN {
+            if total < header_len {
                 return Err(WireError::BadIpLength {
                     ip_len: total,
-                    header_len: IPV4_LEN,
+                    header_len,
                 });
             }
             if total > rest.len() {
@@ -300,7 +338,7 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
             (
                 ip,
                 hdr.slice(),
-                &rest[IPV4_LEN..total],
+                &rest[header_len..total],
                 Some(hdr.header_checksum()),
             )
         }
@@ -322,9 +360,7 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
                 return Err(truncated(Layer::Ipv6, total, rest.len()));
             }
             if hdr.next_header() != IpNumber::UDP {
-                return Err(WireError::NotUdp {
-                    protocol: hdr.next_header().0,
-                });
+                return Err(ipv6_not_udp(hdr.next_header().0, &rest[..total]));
             }
             let ip = IpRepr::V6 {
                 src: hdr.source_addr(),
@@ -390,6 +426,51 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
     })
 }
 
+/// TPIDs of 802.1ad service tags (0x88A8) and the pre-standard QinQ 0x9100.
+fn is_service_tpid(t: EtherType) -> bool {
+    t == EtherType::PROVIDER_BRIDGING || t == EtherType::VLAN_DOUBLE_TAGGED_FRAME
+}
+
+/// IPv6 extension headers that `bpf/xroce_xdp.c` walks (hop-by-hop, routing, destination
+/// options), at most this many, as it does.
+const IPV6_EXT_HEADERS: [u8; 3] = [0, 43, 60];
+const IPV6_MAX_EXT_HEADERS: usize = 3;
+
+/// The error for an IPv6 packet whose next header is not UDP: [`WireError::Ipv6ExtensionHeaders`]
+/// when extension headers lead to UDP port 4791 (RoCEv2 that xroce leaves to the kernel),
+/// else what the packet is. `packet` is the IPv6 packet (header and payload).
+fn ipv6_not_udp(first: u8, packet: &[u8]) -> WireError {
+    let mut next = first;
+    let mut at = IPV6_LEN;
+    for _ in 0..IPV6_MAX_EXT_HEADERS {
+        if !IPV6_EXT_HEADERS.contains(&next) {
+            break;
+        }
+        let Some(&[nh, len]) = packet
+            .get(at..at + 2)
+            .and_then(|b| <&[u8; 2]>::try_from(b).ok())
+        else {
+            return truncated(Layer::Ipv6, at + 2, packet.len());
+        };
+        next = nh;
+        at += (usize::from(len) + 1) * 8;
+    }
+    if next != IpNumber::UDP.0 {
+        return WireError::NotUdp { protocol: next };
+    }
+    let Some(udp) = packet.get(at..at + UDP_LEN) else {
+        return truncated(Layer::Udp, UDP_LEN, packet.len().saturating_sub(at));
+    };
+    let dst_port = u16::from_be_bytes([udp[2], udp[3]]);
+    if dst_port != ROCEV2_UDP_PORT {
+        return WireError::NotRoce { dst_port };
+    }
+    WireError::Ipv6ExtensionHeaders {
+        first,
+        len: at - IPV6_LEN,
+    }
+}
+
 /// The ICRC a frame carries and the one computed over it, needing only Ethernet/IP/UDP to
 /// be well formed (the RoCE headers may be anything). `xroce dump` uses it to say whether a
 /// frame that does not parse was damaged in transit.
@@ -423,8 +504,15 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>> {
         ipv4_checksum: loc.ipv4_checksum,
         // Only checked here, for tools: the engine's receive path does not look at it.
         ipv4_checksum_ok: loc.ipv4_checksum.is_none_or(|c| {
-            <&[u8; IPV4_LEN]>::try_from(loc.ip_header).is_ok_and(|h| c == ipv4_header_checksum(h))
+            c == match <&[u8; IPV4_LEN]>::try_from(loc.ip_header) {
+                Ok(h) => ipv4_header_checksum(h),
+                Err(_) => ipv4_checksum_any(loc.ip_header),
+            }
         }),
+        ipv4_options: match loc.ip {
+            IpRepr::V4 { .. } => loc.ip_header.get(IPV4_LEN..).unwrap_or(&[]),
+            IpRepr::V6 { .. } => &[],
+        },
         offsets,
         trailer_len: loc.trailer_len,
     })
@@ -605,9 +693,19 @@ impl FrameRepr<'_> {
 
 /// The IPv4 header checksum (RFC 791): the ones' complement of the ones' complement sum of
 /// the header's 16-bit words, the checksum field (bytes 10-11) counted as zero.
-/// Fixed at 20 bytes (options are never emitted and are refused on receive) so that the
-/// loop unrolls.
+/// Fixed at 20 bytes (options are never emitted) so that the loop unrolls.
 fn ipv4_header_checksum(header: &[u8; IPV4_LEN]) -> u16 {
+    let mut sum = 0u32;
+    for (i, w) in header.chunks_exact(2).enumerate() {
+        if i != 5 {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+    }
+    ones_complement(sum)
+}
+
+/// The IPv4 header checksum of a header of any length (with options).
+fn ipv4_checksum_any(header: &[u8]) -> u16 {
     let mut sum = 0u32;
     for (i, w) in header.chunks_exact(2).enumerate() {
         if i != 5 {
@@ -748,8 +846,8 @@ mod tests {
         v[20] = 0x20; // MF
         assert_eq!(parse_frame(&v), Err(WireError::Fragmented { offset: 0 }));
         let mut v = ACK;
-        v[14] = 0x46;
-        assert_eq!(parse_frame(&v), Err(WireError::Ipv4Options { ihl: 6 }));
+        v[14] = 0x46; // IHL 6: UDP's first word is read as an option, UDP starts 4 later
+        assert_eq!(parse_frame(&v), Err(WireError::NotRoce { dst_port: 0 }));
         let mut v = ACK;
         v[14] = 0x65;
         assert_eq!(
@@ -783,6 +881,188 @@ mod tests {
         let p = parse_frame(&buf[..n]).unwrap();
         assert!(p.icrc_ok());
         assert_eq!(p.repr, g);
+    }
+
+    /// `ACK` with `options` inserted after its IPv4 header: IHL, total length, header
+    /// checksum and ICRC made right for them.
+    fn ack_with_options(options: &[u8]) -> Vec<u8> {
+        let mut f = ACK[..34].to_vec();
+        f.extend_from_slice(options);
+        f.extend_from_slice(&ACK[34..]);
+        let hl = 20 + options.len();
+        f[14] = 0x40 | (hl / 4) as u8;
+        let total = u16::from_be_bytes([f[16], f[17]]) + options.len() as u16;
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        let ck = ipv4_checksum_any(&f[14..14 + hl]);
+        f[24..26].copy_from_slice(&ck.to_be_bytes());
+        let icrc_at = f.len() - 4;
+        let crc = icrc::icrc_ipv4(&f[14..14 + hl], &f[14 + hl..icrc_at]);
+        f[icrc_at..].copy_from_slice(&icrc::to_wire(crc));
+        f
+    }
+
+    #[test]
+    fn ipv4_options_are_parsed_and_covered_by_the_icrc() {
+        // Router Alert (RFC 2113) and NOP, EOL: 8 bytes, IHL 7.
+        let options = [0x94, 0x04, 0x00, 0x00, 0x01, 0x01, 0x01, 0x00];
+        let f = ack_with_options(&options);
+        let plain = parse_frame(&ACK).unwrap();
+        let p = parse_frame(&f).unwrap();
+        assert!(p.icrc_ok() && p.ipv4_checksum_ok);
+        assert_eq!(p.repr, plain.repr, "the same fields, options aside");
+        assert_eq!(p.ipv4_options, options);
+        assert_eq!((p.offsets.udp, p.offsets.bth, p.offsets.icrc), (42, 50, 66));
+        assert_eq!(parse_frame_verified(&f), Ok(plain.repr));
+        let mut out = [0u8; 128];
+        let n = p.emit_as_received(&mut out).unwrap();
+        assert_eq!(&out[..n], &f[..], "re-emitted with the options");
+        // The ICRC covers the options (IBTA A17: the whole IPv4 header, only TOS, TTL and
+        // the checksum masked), so a changed option is caught.
+        let mut bad = f.clone();
+        bad[36] ^= 0x01;
+        assert!(matches!(
+            parse_frame_verified(&bad),
+            Err(WireError::BadIcrc { .. })
+        ));
+        // The longest header (IHL 15, 40 bytes of options).
+        let long = ack_with_options(&[0x01; 40]);
+        assert_eq!(parse_frame_verified(&long), Ok(plain.repr));
+        // Total length below the header length.
+        let mut short = f.clone();
+        short[16..18].copy_from_slice(&26u16.to_be_bytes());
+        assert_eq!(
+            parse_frame(&short),
+            Err(WireError::BadIpLength {
+                ip_len: 26,
+                header_len: 28
+            })
+        );
+        // IHL beyond the captured bytes.
+        assert!(matches!(
+            parse_frame(&f[..14 + 24]),
+            Err(WireError::Truncated {
+                layer: Layer::Ipv4,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn stacked_and_service_vlan_tags_are_refused() {
+        let with_tags = |tags: &[[u8; 4]]| {
+            let mut f = ACK[..12].to_vec();
+            for t in tags {
+                f.extend_from_slice(t);
+            }
+            f.extend_from_slice(&ACK[12..]);
+            f
+        };
+        // One 802.1Q tag is taken.
+        let one = with_tags(&[[0x81, 0x00, 0x00, 0x64]]);
+        assert_eq!(parse_frame(&one).unwrap().repr.eth.vlan.unwrap().vid, 100);
+        // QinQ: 802.1ad outer, 802.1Q inner.
+        let qinq = with_tags(&[[0x88, 0xa8, 0x00, 0xc8], [0x81, 0x00, 0x01, 0x2c]]);
+        assert_eq!(
+            parse_frame(&qinq),
+            Err(WireError::ServiceVlanTag { tpid: 0x88a8 })
+        );
+        // Two 802.1Q tags, and an 802.1Q tag holding an 802.1ad one.
+        let two = with_tags(&[[0x81, 0x00, 0x00, 0xc8], [0x81, 0x00, 0x01, 0x2c]]);
+        assert_eq!(
+            parse_frame(&two),
+            Err(WireError::StackedVlan { ether_type: 0x8100 })
+        );
+        let inner_s = with_tags(&[[0x81, 0x00, 0x00, 0xc8], [0x88, 0xa8, 0x01, 0x2c]]);
+        assert_eq!(
+            parse_frame(&inner_s),
+            Err(WireError::StackedVlan { ether_type: 0x88a8 })
+        );
+        // A lone service tag, and the old 0x9100 QinQ TPID.
+        let s_only = with_tags(&[[0x88, 0xa8, 0x00, 0xc8]]);
+        assert_eq!(
+            parse_frame(&s_only),
+            Err(WireError::ServiceVlanTag { tpid: 0x88a8 })
+        );
+        let q9100 = with_tags(&[[0x91, 0x00, 0x00, 0xc8], [0x81, 0x00, 0x01, 0x2c]]);
+        assert_eq!(
+            parse_frame(&q9100),
+            Err(WireError::ServiceVlanTag { tpid: 0x9100 })
+        );
+    }
+
+    /// An IPv6 RoCE ACK with `ext` inserted between the IPv6 header (next header `first`)
+    /// and UDP.
+    fn ipv6_ack_with(first: u8, ext: &[u8]) -> Vec<u8> {
+        let mut g = parse_frame(&ACK).unwrap().repr;
+        g.ip = IpRepr::V6 {
+            src: "fd00::1".parse().unwrap(),
+            dst: "fd00::2".parse().unwrap(),
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        };
+        let mut buf = [0u8; 160];
+        let n = g.emit(&mut buf).unwrap();
+        let mut f = buf[..54].to_vec();
+        f.extend_from_slice(ext);
+        f.extend_from_slice(&buf[54..n]);
+        let plen = u16::from_be_bytes([f[18], f[19]]) + ext.len() as u16;
+        f[18..20].copy_from_slice(&plen.to_be_bytes());
+        f[20] = first;
+        f
+    }
+
+    #[test]
+    fn ipv6_extension_headers_are_refused_by_name() {
+        // Hop-by-hop options (next header UDP, 8 bytes: PadN).
+        let hbh = [17, 0, 0x01, 0x04, 0, 0, 0, 0];
+        assert_eq!(
+            parse_frame(&ipv6_ack_with(0, &hbh)),
+            Err(WireError::Ipv6ExtensionHeaders { first: 0, len: 8 })
+        );
+        // Destination options then routing (16 bytes each way), then UDP.
+        let mut chain = vec![43, 0, 0x01, 0x04, 0, 0, 0, 0];
+        chain.extend_from_slice(&[17, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            parse_frame(&ipv6_ack_with(60, &chain)),
+            Err(WireError::Ipv6ExtensionHeaders { first: 60, len: 24 })
+        );
+        // Not RoCE behind them: another port, another protocol, a fragment header.
+        let mut other_port = ipv6_ack_with(0, &hbh);
+        other_port[14 + 40 + 8 + 3] = 0x50;
+        assert!(matches!(
+            parse_frame(&other_port),
+            Err(WireError::NotRoce { dst_port: 0x1250 })
+        ));
+        let to_tcp = [6, 0, 0x01, 0x04, 0, 0, 0, 0];
+        assert_eq!(
+            parse_frame(&ipv6_ack_with(0, &to_tcp)),
+            Err(WireError::NotUdp { protocol: 6 })
+        );
+        let frag = [17, 0, 0, 0, 0, 0, 0, 1];
+        assert_eq!(
+            parse_frame(&ipv6_ack_with(44, &frag)),
+            Err(WireError::NotUdp { protocol: 44 })
+        );
+        // An extension header running past the packet.
+        let long = [17, 200, 0x01, 0x04, 0, 0, 0, 0];
+        assert!(matches!(
+            parse_frame(&ipv6_ack_with(0, &long)),
+            Err(WireError::Truncated {
+                layer: Layer::Udp,
+                ..
+            })
+        ));
+        let mut cut = ipv6_ack_with(0, &hbh);
+        cut.truncate(14 + 41);
+        cut[18..20].copy_from_slice(&1u16.to_be_bytes());
+        assert!(matches!(
+            parse_frame(&cut),
+            Err(WireError::Truncated {
+                layer: Layer::Ipv6,
+                ..
+            })
+        ));
     }
 
     #[test]

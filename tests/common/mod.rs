@@ -17,6 +17,35 @@ pub fn privileged_or_skip(test: &str) -> bool {
     }
 }
 
+/// Prints `SKIPPED: <test>: <why>` where the user sees it. libtest captures `print!` and
+/// `eprint!` of passing tests and shows them only on failure, so the line is written to the
+/// stderr handle itself, which the capture does not reach.
+pub fn report_skip(test: &str, why: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test}: {why}");
+}
+
+/// Runs the test `name` of this test binary again in a child process (with `env` set and
+/// `env_remove` removed) and returns what it wrote to stderr, after asserting it passed.
+/// Used to prove that a skip is visible in the harness's normal, captured output.
+pub fn rerun_self(name: &str, env: &[(&str, &str)], env_remove: &[&str]) -> String {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([name, "--exact", "--test-threads=1"]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    for k in env_remove {
+        cmd.env_remove(k);
+    }
+    let out = cmd.output().expect("re-run this test binary");
+    assert!(
+        out.status.success(),
+        "{name} failed when re-run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Path of the `xroce` binary built for this test run.
 pub fn xroce_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_xroce"))

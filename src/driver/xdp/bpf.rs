@@ -17,6 +17,7 @@ const CNT_REDIRECTED: u32 = 1;
 const CNT_PASSED: u32 = 2;
 const CNT_MALFORMED: u32 = 3;
 const CNT_NO_SOCKET: u32 = 4;
+const CNT_UNSUPPORTED: u32 = 5;
 
 /// How the XDP program is attached to the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,7 +83,7 @@ impl XdpProgram {
         let prog = self
             .object
             .progs()
-            .find(|p| p.name() == "xroce_xdp")
+            .find(|p| p.name() == XROCE_PROG_NAME)
             .ok_or_else(|| DriverError::Bpf {
                 reason: "program xroce_xdp missing from the embedded object".into(),
             })?;
@@ -143,10 +144,20 @@ impl XdpProgram {
                 Ok(name)
             }
             Err(e) => Err(match e.raw_os_error() {
-                Some(libc::EBUSY) | Some(libc::EEXIST) => DriverError::XdpProgramAttached {
-                    ifname: ifname.to_string(),
-                    prog_id: attached_prog_id(ifindex).unwrap_or(0),
-                },
+                Some(libc::EBUSY) | Some(libc::EEXIST) => {
+                    let prog_id = attached_prog_id(ifindex).unwrap_or(0);
+                    if prog_id != 0 && is_xroce_program(prog_id) {
+                        DriverError::XroceAlreadyAttached {
+                            ifname: ifname.to_string(),
+                            prog_id,
+                        }
+                    } else {
+                        DriverError::XdpProgramAttached {
+                            ifname: ifname.to_string(),
+                            prog_id,
+                        }
+                    }
+                }
                 Some(libc::ENODEV) => DriverError::InterfaceMissing {
                     ifname: ifname.to_string(),
                 },
@@ -183,6 +194,7 @@ impl XdpProgram {
             passed: read(CNT_PASSED)?,
             malformed: read(CNT_MALFORMED)?,
             no_socket: read(CNT_NO_SOCKET)?,
+            unsupported: read(CNT_UNSUPPORTED)?,
             ..XdpStats::default()
         })
     }
@@ -196,6 +208,16 @@ pub fn attached_prog_id(ifindex: u32) -> Option<u32> {
     let rc = unsafe { libbpf_sys::bpf_xdp_query_id(ifindex as i32, 0, &mut id) };
     (rc == 0 && id != 0).then_some(id)
 }
+
+/// Whether the program with kernel id `id` is xroce's own (its name is `xroce_xdp`, the
+/// function in bpf/xroce_xdp.c): then another xroce process holds the interface.
+pub fn is_xroce_program(id: u32) -> bool {
+    libbpf_rs::query::ProgInfoIter::default()
+        .any(|p| p.id == id && p.name.to_bytes() == XROCE_PROG_NAME.as_bytes())
+}
+
+/// The name of the XDP program in bpf/xroce_xdp.c (the kernel keeps 15 characters).
+pub const XROCE_PROG_NAME: &str = "xroce_xdp";
 
 fn link_create(prog_fd: RawFd, ifindex: u32, flags: u32) -> std::io::Result<OwnedFd> {
     // Safety: bpf_link_create_opts is a plain C struct (integers, a pointer, a union of
