@@ -9,6 +9,10 @@
 #   lab.sh netem G ARGS|off      tc netem on both directions of guest G's link
 #   lab.sh mtu M                 change the link MTU of the bridge, guests and endpoints
 #   lab.sh attach NAME [IP]      endpoint namespace <lab>-NAME, interface eth0 (198.18.0.2, .3...)
+#   lab.sh attach-routed NAME [IP]   the same behind a router: namespace <lab>-NAME-rt holds
+#                                the router (IP on the bridge, 198.19.K.1 towards the endpoint,
+#                                K = IP's last byte), <lab>-NAME has eth0 = 198.19.K.2; the
+#                                guests get a route to 198.19.K.0/24 via IP
 #   lab.sh detach NAME
 #   lab.sh capture start|stop NAME   tcpdump on the bridge into <run>/pcaps/NAME.pcap
 #   lab.sh run-dir               print this lab's run directory (captures, logs)
@@ -48,6 +52,7 @@ teardown() {
   for p in "$state"/attached/*; do
     name=$(basename "$p")
     ip netns del "$ns-$name" 2>/dev/null || true
+    ip netns del "$ns-$name-rt" 2>/dev/null || true
     rm -f "$p"
   done
   ip netns del "$ns" 2>/dev/null || true
@@ -203,6 +208,10 @@ set_mtu() {
   shopt -s nullglob
   for p in "$LAB_STATE"/attached/*; do
     name=$(basename "$p"); ip -n "$LAB_NS-$name" link set eth0 mtu "$mtu"
+    if ns_exists "$LAB_NS-$name-rt"; then
+      ip -n "$LAB_NS-$name-rt" link set eth0 mtu "$mtu"
+      ip -n "$LAB_NS-$name-rt" link set rt0 mtu "$mtu"
+    fi
   done
   echo "$mtu" >"$LAB_STATE/mtu"
   # rxe follows its netdev's MTU (path MTU = largest IB MTU <= MTU - 80).
@@ -212,23 +221,31 @@ set_mtu() {
 }
 
 # --- endpoints --------------------------------------------------------------------------------
-attach() {
+# Checks NAME and prints the bridge address to use: IP, or the first free of .2 to .9. The
+# state file's last field is the endpoint's address on the bridge (its router's when routed).
+bridge_address() {
   local name=${1:-} ip=${2:-}
   [[ $name =~ ^[a-z0-9]{1,8}$ ]] || lab_die "endpoint name must be 1-8 of [a-z0-9], got '$name'"
   ns_exists "$LAB_NS" || lab_die "lab '$LAB_NS' is not up"
   [ ! -e "$LAB_STATE/attached/$name" ] || lab_die "endpoint '$name' is already attached (detach it first)"
   if [ -z "$ip" ]; then
     local i f used=""
-    for f in "$LAB_STATE"/attached/*; do [ -e "$f" ] && used="$used $(awk '{print $1}' "$f")"; done
+    for f in "$LAB_STATE"/attached/*; do [ -e "$f" ] && used="$used $(awk '{print $NF}' "$f")"; done
     for i in 2 3 4 5 6 7 8 9; do
       case " $used " in *" $LAB_NET.$i "*) ;; *) ip=$LAB_NET.$i; break ;; esac
     done
     [ -n "$ip" ] || lab_die "no free endpoint address in $LAB_NET.2-9"
   fi
   [[ $ip =~ ^198\.18\.0\.([2-9]|[1-9][0-9]|1[0-9][0-9]|2[0-4][0-9]|25[0-4])$ ]] || lab_die "endpoint address must be in $LAB_NET.0/24, got '$ip'"
+  echo "$ip"
+}
+
+attach() {
+  local name=${1:-} ip
+  ip=$(bridge_address "$name" "${2:-}")
   local ens=$LAB_NS-$name port=ep-$name mtu; mtu=$(cat "$LAB_STATE/mtu")
   ip netns add "$ens"
-  echo "$ip $ens $port" >"$LAB_STATE/attached/$name"
+  echo "$ip $ens $port $ip" >"$LAB_STATE/attached/$name"
   # Create the pair inside the lab namespace and move one end: no name ever lives in the
   # host's own namespace, so parallel labs cannot collide.
   NSX ip link add "$port" mtu "$mtu" type veth peer name eth0 netns "$ens"
@@ -239,10 +256,45 @@ attach() {
   echo "attached '$name': namespace $ens, interface eth0, $ip/24, MTU $mtu (run: ip netns exec $ens COMMAND)"
 }
 
+# An endpoint reached through a router namespace: RoCE between it and the guests is routed
+# (the frames carry the router's MAC, TTL is decremented), as across a data-centre fabric.
+attach_routed() {
+  local name=${1:-} rip
+  rip=$(bridge_address "$name" "${2:-}")
+  local k=${rip##*.} ens=$LAB_NS-$name rns=$LAB_NS-$name-rt port=ep-$name mtu g
+  mtu=$(cat "$LAB_STATE/mtu")
+  local eip=198.19.$k.2 gip=198.19.$k.1
+  ip netns add "$rns"
+  ip netns add "$ens"
+  echo "$eip $ens $port $rns $rip" >"$LAB_STATE/attached/$name"
+  NSX ip link add "$port" mtu "$mtu" type veth peer name eth0 netns "$rns"
+  NSX ip link set "$port" master br0 up
+  ip -n "$rns" link set lo up
+  ip -n "$rns" link set eth0 mtu "$mtu" up
+  ip -n "$rns" addr add "$rip/24" dev eth0
+  ip -n "$rns" link add rt0 mtu "$mtu" type veth peer name eth0 netns "$ens"
+  ip -n "$rns" addr add "$gip/24" dev rt0
+  ip -n "$rns" link set rt0 up
+  ip netns exec "$rns" sysctl -qw net.ipv4.ip_forward=1
+  ip -n "$ens" link set lo up
+  ip -n "$ens" link set eth0 mtu "$mtu" up
+  ip -n "$ens" addr add "$eip/24" dev eth0
+  ip -n "$ens" route add "$LAB_NET.0/24" via "$gip"
+  for g in $(seq 1 "$(guests)"); do
+    guest_exec "$g" "ip route replace 198.19.$k.0/24 via $rip" >/dev/null
+  done
+  echo "attached '$name' behind router $rns ($rip on the bridge, $gip towards it): namespace $ens, interface eth0, $eip/24, MTU $mtu (run: ip netns exec $ens COMMAND)"
+}
+
 detach() {
   local name=${1:-}
   [ -e "$LAB_STATE/attached/$name" ] || lab_die "no endpoint '$name' attached to lab '$LAB_NS'"
   ip netns del "$LAB_NS-$name" 2>/dev/null || true
+  if ns_exists "$LAB_NS-$name-rt"; then
+    local k g; k=$(awk '{print $NF}' "$LAB_STATE/attached/$name"); k=${k##*.}
+    for g in $(seq 1 "$(guests)"); do guest_exec "$g" "ip route del 198.19.$k.0/24" >/dev/null 2>&1 || true; done
+    ip netns del "$LAB_NS-$name-rt" 2>/dev/null || true
+  fi
   rm -f "$LAB_STATE/attached/$name"
   echo "detached '$name'"
 }
@@ -337,8 +389,9 @@ case $cmd in
   netem) [ $# -ge 2 ] || lab_die "netem G ARGS|off"; netem "$@" ;;
   mtu) [ $# -eq 1 ] || lab_die "mtu M"; set_mtu "$1" ;;
   attach) attach "$@" ;;
+  attach-routed) attach_routed "$@" ;;
   detach) detach "$@" ;;
   capture) capture "$@" ;;
   run-dir) d=$(run_dir); [ -n "$d" ] || lab_die "lab '$LAB_NS' is not up"; echo "$d" ;;
-  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
 esac

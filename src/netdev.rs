@@ -2,7 +2,7 @@
 //!
 //! An xroce device is an ordinary Ethernet interface. Everything RDMA needs to know about it
 //! comes from here, without the engine:
-//! - identity: interface index, MAC address, link MTU, operational state, driver;
+//! - identity: interface index, MAC address, link MTU, operational state, carrier, driver;
 //! - the **GID table**, derived from the interface's IP addresses the way Linux soft-RoCE
 //!   (rxe) and RoCE HCAs do it: index 0 is the IPv6 link-local address, then each IPv4 address
 //!   as an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), then the other IPv6 addresses. Every
@@ -10,20 +10,40 @@
 //! - the **path MTU** rule: the largest InfiniBand MTU (256, 512, 1024, 2048 or 4096 bytes of
 //!   payload) that fits in the link MTU minus 80 bytes of headers (rxe's rule: a 1500-byte
 //!   link gives 1024, a 9000-byte link gives 4096);
-//! - the **neighbour** (ARP/ND) entry of a peer: RoCE v2 frames are built in user space, so
-//!   the destination MAC must come from the kernel's neighbour table; when it is missing a
-//!   UDP probe makes the kernel resolve it.
+//! - the **next hop** towards a peer and its **neighbour** (ARP/ND) entry: RoCE v2 frames are
+//!   built in user space, so the destination MAC must come from the kernel: the MAC of the
+//!   gateway the kernel's route names for a peer behind a router, else of the peer itself.
 //!
-//! The facts come from iproute2's JSON output (`ip -j`), which works identically inside a
-//! network namespace entered with `ip netns exec`, and needs no privileges.
+//! Everything is read over rtnetlink (`netlink-packet-route` messages on a synchronous
+//! `netlink-sys` socket, one request and its answer at a time: no async runtime in the
+//! library, no `ip` processes). It needs no privileges and reads the network namespace the
+//! process runs in.
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::process::Command;
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
+    NLM_F_MULTIPART, NLM_F_REQUEST,
+};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
+};
+use netlink_packet_route::link::{
+    LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, LinkXdp, State, XdpAttached,
+};
+use netlink_packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage,
+    NeighbourState as KernelNeighbourState,
+};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteType, RouteVia,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-/// What went wrong while asking the kernel about an interface or a neighbour.
+/// What went wrong while asking the kernel about an interface, a route or a neighbour.
 #[derive(Debug, thiserror::Error)]
 pub enum NetdevError {
     /// The interface does not exist in this network namespace.
@@ -32,37 +52,67 @@ pub enum NetdevError {
     /// The interface name cannot be a Linux interface name.
     #[error("invalid interface name {0:?}: 1 to 15 characters, no '/', no whitespace")]
     InvalidName(String),
-    /// The `ip` command (iproute2) could not be run.
-    #[error("could not run `ip` (install iproute2: scripts/setup.sh): {0}")]
-    IpCommand(#[source] std::io::Error),
-    /// `ip` ran but failed or printed something unexpected.
-    #[error("`ip {args}` failed: {message}")]
-    IpFailed {
-        /// The arguments given to `ip`.
-        args: String,
-        /// Its error output, or what could not be parsed.
-        message: String,
+    /// A netlink request failed.
+    #[error("{what}: {source} (rtnetlink)")]
+    Netlink {
+        /// What was asked.
+        what: String,
+        /// The socket's or the kernel's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kernel has no route to the peer.
+    #[error("no route to {ip}: {source} (check `ip route get {ip}`)")]
+    NoRoute {
+        /// The peer's address.
+        ip: IpAddr,
+        /// The kernel's answer (network unreachable, ...).
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kernel routes the peer through another interface than the device's.
+    #[error(
+        "the route to {ip} leaves through {via}, not {ifname}: frames sent on {ifname} would \
+         not reach it; open the device on {via}, or add a route to {ip} via {ifname}"
+    )]
+    RouteElsewhere {
+        /// The peer's address.
+        ip: IpAddr,
+        /// The device's interface.
+        ifname: String,
+        /// The interface the route names.
+        via: String,
     },
     /// No neighbour entry appeared within the timeout.
     #[error(
-        "no ARP/ND answer from {ip} on {ifname} within {timeout:?}: is the peer up, on this \
-         link, and configured with that address?"
+        "no ARP/ND answer from {} on {ifname} within {timeout:?}: is {} up and configured \
+         with that address?",
+        hop_of(.ip, .next_hop),
+        who_is_hop(.ip, .next_hop)
     )]
     NeighbourTimeout {
         /// The interface the peer was looked for on.
         ifname: String,
         /// The peer's address.
         ip: IpAddr,
+        /// The gateway towards the peer, when it is not on-link.
+        next_hop: Option<IpAddr>,
         /// How long resolution was tried.
         timeout: Duration,
     },
     /// The kernel marked the neighbour as unreachable (`FAILED`) and retries gave nothing.
-    #[error("neighbour {ip} on {ifname} is unreachable (kernel neighbour state FAILED)")]
+    #[error(
+        "neighbour {} on {ifname} is unreachable (kernel neighbour state FAILED){}",
+        hop_of(.ip, .next_hop),
+        match .next_hop { Some(_) => format!(": it is the router towards {}", .ip), None => String::new() }
+    )]
     NeighbourFailed {
         /// The interface the peer was looked for on.
         ifname: String,
         /// The peer's address.
         ip: IpAddr,
+        /// The gateway towards the peer, when it is not on-link.
+        next_hop: Option<IpAddr>,
     },
     /// The UDP probe that triggers resolution could not be sent.
     #[error("could not send the neighbour-resolution probe to {ip}: {source}")]
@@ -73,6 +123,17 @@ pub enum NetdevError {
         #[source]
         source: std::io::Error,
     },
+}
+
+fn hop_of(ip: &IpAddr, next_hop: &Option<IpAddr>) -> IpAddr {
+    next_hop.unwrap_or(*ip)
+}
+
+fn who_is_hop(ip: &IpAddr, next_hop: &Option<IpAddr>) -> String {
+    match next_hop {
+        Some(gw) => format!("the router {gw} (the route to {ip} goes through it)"),
+        None => "the peer".to_string(),
+    }
 }
 
 /// An Ethernet MAC address.
@@ -282,20 +343,6 @@ pub enum OperState {
     Unknown,
 }
 
-impl OperState {
-    fn parse(text: &str) -> OperState {
-        match text {
-            "UP" => OperState::Up,
-            "DOWN" => OperState::Down,
-            "LOWERLAYERDOWN" => OperState::LowerLayerDown,
-            "DORMANT" => OperState::Dormant,
-            "TESTING" => OperState::Testing,
-            "NOTPRESENT" => OperState::NotPresent,
-            _ => OperState::Unknown,
-        }
-    }
-}
-
 /// An IP address configured on an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IfAddr {
@@ -331,6 +378,9 @@ pub struct NetdevInfo {
     pub oper_state: OperState,
     /// Administratively up (`ip link set up`).
     pub admin_up: bool,
+    /// Whether the link has carrier (the other end of a cable or veth is up), when the
+    /// kernel says.
+    pub carrier: Option<bool>,
     /// Link layer as `ip` names it: "ether", "loopback", ...
     pub link_type: String,
     /// Kernel driver or link kind ("virtio_net", "veth", ...), when known.
@@ -458,190 +508,460 @@ fn check_ifname(name: &str) -> Result<(), NetdevError> {
     }
 }
 
-/// Runs `ip -j ARGS` and parses its JSON output.
-fn ip_json(args: &[&str]) -> Result<Value, NetdevError> {
-    let output = Command::new("ip")
-        .arg("-j")
-        .args(args)
-        .output()
-        .map_err(NetdevError::IpCommand)?;
-    let joined = args.join(" ");
-    if !output.status.success() {
-        return Err(NetdevError::IpFailed {
-            args: joined,
-            message: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        });
+/// One rtnetlink socket and the request/answer exchange over it (netlink(7)): a request
+/// carries a sequence number; the kernel answers with one message, a multipart dump ending
+/// in `NLMSG_DONE`, or an `NLMSG_ERROR` holding `-errno` (0 for an ACK).
+struct Rtnl {
+    socket: Socket,
+    seq: u32,
+    buf: Vec<u8>,
+}
+
+/// Netlink message lengths are padded to 4 bytes.
+fn nlmsg_align(len: usize) -> usize {
+    len.div_ceil(4) * 4
+}
+
+impl Rtnl {
+    fn open() -> Result<Rtnl, NetdevError> {
+        let netlink = |source| NetdevError::Netlink {
+            what: "opening an rtnetlink socket".into(),
+            source,
+        };
+        let mut socket = Socket::new(NETLINK_ROUTE).map_err(netlink)?;
+        socket.bind_auto().map_err(netlink)?;
+        socket.connect(&SocketAddr::new(0, 0)).map_err(netlink)?;
+        Ok(Rtnl {
+            socket,
+            seq: 0,
+            // The kernel fills dump datagrams up to 32 KiB.
+            buf: vec![0; 64 * 1024],
+        })
     }
-    let text = String::from_utf8_lossy(&output.stdout);
-    if text.trim().is_empty() {
-        // `ip -j neigh show` prints nothing (not "[]") when the table has no match.
-        return Ok(Value::Array(Vec::new()));
+
+    /// Sends `msg` with `flags` (NLM_F_REQUEST is added) and collects the answer. A kernel
+    /// error comes back as the `io::Error` of its errno.
+    fn request(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> std::io::Result<Vec<RouteNetlinkMessage>> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | flags;
+        header.sequence_number = self.seq;
+        let mut req = NetlinkMessage::new(header, NetlinkPayload::from(msg));
+        req.finalize();
+        let mut out_buf = vec![0; req.buffer_len()];
+        req.serialize(&mut out_buf);
+        self.socket.send(&out_buf, 0)?;
+        let mut answers = Vec::new();
+        loop {
+            let n = self
+                .socket
+                .recv(&mut &mut self.buf[..], 0)?
+                .min(self.buf.len());
+            let mut offset = 0;
+            while offset < n {
+                let bytes = &self.buf[offset..n];
+                let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes)
+                    .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, format!("{e}")))?;
+                let len = msg.header.length as usize;
+                if len == 0 {
+                    return Err(std::io::Error::new(
+                        ErrorKind::InvalidData,
+                        "netlink message of length 0",
+                    ));
+                }
+                offset += nlmsg_align(len);
+                if msg.header.sequence_number != self.seq {
+                    continue; // an answer to an earlier request that gave up
+                }
+                let multipart = msg.header.flags & NLM_F_MULTIPART != 0;
+                match msg.payload {
+                    NetlinkPayload::Done(_) => return Ok(answers),
+                    NetlinkPayload::Error(e) => {
+                        return match e.code {
+                            None => Ok(answers),
+                            Some(code) => Err(std::io::Error::from_raw_os_error(-code.get())),
+                        }
+                    }
+                    NetlinkPayload::InnerMessage(inner) => {
+                        answers.push(inner);
+                        if !multipart && flags & NLM_F_ACK == 0 {
+                            return Ok(answers);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
-    serde_json::from_str(&text).map_err(|e| NetdevError::IpFailed {
-        args: joined,
-        message: format!("unparseable JSON: {e}"),
+
+    fn link_by_name(&mut self, ifname: &str) -> Result<LinkMessage, NetdevError> {
+        let mut msg = LinkMessage::default();
+        msg.attributes
+            .push(LinkAttribute::IfName(ifname.to_string()));
+        match self.request(RouteNetlinkMessage::GetLink(msg), 0) {
+            Ok(answers) => answers
+                .into_iter()
+                .find_map(|m| match m {
+                    RouteNetlinkMessage::NewLink(link) => Some(link),
+                    _ => None,
+                })
+                .ok_or_else(|| NetdevError::NoSuchInterface(ifname.to_string())),
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
+                Err(NetdevError::NoSuchInterface(ifname.to_string()))
+            }
+            Err(source) => Err(NetdevError::Netlink {
+                what: format!("reading interface {ifname}"),
+                source,
+            }),
+        }
+    }
+
+    fn addresses(&mut self, ifindex: u32) -> Result<Vec<IfAddr>, NetdevError> {
+        let answers = self
+            .request(
+                RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+                NLM_F_DUMP,
+            )
+            .map_err(|source| NetdevError::Netlink {
+                what: "listing addresses".into(),
+                source,
+            })?;
+        Ok(answers
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) if a.header.index == ifindex => if_addr_of(a),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn query(&mut self, ifname: &str) -> Result<NetdevInfo, NetdevError> {
+        check_ifname(ifname)?;
+        let link = self.link_by_name(ifname)?;
+        let mut info = info_of_link(&link);
+        info.addrs = self.addresses(info.ifindex)?;
+        if info.driver.is_none() {
+            info.driver = driver_from_sysfs(ifname);
+        }
+        Ok(info)
+    }
+
+    /// RTM_GETROUTE for `ip`: the kernel's own choice of output interface and gateway.
+    fn route(&mut self, ip: IpAddr, oif: Option<u32>) -> Result<Route, NetdevError> {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = family_of(ip);
+        msg.header.destination_prefix_length = if ip.is_ipv4() { 32 } else { 128 };
+        msg.attributes.push(RouteAttribute::Destination(ip.into()));
+        if let Some(oif) = oif {
+            msg.attributes.push(RouteAttribute::Oif(oif));
+        }
+        let answers = self
+            .request(RouteNetlinkMessage::GetRoute(msg), 0)
+            .map_err(|source| NetdevError::NoRoute { ip, source })?;
+        answers
+            .iter()
+            .find_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => Some(route_of(r)),
+                _ => None,
+            })
+            .ok_or_else(|| NetdevError::NoRoute {
+                ip,
+                source: std::io::Error::new(ErrorKind::NotFound, "the kernel sent no route"),
+            })
+    }
+
+    /// RTM_GETNEIGH for one address on one interface; `None` when there is no entry.
+    fn neighbour(
+        &mut self,
+        ifindex: u32,
+        ip: IpAddr,
+    ) -> Result<Option<NeighbourState>, NetdevError> {
+        let mut msg = NeighbourMessage::default();
+        msg.header.family = family_of(ip);
+        msg.header.ifindex = ifindex;
+        msg.attributes
+            .push(NeighbourAttribute::Destination(neighbour_address(ip)));
+        match self.request(RouteNetlinkMessage::GetNeighbour(msg), 0) {
+            Ok(answers) => Ok(answers.iter().find_map(|m| match m {
+                RouteNetlinkMessage::NewNeighbour(n) => Some(neighbour_state_of(n)),
+                _ => None,
+            })),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(source) => Err(NetdevError::Netlink {
+                what: format!("reading the neighbour entry of {ip}"),
+                source,
+            }),
+        }
+    }
+
+    /// Asks the kernel to resolve `ip` on `ifindex` (RTM_NEWNEIGH with NTF_USE, as
+    /// `ip neigh add ... use` does: the entry is created if needed and solicited at once).
+    /// Needs CAP_NET_ADMIN: the error is returned so the caller can fall back.
+    fn solicit(&mut self, ifindex: u32, ip: IpAddr) -> std::io::Result<()> {
+        let mut msg = NeighbourMessage::default();
+        msg.header.family = family_of(ip);
+        msg.header.ifindex = ifindex;
+        msg.header.flags = NeighbourFlags::Use;
+        msg.attributes
+            .push(NeighbourAttribute::Destination(neighbour_address(ip)));
+        self.request(
+            RouteNetlinkMessage::NewNeighbour(msg),
+            NLM_F_CREATE | NLM_F_ACK,
+        )
+        .map(|_| ())
+    }
+}
+
+fn family_of(ip: IpAddr) -> AddressFamily {
+    match ip {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
+    }
+}
+
+fn neighbour_address(ip: IpAddr) -> NeighbourAddress {
+    match ip {
+        IpAddr::V4(v4) => NeighbourAddress::Inet(v4),
+        IpAddr::V6(v6) => NeighbourAddress::Inet6(v6),
+    }
+}
+
+/// The interface facts of one RTM_NEWLINK message (addresses are filled in separately).
+fn info_of_link(link: &LinkMessage) -> NetdevInfo {
+    let mut info = NetdevInfo {
+        name: String::new(),
+        ifindex: link.header.index,
+        mac: MacAddr::default(),
+        mtu: 0,
+        max_mtu: None,
+        oper_state: OperState::Unknown,
+        admin_up: link.header.flags.contains(LinkFlags::Up),
+        carrier: None,
+        link_type: match link.header.link_layer_type {
+            LinkLayerType::Ether => "ether".into(),
+            LinkLayerType::Loopback => "loopback".into(),
+            LinkLayerType::None => "none".into(),
+            other => format!("{other:?}").to_lowercase(),
+        },
+        driver: None,
+        num_rx_queues: None,
+        addrs: Vec::new(),
+        xdp: None,
+    };
+    for attr in &link.attributes {
+        match attr {
+            LinkAttribute::IfName(name) => info.name = name.clone(),
+            LinkAttribute::Mtu(mtu) => info.mtu = *mtu,
+            LinkAttribute::MaxMtu(max) => info.max_mtu = Some(*max),
+            LinkAttribute::Address(bytes) => {
+                if let Ok(mac) = <[u8; 6]>::try_from(bytes.as_slice()) {
+                    info.mac = MacAddr(mac);
+                }
+            }
+            LinkAttribute::OperState(state) => {
+                info.oper_state = match state {
+                    State::Up => OperState::Up,
+                    State::Down => OperState::Down,
+                    State::LowerLayerDown => OperState::LowerLayerDown,
+                    State::Dormant => OperState::Dormant,
+                    State::Testing => OperState::Testing,
+                    State::NotPresent => OperState::NotPresent,
+                    _ => OperState::Unknown,
+                }
+            }
+            LinkAttribute::Carrier(c) => info.carrier = Some(*c != 0),
+            LinkAttribute::NumRxQueues(n) => info.num_rx_queues = Some(*n),
+            LinkAttribute::LinkInfo(infos) => {
+                info.driver = infos.iter().find_map(|i| match i {
+                    LinkInfo::Kind(kind) => Some(kind.to_string()),
+                    _ => None,
+                });
+            }
+            LinkAttribute::Xdp(xdp) => info.xdp = xdp_of(xdp),
+            _ => {}
+        }
+    }
+    info
+}
+
+fn xdp_of(attrs: &[LinkXdp]) -> Option<XdpAttachment> {
+    let mut mode = None;
+    let mut prog_ids = Vec::new();
+    for attr in attrs {
+        match attr {
+            LinkXdp::Attached(XdpAttached::None) => return None,
+            LinkXdp::Attached(a) => {
+                mode = Some(match a {
+                    XdpAttached::Driver => "native",
+                    XdpAttached::SocketBuffer => "generic",
+                    XdpAttached::Hardware => "offload",
+                    XdpAttached::Multiple => "multi",
+                    _ => "unknown",
+                })
+            }
+            LinkXdp::ProgId(id)
+            | LinkXdp::DrvProgId(id)
+            | LinkXdp::SkbProgId(id)
+            | LinkXdp::HwProgId(id) => {
+                let id = u64::from(*id);
+                if id != 0 && !prog_ids.contains(&id) {
+                    prog_ids.push(id);
+                }
+            }
+            _ => {}
+        }
+    }
+    mode.map(|mode| XdpAttachment {
+        mode: mode.to_string(),
+        prog_ids,
     })
 }
 
-/// Reads every fact xroce needs about interface `ifname`.
+/// One usable address of an RTM_NEWADDR message: IPv4's local address (IFA_LOCAL; IFA_ADDRESS
+/// is the peer's on point-to-point links), IPv6's IFA_ADDRESS. Tentative (DAD in progress)
+/// and DAD-failed addresses cannot be used yet and are left out.
+fn if_addr_of(msg: &AddressMessage) -> Option<IfAddr> {
+    let mut local = None;
+    let mut address = None;
+    let mut flags = None;
+    for attr in &msg.attributes {
+        match attr {
+            AddressAttribute::Local(ip) => local = Some(*ip),
+            AddressAttribute::Address(ip) => address = Some(*ip),
+            AddressAttribute::Flags(f) => flags = Some(*f),
+            _ => {}
+        }
+    }
+    let unusable = match flags {
+        Some(f) => f.intersects(AddressFlags::Tentative | AddressFlags::Dadfailed),
+        None => msg
+            .header
+            .flags
+            .intersects(AddressHeaderFlags::Tentative | AddressHeaderFlags::Dadfailed),
+    };
+    if unusable {
+        return None;
+    }
+    let ip = match msg.header.family {
+        AddressFamily::Inet => local.or(address)?,
+        AddressFamily::Inet6 => address.or(local)?,
+        _ => return None,
+    };
+    Some(IfAddr {
+        ip,
+        prefix_len: msg.header.prefix_len,
+    })
+}
+
+/// Where the kernel sends packets for a destination ([`route_to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Output interface index.
+    pub oif: u32,
+    /// The next-hop router, or `None` when the destination is on-link.
+    pub gateway: Option<IpAddr>,
+    /// The source address the kernel would pick.
+    pub pref_source: Option<IpAddr>,
+    /// True when the destination is an address of this host (a `local` route).
+    pub local: bool,
+}
+
+impl Route {
+    /// The address whose neighbour entry gives the destination MAC: the gateway, or the
+    /// destination itself when it is on-link.
+    pub fn next_hop(&self, dest: IpAddr) -> IpAddr {
+        self.gateway.unwrap_or(dest)
+    }
+}
+
+fn route_of(msg: &RouteMessage) -> Route {
+    let mut route = Route {
+        oif: 0,
+        gateway: None,
+        pref_source: None,
+        local: msg.header.kind == RouteType::Local,
+    };
+    let ip_of = |a: &RouteAddress| match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    };
+    for attr in &msg.attributes {
+        match attr {
+            RouteAttribute::Oif(oif) => route.oif = *oif,
+            RouteAttribute::Gateway(gw) => route.gateway = ip_of(gw),
+            // An IPv4 route through an IPv6 next hop (RFC 5549).
+            RouteAttribute::Via(RouteVia::Inet6(v6)) => route.gateway = Some(IpAddr::V6(*v6)),
+            RouteAttribute::Via(RouteVia::Inet(v4)) => route.gateway = Some(IpAddr::V4(*v4)),
+            RouteAttribute::PrefSource(src) => route.pref_source = ip_of(src),
+            _ => {}
+        }
+    }
+    route
+}
+
+fn neighbour_state_of(msg: &NeighbourMessage) -> NeighbourState {
+    let state = msg.header.state;
+    if state == KernelNeighbourState::Failed {
+        return NeighbourState::Failed;
+    }
+    let mac = msg.attributes.iter().find_map(|a| match a {
+        NeighbourAttribute::LinkLayerAddress(bytes) => {
+            <[u8; 6]>::try_from(bytes.as_slice()).ok().map(MacAddr)
+        }
+        _ => None,
+    });
+    match (state, mac) {
+        (KernelNeighbourState::Incomplete | KernelNeighbourState::None, _) | (_, None) => {
+            NeighbourState::Incomplete
+        }
+        (_, Some(mac)) => NeighbourState::Usable(mac),
+    }
+}
+
+/// Reads every fact xroce needs about interface `ifname`, over rtnetlink: the link
+/// (RTM_GETLINK: index, MAC, MTU, states, link kind, queues, XDP) and its addresses
+/// (RTM_GETADDR). No privileges needed.
 pub fn query(ifname: &str) -> Result<NetdevInfo, NetdevError> {
     check_ifname(ifname)?;
-    let value = match ip_json(&["-d", "addr", "show", "dev", ifname]) {
-        Ok(v) => v,
-        Err(NetdevError::IpFailed { message, .. }) if message.contains("does not exist") => {
-            return Err(NetdevError::NoSuchInterface(ifname.to_string()))
-        }
-        Err(e) => return Err(e),
-    };
-    let link = value
-        .as_array()
-        .and_then(|a| a.first())
-        .ok_or_else(|| NetdevError::NoSuchInterface(ifname.to_string()))?;
-    let mut info = parse_link(link).map_err(|message| NetdevError::IpFailed {
-        args: format!("-d addr show dev {ifname}"),
-        message,
-    })?;
-    if info.driver.is_none() {
-        info.driver = driver_from_sysfs(ifname);
-    }
-    Ok(info)
+    Rtnl::open()?.query(ifname)
 }
 
 /// Lists the interfaces of this namespace (names only).
 pub fn list() -> Result<Vec<String>, NetdevError> {
-    let value = ip_json(&["link", "show"])?;
-    Ok(value
-        .as_array()
-        .map(|links| {
-            links
-                .iter()
-                .filter_map(|l| l.get("ifname").and_then(Value::as_str).map(str::to_string))
-                .collect()
+    let answers = Rtnl::open()?
+        .request(
+            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+            NLM_F_DUMP,
+        )
+        .map_err(|source| NetdevError::Netlink {
+            what: "listing interfaces".into(),
+            source,
+        })?;
+    Ok(answers
+        .iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewLink(link) => link.attributes.iter().find_map(|a| match a {
+                LinkAttribute::IfName(name) => Some(name.clone()),
+                _ => None,
+            }),
+            _ => None,
         })
-        .unwrap_or_default())
+        .collect())
+}
+
+/// The kernel's route to `ip` (`ip route get`): output interface and gateway.
+pub fn route_to(ip: IpAddr) -> Result<Route, NetdevError> {
+    Rtnl::open()?.route(ip, None)
 }
 
 fn driver_from_sysfs(ifname: &str) -> Option<String> {
     let link = std::fs::read_link(format!("/sys/class/net/{ifname}/device/driver")).ok()?;
     link.file_name().map(|n| n.to_string_lossy().into_owned())
-}
-
-/// Parses one element of `ip -j -d addr show` output.
-fn parse_link(link: &Value) -> Result<NetdevInfo, String> {
-    let name = link
-        .get("ifname")
-        .and_then(Value::as_str)
-        .ok_or("no ifname")?
-        .to_string();
-    let ifindex = link
-        .get("ifindex")
-        .and_then(Value::as_u64)
-        .ok_or("no ifindex")? as u32;
-    let mtu = link.get("mtu").and_then(Value::as_u64).ok_or("no mtu")? as u32;
-    let max_mtu = link
-        .get("max_mtu")
-        .and_then(Value::as_u64)
-        .map(|v| v as u32);
-    let mac = link
-        .get("address")
-        .and_then(Value::as_str)
-        .and_then(MacAddr::parse)
-        .unwrap_or_default();
-    let oper_state = OperState::parse(
-        link.get("operstate")
-            .and_then(Value::as_str)
-            .unwrap_or("UNKNOWN"),
-    );
-    let admin_up = link
-        .get("flags")
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|x| x.as_str() == Some("UP")));
-    let link_type = link
-        .get("link_type")
-        .and_then(Value::as_str)
-        .unwrap_or("unknown")
-        .to_string();
-    let driver = link
-        .get("linkinfo")
-        .and_then(|l| l.get("info_kind"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let num_rx_queues = link
-        .get("num_rx_queues")
-        .and_then(Value::as_u64)
-        .map(|v| v as u32);
-    let mut addrs = Vec::new();
-    for a in link
-        .get("addr_info")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(ip) = a
-            .get("local")
-            .and_then(Value::as_str)
-            .and_then(|s| s.parse::<IpAddr>().ok())
-        else {
-            continue;
-        };
-        // A tentative (DAD in progress) or failed IPv6 address cannot be used yet.
-        if a.get("tentative").and_then(Value::as_bool) == Some(true)
-            || a.get("dadfailed").and_then(Value::as_bool) == Some(true)
-        {
-            continue;
-        }
-        let prefix_len = a.get("prefixlen").and_then(Value::as_u64).unwrap_or(0) as u8;
-        addrs.push(IfAddr { ip, prefix_len });
-    }
-    let xdp = link.get("xdp").map(|x| {
-        let mode = match x.get("mode").and_then(Value::as_u64) {
-            Some(1) => "native",
-            Some(2) => "generic",
-            Some(3) => "offload",
-            Some(4) => "multi",
-            _ => "unknown",
-        }
-        .to_string();
-        let mut prog_ids = Vec::new();
-        if let Some(id) = x
-            .get("prog")
-            .and_then(|p| p.get("id"))
-            .and_then(Value::as_u64)
-        {
-            prog_ids.push(id);
-        }
-        for attached in x
-            .get("attached")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(id) = attached
-                .get("prog")
-                .and_then(|p| p.get("id"))
-                .and_then(Value::as_u64)
-            {
-                if !prog_ids.contains(&id) {
-                    prog_ids.push(id);
-                }
-            }
-        }
-        XdpAttachment { mode, prog_ids }
-    });
-    Ok(NetdevInfo {
-        name,
-        ifindex,
-        mac,
-        mtu,
-        max_mtu,
-        oper_state,
-        admin_up,
-        link_type,
-        driver,
-        num_rx_queues,
-        addrs,
-        xdp,
-    })
 }
 
 /// The state of a kernel neighbour (ARP/ND) entry.
@@ -656,44 +976,34 @@ pub enum NeighbourState {
 }
 
 /// Looks `ip` up in the kernel's neighbour table for `ifname`; `None` if there is no entry.
+/// This is the entry of `ip` itself, not of the next hop towards it (see
+/// [`resolve_neighbour`]).
 pub fn neighbour_lookup(ifname: &str, ip: IpAddr) -> Result<Option<NeighbourState>, NetdevError> {
     check_ifname(ifname)?;
-    let ip_text = ip.to_string();
-    let value = ip_json(&["neigh", "show", "to", &ip_text, "dev", ifname])?;
-    Ok(parse_neighbour(&value, ip))
+    let mut rtnl = Rtnl::open()?;
+    let ifindex = rtnl.link_by_name(ifname)?.header.index;
+    rtnl.neighbour(ifindex, ip)
 }
 
-fn parse_neighbour(value: &Value, ip: IpAddr) -> Option<NeighbourState> {
-    let entry = value.as_array()?.iter().find(|e| {
-        e.get("dst")
-            .and_then(Value::as_str)
-            .and_then(|s| s.parse::<IpAddr>().ok())
-            == Some(ip)
-    })?;
-    let states: Vec<&str> = entry
-        .get("state")
-        .and_then(Value::as_array)
-        .map(|s| s.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    if states.contains(&"FAILED") {
-        return Some(NeighbourState::Failed);
-    }
-    match entry
-        .get("lladdr")
-        .and_then(Value::as_str)
-        .and_then(MacAddr::parse)
-    {
-        Some(mac) if !states.contains(&"INCOMPLETE") => Some(NeighbourState::Usable(mac)),
-        _ => Some(NeighbourState::Incomplete),
-    }
-}
+/// First wait between two looks at the neighbour table; doubled each time up to
+/// [`NEIGHBOUR_POLL_MAX`]. A neighbour on a veth answers in well under a millisecond.
+const NEIGHBOUR_POLL_FIRST: Duration = Duration::from_millis(1);
+const NEIGHBOUR_POLL_MAX: Duration = Duration::from_millis(64);
+/// The kernel gives up on a solicitation after its probes (3 x 1 s by default) and marks
+/// the entry FAILED; a new solicitation starts it again.
+const RESOLICIT_AFTER: Duration = Duration::from_millis(1000);
 
-/// The MAC address frames to `ip` must carry on `ifname`: from the kernel's neighbour table,
-/// resolving it (ARP for IPv4, neighbour discovery for IPv6) when missing by sending a small
-/// UDP datagram to the discard port (9) of the peer, which makes the kernel resolve the
-/// address. Gives up with [`NetdevError::NeighbourTimeout`] after `timeout`.
+/// The MAC address frames to `ip` must carry on `ifname`. The kernel's route to `ip`
+/// (RTM_GETROUTE) names the next hop: a gateway for a peer behind a router, else the peer
+/// itself. Its neighbour entry (RTM_GETNEIGH) gives the MAC; when it is missing or FAILED
+/// the kernel is asked to resolve it (an RTM_NEWNEIGH NTF_USE solicitation, or without
+/// CAP_NET_ADMIN a small UDP datagram to the peer's discard port, which makes the kernel
+/// resolve the next hop), and the table is looked at again with a growing interval
+/// (1 ms doubling to 64 ms). Gives up with [`NetdevError::NeighbourTimeout`] after
+/// `timeout`.
 ///
-/// A peer on the same host (loopback) resolves to the all-zero MAC.
+/// A peer on the same host (loopback, or an address of this host) resolves to the
+/// all-zero MAC or the interface's own.
 pub fn resolve_neighbour(
     ifname: &str,
     ip: IpAddr,
@@ -702,16 +1012,35 @@ pub fn resolve_neighbour(
     if ip.is_loopback() {
         return Ok(MacAddr::default());
     }
-    let info = query(ifname)?;
+    check_ifname(ifname)?;
+    let mut rtnl = Rtnl::open()?;
+    let info = rtnl.query(ifname)?;
     if info.addrs.iter().any(|a| a.ip == ip) {
         // Our own address: frames go to ourselves.
         return Ok(info.mac);
     }
+    // A link-local IPv6 destination only means something on one interface: say which.
+    let scoped = matches!(ip, IpAddr::V6(v6) if is_link_local_v6(&v6));
+    let route = rtnl.route(ip, scoped.then_some(info.ifindex))?;
+    if route.local {
+        return Ok(info.mac);
+    }
+    if route.oif != info.ifindex {
+        let via = rtnl_name_of(&mut rtnl, route.oif);
+        return Err(NetdevError::RouteElsewhere {
+            ip,
+            ifname: ifname.to_string(),
+            via,
+        });
+    }
+    let hop = route.next_hop(ip);
     let start = Instant::now();
-    let mut last_probe: Option<Instant> = None;
+    let mut last_solicit: Option<Instant> = None;
     let mut failed_seen = false;
+    let mut pause = NEIGHBOUR_POLL_FIRST;
     loop {
-        match neighbour_lookup(ifname, ip)? {
+        let state = rtnl.neighbour(info.ifindex, hop)?;
+        match state {
             Some(NeighbourState::Usable(mac)) => return Ok(mac),
             Some(NeighbourState::Failed) => failed_seen = true,
             Some(NeighbourState::Incomplete) | None => {}
@@ -722,30 +1051,64 @@ pub fn resolve_neighbour(
                 NetdevError::NeighbourFailed {
                     ifname: ifname.to_string(),
                     ip,
+                    next_hop: route.gateway,
                 }
             } else {
                 NetdevError::NeighbourTimeout {
                     ifname: ifname.to_string(),
                     ip,
+                    next_hop: route.gateway,
                     timeout,
                 }
             });
         }
-        // A probe every 300 ms: the kernel itself retransmits ARP, but an entry that went
-        // FAILED needs a new packet to start again.
-        if last_probe.is_none_or(|t| t.elapsed() >= Duration::from_millis(300)) {
-            send_probe(&info, ip)?;
-            last_probe = Some(Instant::now());
+        let resolicit = match (state, last_solicit) {
+            (_, None) => true,
+            (Some(NeighbourState::Failed), _) => true,
+            (_, Some(t)) => t.elapsed() >= RESOLICIT_AFTER,
+        };
+        if resolicit {
+            match rtnl.solicit(info.ifindex, hop) {
+                Ok(()) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) => {
+                    send_probe(&info, ip)?
+                }
+                Err(source) => {
+                    return Err(NetdevError::Netlink {
+                        what: format!("asking the kernel to resolve {hop} on {ifname}"),
+                        source,
+                    })
+                }
+            }
+            last_solicit = Some(Instant::now());
+            // The kernel cannot have an answer yet: start the waits afresh.
+            pause = NEIGHBOUR_POLL_FIRST;
         }
-        std::thread::sleep(Duration::from_millis(5).min(timeout - elapsed));
+        std::thread::sleep(pause.min(timeout - elapsed));
+        pause = (pause * 2).min(NEIGHBOUR_POLL_MAX);
     }
 }
 
+fn rtnl_name_of(rtnl: &mut Rtnl, ifindex: u32) -> String {
+    let mut msg = LinkMessage::default();
+    msg.header.index = ifindex;
+    rtnl.request(RouteNetlinkMessage::GetLink(msg), 0)
+        .ok()
+        .and_then(|answers| {
+            answers.into_iter().find_map(|m| match m {
+                RouteNetlinkMessage::NewLink(link) => info_of_link(&link).name.into(),
+                _ => None,
+            })
+        })
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| format!("interface index {ifindex}"))
+}
+
 fn send_probe(info: &NetdevInfo, ip: IpAddr) -> Result<(), NetdevError> {
-    let (bind, dest): (SocketAddr, SocketAddr) = match ip {
+    let (bind, dest): (std::net::SocketAddr, std::net::SocketAddr) = match ip {
         IpAddr::V4(v4) => (
             (Ipv4Addr::UNSPECIFIED, 0).into(),
-            SocketAddr::new(IpAddr::V4(v4), 9),
+            std::net::SocketAddr::new(IpAddr::V4(v4), 9),
         ),
         IpAddr::V6(v6) => {
             let scope = if is_link_local_v6(&v6) {
@@ -764,7 +1127,7 @@ fn send_probe(info: &NetdevInfo, ip: IpAddr) -> Result<(), NetdevError> {
     // queues the packet behind resolution) is not.
     match socket.send_to(b"xroce neighbour probe", dest) {
         Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NetworkUnreachable => {
+        Err(e) if e.kind() == ErrorKind::NetworkUnreachable => {
             Err(NetdevError::Probe { ip, source: e })
         }
         Err(_) => Ok(()),
@@ -864,24 +1227,40 @@ mod tests {
     }
 
     #[test]
-    fn parse_link_json() {
-        let json: Value = serde_json::from_str(
-            r#"[{"ifindex":7,"ifname":"xr0","flags":["BROADCAST","UP","LOWER_UP"],
-            "mtu":9000,"operstate":"UP","link_type":"ether","address":"02:00:00:00:00:07",
-            "max_mtu":65535,"num_rx_queues":2,"linkinfo":{"info_kind":"veth"},
-            "xdp":{"mode":2,"prog":{"id":42}},
-            "addr_info":[{"family":"inet","local":"198.18.0.1","prefixlen":24},
-                         {"family":"inet6","local":"fe80::7","prefixlen":64,"tentative":true}]}]"#,
-        )
-        .unwrap();
-        let info = parse_link(&json[0]).unwrap();
+    fn link_message_facts() {
+        let mut link = LinkMessage::default();
+        link.header.index = 7;
+        link.header.link_layer_type = LinkLayerType::Ether;
+        link.header.flags = LinkFlags::Up | LinkFlags::LowerUp;
+        link.attributes = vec![
+            LinkAttribute::IfName("xr0".into()),
+            LinkAttribute::Mtu(9000),
+            LinkAttribute::MaxMtu(65535),
+            LinkAttribute::Address(vec![2, 0, 0, 0, 0, 7]),
+            LinkAttribute::OperState(State::Up),
+            LinkAttribute::Carrier(1),
+            LinkAttribute::NumRxQueues(2),
+            LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
+                netlink_packet_route::link::InfoKind::Veth,
+            )]),
+            LinkAttribute::Xdp(vec![
+                LinkXdp::Attached(XdpAttached::SocketBuffer),
+                LinkXdp::ProgId(42),
+                LinkXdp::SkbProgId(42),
+            ]),
+        ];
+        let mut info = info_of_link(&link);
+        assert_eq!(info.name, "xr0");
         assert_eq!(info.ifindex, 7);
+        assert_eq!(info.mac, MacAddr([2, 0, 0, 0, 0, 7]));
         assert_eq!(info.mtu, 9000);
+        assert_eq!(info.max_mtu, Some(65535));
         assert_eq!(info.active_mtu(), Some(IbMtu::Mtu4096));
         assert_eq!(info.driver.as_deref(), Some("veth"));
         assert_eq!(info.num_rx_queues, Some(2));
+        assert_eq!(info.carrier, Some(true));
+        assert_eq!(info.link_type, "ether");
         assert!(info.is_active());
-        assert_eq!(info.addrs.len(), 1, "tentative address skipped");
         assert_eq!(
             info.xdp,
             Some(XdpAttachment {
@@ -889,28 +1268,117 @@ mod tests {
                 prog_ids: vec![42]
             })
         );
+        let mut v4 = AddressMessage::default();
+        v4.header.family = AddressFamily::Inet;
+        v4.header.prefix_len = 24;
+        v4.header.index = 7;
+        v4.attributes = vec![
+            AddressAttribute::Address("198.18.0.9".parse().unwrap()),
+            AddressAttribute::Local("198.18.0.1".parse().unwrap()),
+        ];
+        let mut tentative = AddressMessage::default();
+        tentative.header.family = AddressFamily::Inet6;
+        tentative.header.prefix_len = 64;
+        tentative.attributes = vec![
+            AddressAttribute::Address("fe80::7".parse().unwrap()),
+            AddressAttribute::Flags(AddressFlags::Tentative),
+        ];
+        assert_eq!(
+            if_addr_of(&v4),
+            Some(IfAddr {
+                ip: "198.18.0.1".parse().unwrap(),
+                prefix_len: 24
+            }),
+            "IPv4 uses IFA_LOCAL"
+        );
+        assert_eq!(if_addr_of(&tentative), None, "tentative address skipped");
+        info.addrs = [&v4, &tentative]
+            .into_iter()
+            .filter_map(if_addr_of)
+            .collect();
         assert_eq!(info.gid_index_of("198.18.0.1".parse().unwrap()), Some(1));
+        link.attributes
+            .push(LinkAttribute::Xdp(vec![LinkXdp::Attached(
+                XdpAttached::None,
+            )]));
+        assert_eq!(info_of_link(&link).xdp, None);
     }
 
     #[test]
-    fn parse_neighbour_states() {
-        let ip: IpAddr = "198.18.0.2".parse().unwrap();
-        let v: Value = serde_json::from_str(
-            r#"[{"dst":"198.18.0.2","dev":"x","lladdr":"02:00:00:00:00:02","state":["STALE"]}]"#,
-        )
-        .unwrap();
+    fn route_message_names_the_gateway() {
+        let mut r = RouteMessage::default();
+        r.header.kind = RouteType::Unicast;
+        r.attributes = vec![
+            RouteAttribute::Destination(RouteAddress::Inet(Ipv4Addr::new(198, 19, 2, 2))),
+            RouteAttribute::Gateway(RouteAddress::Inet(Ipv4Addr::new(198, 19, 1, 1))),
+            RouteAttribute::Oif(5),
+            RouteAttribute::PrefSource(RouteAddress::Inet(Ipv4Addr::new(198, 19, 1, 2))),
+        ];
+        let route = route_of(&r);
+        let peer: IpAddr = "198.19.2.2".parse().unwrap();
+        assert_eq!(route.oif, 5);
+        assert!(!route.local);
         assert_eq!(
-            parse_neighbour(&v, ip),
-            Some(NeighbourState::Usable(MacAddr([2, 0, 0, 0, 0, 2])))
+            route.next_hop(peer),
+            "198.19.1.1".parse::<IpAddr>().unwrap()
         );
-        let v: Value =
-            serde_json::from_str(r#"[{"dst":"198.18.0.2","dev":"x","state":["FAILED"]}]"#).unwrap();
-        assert_eq!(parse_neighbour(&v, ip), Some(NeighbourState::Failed));
-        let v: Value =
-            serde_json::from_str(r#"[{"dst":"198.18.0.2","dev":"x","state":["INCOMPLETE"]}]"#)
-                .unwrap();
-        assert_eq!(parse_neighbour(&v, ip), Some(NeighbourState::Incomplete));
-        assert_eq!(parse_neighbour(&Value::Array(vec![]), ip), None);
+        r.attributes
+            .retain(|a| !matches!(a, RouteAttribute::Gateway(_)));
+        assert_eq!(
+            route_of(&r).next_hop(peer),
+            peer,
+            "on-link: the peer itself"
+        );
+        r.header.kind = RouteType::Local;
+        assert!(route_of(&r).local);
+    }
+
+    #[test]
+    fn neighbour_message_states() {
+        let entry = |state, mac: Option<Vec<u8>>| {
+            let mut n = NeighbourMessage::default();
+            n.header.state = state;
+            n.attributes
+                .push(NeighbourAttribute::Destination(NeighbourAddress::Inet(
+                    Ipv4Addr::new(198, 18, 0, 2),
+                )));
+            if let Some(mac) = mac {
+                n.attributes.push(NeighbourAttribute::LinkLayerAddress(mac));
+            }
+            neighbour_state_of(&n)
+        };
+        assert_eq!(
+            entry(KernelNeighbourState::Stale, Some(vec![2, 0, 0, 0, 0, 2])),
+            NeighbourState::Usable(MacAddr([2, 0, 0, 0, 0, 2]))
+        );
+        assert_eq!(
+            entry(KernelNeighbourState::Failed, None),
+            NeighbourState::Failed
+        );
+        assert_eq!(
+            entry(KernelNeighbourState::Incomplete, None),
+            NeighbourState::Incomplete
+        );
+        assert_eq!(
+            entry(KernelNeighbourState::Reachable, Some(vec![1, 2])),
+            NeighbourState::Incomplete,
+            "a malformed link-layer address is not usable"
+        );
+    }
+
+    #[test]
+    fn neighbour_errors_name_the_router() {
+        let err = NetdevError::NeighbourTimeout {
+            ifname: "veth0".into(),
+            ip: "198.19.2.2".parse().unwrap(),
+            next_hop: Some("198.19.1.1".parse().unwrap()),
+            timeout: Duration::from_secs(3),
+        };
+        assert_eq!(
+            err.to_string(),
+            "no ARP/ND answer from 198.19.1.1 on veth0 within 3s: is the router 198.19.1.1 \
+             (the route to 198.19.2.2 goes through it) up and configured with that address?"
+        );
     }
 
     #[test]
@@ -923,5 +1391,10 @@ mod tests {
             Err(NetdevError::NoSuchInterface(_))
         ));
         assert!(matches!(query("a/b"), Err(NetdevError::InvalidName(_))));
+        assert!(list().unwrap().iter().any(|n| n == "lo"));
+        // 127.0.0.1 is a local route through lo.
+        let route = route_to("127.0.0.1".parse().unwrap()).unwrap();
+        assert!(route.local);
+        assert_eq!(route.oif, 1);
     }
 }

@@ -32,6 +32,10 @@ enum At {
     Guest(u8),
     /// In the host-side endpoint namespace (eth0, 198.18.0.2), where xroce runs.
     Host,
+    /// In the host-side endpoint namespace behind a router namespace (`xroce lab attach
+    /// --routed`: eth0 198.19.3.2, the router 198.18.0.3 on the bridge): RoCE to the guests
+    /// is routed, so frames carry the router's MAC.
+    Routed,
 }
 
 /// Whether CI runs a case.
@@ -84,6 +88,7 @@ use Recovery::*;
 const G1: At = At::Guest(1);
 const G2: At = At::Guest(2);
 const HOST: At = At::Host;
+const ROUTED: At = At::Routed;
 const LOSS: &str = "loss 1% delay 1ms reorder 5%";
 /// ib_write_bw for 8 s with a 3 s blackout of the client's receive path from second 3
 /// (lab/guest/lab-blackout): no ACK reaches the requester for about 45 of its 67 ms timeouts.
@@ -499,6 +504,26 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 lab-mr.py server --mtu 4096 --size 4194304"),
         client: (HOST, "{xroce} mr-check client -d eth0 -g 1 -m 4096 --size 4194304 {srv}"),
         opcodes: MR_ALL, loss_evidence: None, state: State::Runs },
+    // --- xroce behind a router (`xroce lab attach --routed`) against rxe (g1): the route's
+    // next hop gives the destination MAC, both ways. perftest's hop limit (0xFF) and UD
+    // pingpong's cross a router; ibv_rc_pingpong's hop limit 1 does not (rdma-core sets it).
+    Case { name: "routed_xroce_cli_send_bw", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_send_bw", "-n 200 -s 4096")), client: (ROUTED, xp!("send_bw", "-n 200 -s 4096 {srv}")),
+        opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "routed_xroce_srv_write_lat", mtu: 1500, netem: None,
+        server: (ROUTED, xp!("write_lat", "-n 200 -s 64")), client: (G1, pt!("ib_write_lat", "-n 200 -s 64 {srv}")),
+        opcodes: &[WRITE_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "routed_xroce_cli_read_lat", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_read_lat", "-n 200 -s 64")), client: (ROUTED, xp!("read_lat", "-n 200 -s 64 {srv}")),
+        opcodes: &[READ_REQUEST, READ_RESPONSE_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "routed_xroce_cli_read_bw_64k", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_read_bw", "-n 100 -s 65536")), client: (ROUTED, xp!("read_bw", "-n 100 -s 65536 {srv}")),
+        opcodes: &[READ_REQUEST, READ_RESPONSE_FIRST, READ_RESPONSE_MIDDLE, READ_RESPONSE_LAST],
+        loss_evidence: None, state: State::Runs },
+    Case { name: "routed_xroce_cli_ud_pingpong", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512"),
+        client: (ROUTED, "{xroce} pingpong --ud -d eth0 -g 1 -n 50 -s 512 {srv}"),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -507,6 +532,19 @@ const CASES: &[Case] = &[
 
 /// Address of the host-side endpoint (xroce).
 const HOST_IP: &str = "198.18.0.2";
+/// The router's address on the bridge, in front of the routed endpoint.
+const ROUTER_IP: &str = "198.18.0.3";
+/// Address of the routed endpoint (xroce behind the router).
+const ROUTED_IP: &str = "198.19.3.2";
+
+/// The address a command at `at` has.
+fn ip_of(at: At) -> String {
+    match at {
+        At::Guest(g) => guest_ip(g),
+        At::Host => HOST_IP.to_string(),
+        At::Routed => ROUTED_IP.to_string(),
+    }
+}
 /// The tools' out-of-band TCP port.
 const OOB_PORT: u16 = 18515;
 
@@ -519,6 +557,7 @@ struct Lab {
     xroce: PathBuf,
     ns: String,
     host_ns: String,
+    routed_ns: String,
     run_dir: PathBuf,
     mtu: u16,
     netem: HashMap<u8, &'static str>,
@@ -554,10 +593,12 @@ impl Lab {
             .output()
             .expect("cannot run xroce lab up");
         let host_ns = format!("{ns}-host");
+        let routed_ns = format!("{ns}-routed");
         let mut lab = Lab {
             xroce,
             ns,
             host_ns,
+            routed_ns,
             run_dir: PathBuf::new(),
             mtu: 1500,
             netem: HashMap::new(),
@@ -572,6 +613,7 @@ impl Lab {
         eprintln!("lab up in {:.1}s", t0.elapsed().as_secs_f64());
         lab.run_dir = PathBuf::from(lab.lab_ok(&["run-dir"]).trim());
         lab.lab_ok(&["attach", "host", HOST_IP]);
+        lab.lab_ok(&["attach", "routed", ROUTER_IP, "--routed"]);
         lab
     }
 
@@ -599,14 +641,22 @@ impl Lab {
         }
     }
 
-    /// Starts a command in the host-side endpoint namespace.
-    fn spawn_host(&self, cmd: &str, log: &Path) -> Child {
+    /// The namespace of a host-side location.
+    fn ns_of(&self, at: At) -> &str {
+        match at {
+            At::Routed => &self.routed_ns,
+            _ => &self.host_ns,
+        }
+    }
+
+    /// Starts a command in a host-side endpoint namespace.
+    fn spawn_host(&self, at: At, cmd: &str, log: &Path) -> Child {
         let log = fs::File::create(log).expect("cannot create log");
         Command::new("ip")
             .args([
                 "netns",
                 "exec",
-                &self.host_ns,
+                self.ns_of(at),
                 "timeout",
                 "150",
                 "sh",
@@ -626,8 +676,8 @@ impl Lab {
         while t0.elapsed() < limit {
             let ok = match at {
                 At::Guest(g) => self.exec(g, &probe).0,
-                At::Host => Command::new("ip")
-                    .args(["netns", "exec", &self.host_ns, "sh", "-c", &probe])
+                At::Host | At::Routed => Command::new("ip")
+                    .args(["netns", "exec", self.ns_of(at), "sh", "-c", &probe])
                     .status()
                     .map(|s| s.success())
                     .unwrap_or(false),
@@ -830,7 +880,7 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
         .into_iter()
         .find_map(|at| match at {
             At::Guest(g) => Some(g),
-            At::Host => None,
+            At::Host | At::Routed => None,
         })
         .expect("every case has a guest side");
     lab.set_mtu(case.mtu);
@@ -838,10 +888,7 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
 
     let pcap = PathBuf::from(lab.lab_ok(&["capture", "start", case.name]).trim());
     let logs = lab.run_dir.join("logs");
-    let srv_ip = match case.server.0 {
-        At::Guest(g) => guest_ip(g),
-        At::Host => HOST_IP.to_string(),
-    };
+    let srv_ip = ip_of(case.server.0);
     let server_cmd = expand(case.server.1, &srv_ip, &lab.xroce);
     let client_cmd = expand(case.client.1, &srv_ip, &lab.xroce);
 
@@ -854,9 +901,12 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                 problems.push(format!("server did not start: {out}"));
             }
         }
-        At::Host => {
-            host_server =
-                Some(lab.spawn_host(&server_cmd, &logs.join(format!("{}.server.log", case.name))))
+        at @ (At::Host | At::Routed) => {
+            host_server = Some(lab.spawn_host(
+                at,
+                &server_cmd,
+                &logs.join(format!("{}.server.log", case.name)),
+            ))
         }
     }
     if problems.is_empty() && !lab.wait_listening(case.server.0, Duration::from_secs(30)) {
@@ -868,8 +918,8 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
     if problems.is_empty() {
         let (ok, out) = match case.client.0 {
             At::Guest(g) => lab.exec(g, &client_cmd),
-            At::Host => {
-                let mut child = lab.spawn_host(&client_cmd, &client_log);
+            at @ (At::Host | At::Routed) => {
+                let mut child = lab.spawn_host(at, &client_cmd, &client_log);
                 let ok = child.wait().map(|s| s.success()).unwrap_or(false);
                 (ok, fs::read_to_string(&client_log).unwrap_or_default())
             }
@@ -890,7 +940,7 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                 problems.push(format!("server failed:\n{}", tail(&out, 8)));
             }
         }
-        At::Host => {
+        At::Host | At::Routed => {
             let mut child = host_server.expect("host server was started");
             let ok = wait_child(&mut child, Duration::from_secs(60));
             if !ok {
@@ -951,12 +1001,9 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                     ));
                 }
                 if want == RetriesPastSeven {
-                    let client_ip: Ipv4Addr = match case.client.0 {
-                        At::Guest(g) => guest_ip(g),
-                        At::Host => HOST_IP.to_string(),
-                    }
-                    .parse()
-                    .expect("lab addresses are IPv4");
+                    let client_ip: Ipv4Addr = ip_of(case.client.0)
+                        .parse()
+                        .expect("lab addresses are IPv4");
                     let copies = stats.get(&client_ip).map_or(0, |s| s.most_copies);
                     let _ = write!(detail, "client sent one packet {copies} times; ");
                     if copies < 9 {
@@ -1021,6 +1068,7 @@ fn describe((at, cmd): (At, &str)) -> String {
     match at {
         At::Guest(g) => format!("g{g}: `{cmd}`"),
         At::Host => format!("host: `{cmd}`"),
+        At::Routed => format!("routed host: `{cmd}`"),
     }
 }
 

@@ -25,6 +25,7 @@ fn endpoint(dev: &Device, size: usize) -> Box<dyn ToolEndpoint> {
         max_recv_wr: 1,
         driver: DriverChoice::Xdp,
         events: false,
+        pcap: None,
     };
     let gid = dev.ipv4_gid_index().unwrap();
     open_on(dev, gid, &spec, 1).unwrap().pop().unwrap()

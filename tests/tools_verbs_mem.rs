@@ -27,6 +27,7 @@ fn spec(rc: bool, buf_len: usize, send: u32, recv: u32) -> EndpointSpec {
         max_recv_wr: recv,
         driver: DriverChoice::Xdp,
         events: false,
+        pcap: None,
     }
 }
 

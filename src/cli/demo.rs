@@ -57,6 +57,9 @@ pub struct Args {
     /// Most packets to show in the trace (0: no trace).
     #[arg(long, default_value_t = 40)]
     pub trace: usize,
+    /// Write every frame the client endpoint sends and receives to FILE (pcap, Ethernet).
+    #[arg(long = "pcap", value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// The endpoint process `xroce demo` starts in each namespace (not for direct use).
@@ -80,6 +83,9 @@ pub struct PeerArgs {
     /// Most packets to show in the trace.
     #[arg(long, default_value_t = 40)]
     pub trace: usize,
+    /// Write this endpoint's frames to FILE (pcap).
+    #[arg(long = "pcap", value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Runs `xroce demo`.
@@ -192,6 +198,9 @@ fn run_namespaces(args: &Args) -> anyhow::Result<bool> {
     server_cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let server = link.b.spawn(&mut server_cmd)?;
     let mut client_cmd = peer(&link.a, "client", &link.a_if);
+    if let Some(pcap) = &args.pcap {
+        client_cmd.arg("--pcap").arg(pcap);
+    }
     let mut client = link.a.spawn(&mut client_cmd)?;
     let client_status = client.child().wait().context("waiting for the client")?;
     // The server exits by itself after "done"; if the client failed early, do not hang.
@@ -229,8 +238,13 @@ fn run_in_process(args: &Args, driver: DemoDriver) -> anyhow::Result<bool> {
     // `sim` ignores the driver kind: the in-memory link is its driver.
     let (client_dev, server_dev) = match driver {
         DemoDriver::Sim => {
-            let (a, b, _link) =
-                Device::mem_pair(&mem_link_config(args.mtu, 0.0, 1), config.clone())?;
+            let (a, b, _link) = Device::mem_pair(
+                &mem_link_config(args.mtu, 0.0, 1),
+                DeviceConfig {
+                    pcap: args.pcap.clone(),
+                    ..config.clone()
+                },
+            )?;
             (a, b)
         }
         _ => {
@@ -239,6 +253,7 @@ fn run_in_process(args: &Args, driver: DemoDriver) -> anyhow::Result<bool> {
                 "lo",
                 DeviceConfig {
                     udp_local_ip: Some(ip(1)),
+                    pcap: args.pcap.clone(),
                     ..config.clone()
                 },
             )?;
@@ -298,6 +313,7 @@ pub fn run_peer(args: PeerArgs) -> anyhow::Result<i32> {
             }
         },
         trace_frames: 1 << 16,
+        pcap: args.pcap.clone(),
         ..DeviceConfig::default()
     };
     let dev = Device::open(&args.ifname, config)

@@ -72,6 +72,10 @@ pub struct Common {
     /// Frame driver.
     #[arg(long = "driver", value_enum, default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
+    /// Write every frame this endpoint sends and receives to FILE (pcap, Ethernet link
+    /// type): over AF_XDP, tcpdump on the interface sees no RoCE frames.
+    #[arg(long = "pcap", value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Arguments.
@@ -167,6 +171,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 max_recv_wr: opts.slots as u32 + 1,
                 driver: common.driver,
                 events: false,
+                pcap: common.pcap.clone(),
             };
             let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
             let mut stream = setup::connect(&host, common.port, Duration::from_secs(10))?;
@@ -209,6 +214,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 max_recv_wr: opts.slots as u32 + 1,
                 driver: common.driver,
                 events: false,
+                pcap: common.pcap.clone(),
             };
             let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
             let mut stream = setup::accept_one(common.port)?;

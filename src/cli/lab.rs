@@ -40,6 +40,7 @@ pub const DEFAULT_LAB_DIR: &str = "/var/tmp/xroce-lab";
   sudo xroce lab build                      # guest image in /var/tmp/xroce-lab/image (~2 min once)
   sudo xroce lab up 2                       # g1 = 198.18.0.11, g2 = 198.18.0.12
   sudo xroce lab attach me                  # namespace xroce-lab-me, eth0 = 198.18.0.2
+  sudo xroce lab attach far --routed        # xroce-lab-far behind router xroce-lab-far-rt: 198.19.3.2
   sudo xroce lab exec 1 'ibv_devinfo -d rxe0'
   sudo xroce lab netem 1 'loss 1% delay 1ms reorder 5%'
   sudo xroce lab capture start mytest       # tcpdump on the bridge
@@ -108,6 +109,11 @@ enum LabCommand {
         name: String,
         /// Address in 198.18.0.0/24 (default: the first free of .2 to .9).
         ip: Option<String>,
+        /// Put the endpoint behind a router namespace <lab>-NAME-rt: the router takes the
+        /// bridge address, the endpoint gets 198.19.K.2/24 (K = the address's last byte) and
+        /// the guests a route to it through the router.
+        #[arg(long)]
+        routed: bool,
     },
     /// Remove an endpoint namespace.
     Detach { name: String },
@@ -172,8 +178,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             vec![],
         ),
         LabCommand::Mtu { mtu } => ("lab.sh", vec!["mtu".into(), mtu.to_string()], vec![]),
-        LabCommand::Attach { name, ip } => {
-            let mut w = vec!["attach".into(), name];
+        LabCommand::Attach { name, ip, routed } => {
+            let verb = if routed { "attach-routed" } else { "attach" };
+            let mut w = vec![verb.into(), name];
             w.extend(ip);
             ("lab.sh", w, vec![])
         }

@@ -68,6 +68,10 @@ pub struct Common {
     /// Frame driver.
     #[arg(long = "driver", value_enum, default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
+    /// Write every frame this endpoint sends and receives to FILE (pcap, Ethernet link
+    /// type): over AF_XDP, tcpdump on the interface sees no RoCE frames.
+    #[arg(long = "pcap", value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Arguments.
@@ -106,6 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         max_recv_wr: 1,
         driver: common.driver,
         events: false,
+        pcap: common.pcap.clone(),
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
     let mut data = vec![0u8; opts.size];

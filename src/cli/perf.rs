@@ -162,6 +162,10 @@ pub struct Args {
     /// Frame driver.
     #[arg(long = "driver", value_enum, default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
+    /// Write every frame this endpoint sends and receives to FILE (pcap, Ethernet link
+    /// type): over AF_XDP, tcpdump on the interface sees no RoCE frames.
+    #[arg(long = "pcap", value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Runs the command.
@@ -222,6 +226,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         max_recv_wr: opts.rx_depth.max(2),
         driver: args.driver,
         events: opts.events,
+        pcap: args.pcap.clone(),
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, opts.num_qps)?;
     let info0 = eps[0].local();

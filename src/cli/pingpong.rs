@@ -65,6 +65,10 @@ pub struct Args {
     /// Frame driver: AF_XDP (root) or a kernel UDP socket.
     #[arg(long = "driver", value_enum, default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
+    /// Write every frame this endpoint sends and receives to FILE (pcap, Ethernet link
+    /// type): over AF_XDP, tcpdump on the interface sees no RoCE frames.
+    #[arg(long = "pcap", value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Runs the command.
@@ -135,6 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         max_recv_wr: args.rx_depth,
         driver: args.driver,
         events: args.events,
+        pcap: args.pcap.clone(),
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
     let ep = eps[0].as_mut();

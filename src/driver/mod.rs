@@ -10,6 +10,9 @@
 //! | [`udp::UdpDriver`] | `udp` | a kernel UDP socket on port 4791; frames are rewritten to what the kernel emits | not verifiable (the socket hides the IP header) |
 //! | [`loopback::LoopbackDriver`] | `loopback` | two in-process ends joined by a socket pair, for tests | verifiable |
 //!
+//! [`tap::PcapTap`] wraps any of them and writes every frame sent and received to a pcap file
+//! (`--pcap FILE` of the tools): over AF_XDP, `tcpdump` on the interface sees no RoCE frames.
+//!
 //! The AF_XDP and UDP drivers are being written (see issue 4).
 //!
 //! All `unsafe` code of the crate lives under this module; each block says why it is sound.
@@ -24,6 +27,7 @@ pub mod loopback;
 pub mod mem;
 pub mod packet;
 pub mod sigpipe;
+pub mod tap;
 pub mod udp;
 pub mod xdp;
 

@@ -37,6 +37,8 @@ pub struct EndpointSpec {
     pub driver: DriverChoice,
     /// Give the CQ a completion channel so [`ToolEndpoint::wait_completion`] can sleep.
     pub events: bool,
+    /// `--pcap FILE`: write every frame the device sends and receives there.
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// One QP, its CQ and its registered buffer on a verbs [`Device`].
@@ -311,6 +313,7 @@ pub fn open(
         },
         progress: ProgressMode::Wakeup,
         neighbour_timeout: Duration::from_secs(3),
+        pcap: spec.pcap.clone(),
         ..DeviceConfig::default()
     };
     let device = Device::open(&dev.name, config)?;

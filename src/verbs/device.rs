@@ -62,6 +62,10 @@ pub struct DeviceConfig {
     /// UDP driver: the address to bind on port 4791. `None`: the interface's first IPv4
     /// address. Any 127.0.0.0/8 address works on `lo` (two endpoints on one host).
     pub udp_local_ip: Option<IpAddr>,
+    /// Write every frame the driver sends and receives to this pcap file (Ethernet link
+    /// type; see [`crate::driver::tap::PcapTap`]). Over AF_XDP this is the only way to
+    /// capture: tcpdump on the interface does not see the redirected frames.
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 impl Default for DeviceConfig {
@@ -74,6 +78,7 @@ impl Default for DeviceConfig {
             neighbour_timeout: Duration::from_secs(3),
             trace_frames: 0,
             udp_local_ip: None,
+            pcap: None,
         }
     }
 }
@@ -398,6 +403,7 @@ impl Device {
             max_mtu: Some(identity.mtu),
             oper_state: OperState::Up,
             admin_up: true,
+            carrier: Some(true),
             link_type: "ether".into(),
             driver: Some(driver.info().mode.to_string()),
             num_rx_queues: Some(1),
@@ -416,6 +422,7 @@ impl Device {
 
     /// Two devices joined by an in-memory link (no kernel, no privileges): addresses
     /// 198.18.0.1 and 198.18.0.2, MACs 02:00:00:00:00:01 and :02, each other's neighbour.
+    /// `config.pcap` captures the first device's frames (both directions).
     pub fn mem_pair(
         link: &MemLinkConfig,
         config: DeviceConfig,
@@ -430,7 +437,15 @@ impl Device {
             addrs: vec![ips[i]],
         };
         let dev_a = Device::with_driver(Box::new(a), identity(0), config.clone())?;
-        let dev_b = Device::with_driver(Box::new(b), identity(1), config)?;
+        // One capture file holds one device's view: the first one's.
+        let dev_b = Device::with_driver(
+            Box::new(b),
+            identity(1),
+            DeviceConfig {
+                pcap: None,
+                ..config
+            },
+        )?;
         dev_a.add_static_neighbour(ips[1], macs[1]);
         dev_b.add_static_neighbour(ips[0], macs[0]);
         Ok((dev_a, dev_b, handle))
@@ -438,11 +453,14 @@ impl Device {
 
     fn start(
         net: NetdevInfo,
-        driver: Box<dyn Driver>,
+        mut driver: Box<dyn Driver>,
         fixed_ip_ident: Option<u16>,
         udp_source: Option<IpAddr>,
         config: DeviceConfig,
     ) -> Result<Device> {
+        if let Some(path) = &config.pcap {
+            driver = Box::new(crate::driver::tap::PcapTap::create(driver, path)?);
+        }
         let gid_table = net.gid_table();
         let mut engine_config = EngineConfig::new(
             net.mac.0,
@@ -686,6 +704,7 @@ impl Device {
             return Err(netdev::NetdevError::NeighbourTimeout {
                 ifname: shared.netdev.name.clone(),
                 ip,
+                next_hop: None,
                 timeout: Duration::ZERO,
             }
             .into());
