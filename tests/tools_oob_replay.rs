@@ -16,10 +16,11 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use xroce::tools::perftest_oob::{
-    self, BwReport, LocalSide, NegotiateParams, PerftestComm, PerftestDest, PerftestRunner, Role,
-    Step, SysData, TestKind,
+    self, BwReport, LocalSide, NegotiateParams, PeerWatch, PerftestComm, PerftestDest,
+    PerftestRunner, Role, Step, SysData, TestKind,
 };
 use xroce::tools::pingpong_oob::{self, PingpongDest};
+use xroce::tools::setup::OobStream;
 use xroce::tools::tcp_streams;
 
 const CAPTURES: [&str; 9] = [
@@ -130,6 +131,15 @@ impl Replay {
 impl Read for Replay {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.input.read(buf)
+    }
+}
+
+impl OobStream for Replay {
+    fn bound_reads(&mut self, _limit: Option<std::time::Duration>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn nonblocking_reads(&mut self, _on: bool) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -282,7 +292,7 @@ impl PerftestRunner for FakeRunner {
         self.connected = Some(remote.to_vec());
         Ok(())
     }
-    fn run(&mut self, _size: u64) -> anyhow::Result<Option<BwReport>> {
+    fn run(&mut self, _size: u64, _peer: &mut dyn PeerWatch) -> anyhow::Result<Option<BwReport>> {
         Ok(self.bw.then_some(self.report))
     }
 }

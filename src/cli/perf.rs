@@ -184,6 +184,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.ud = args.connection == Conn::Ud;
     opts.report_gbits = args.report_gbits;
     opts.events = args.events;
+    opts.settle_depths();
     opts.validate()?;
     if perftest_oob::version_number(&args.perftest_version) < perftest_oob::MIN_COMPATIBLE_VERSION {
         anyhow::bail!("--perftest-version must be 5.70 or newer (perftest refuses older peers)");
