@@ -931,7 +931,7 @@ impl<S: OobStream> PerftestComm<S> {
         if version_number(&remote) < MIN_COMPATIBLE_VERSION {
             let advice = match setup::identify_peer(&theirs) {
                 Some(PeerTool::Pingpong) => "run xroce pingpong (or ibv_rc_pingpong) on this side too, or xroce perf/perftest on the peer",
-                Some(PeerTool::PerftestWithoutVersions) => "the peer skips the version exchange (--dont_xchg_versions): use that option on both sides or on neither",
+                Some(PeerTool::PerftestWithoutVersions) => "use --dont_xchg_versions on both sides or on neither",
                 Some(PeerTool::JsonLines) => "run the same xroce command on both sides",
                 Some(PeerTool::Perftest { .. }) | None => {
                     return Err(PerftestOobError::VersionTooOld(remote))
