@@ -378,6 +378,16 @@ fn perf_over_lossy(
     loss: f64,
     sizes: Option<Vec<u64>>,
 ) -> (anyhow::Result<String>, anyhow::Result<String>) {
+    perf_over_mixed(opts.clone(), opts, loss, sizes)
+}
+
+/// [`perf_over_lossy`] with different options (maybe different tests) on each side.
+fn perf_over_mixed(
+    opts: PerfOptions,
+    client_opts: PerfOptions,
+    loss: f64,
+    sizes: Option<Vec<u64>>,
+) -> (anyhow::Result<String>, anyhow::Result<String>) {
     let (a, b, _link) = devices(loss);
     let s = spec(
         !opts.ud,
@@ -410,7 +420,7 @@ fn perf_over_lossy(
     let sizes = sizes.unwrap_or_else(|| opts.sizes(1024));
     let (o2, s2) = (opts.clone(), sizes.clone());
     let server = std::thread::spawn(move || side(&mut ea, sa, Role::Server, o2, s2));
-    let client = side(&mut eb, sb, Role::Client, opts, sizes);
+    let client = side(&mut eb, sb, Role::Client, client_opts, sizes);
     (server.join().unwrap(), client)
 }
 
@@ -474,4 +484,29 @@ fn ud_send_bw_over_a_lossy_link_reports_what_arrived() {
         "the row counts what arrived: {row}"
     );
     assert!(client.contains(" 1024 "), "{client}");
+}
+
+#[test]
+fn send_bw_server_refuses_a_client_that_does_not_send() {
+    // write_bw and send_bw announce the same outstanding reads (1); the send_bw server
+    // learns the truth when the client has finished without one SEND arriving.
+    let mut server_opts = PerfOptions::defaults(TestKind::SendBw);
+    server_opts.iters = 50;
+    server_opts.size = 4096;
+    server_opts.stall_timeout = Duration::from_secs(10);
+    let mut client_opts = server_opts.clone();
+    client_opts.kind = TestKind::WriteBw;
+    let started = std::time::Instant::now();
+    let (server, client) = perf_over_mixed(server_opts, client_opts, 0.0, None);
+    let err = format!("{:#}", server.unwrap_err());
+    assert!(
+        err.contains("the client finished after 0 of 50 SENDs reached us")
+            && err.contains("it runs another test, not ib_send_bw"),
+        "{err}"
+    );
+    assert!(client.is_err(), "the client must not report success either");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "it waited for the stall timeout"
+    );
 }
