@@ -294,6 +294,23 @@ const CASES: &[Case] = &[
     Case { name: "xroce_cli_send_bw_a", mtu: 1500, netem: None,
         server: (G1, pt!("ib_send_bw", "-a -n 5")), client: (HOST, xp!("send_bw", "-a -n 5 {srv}")),
         opcodes: SEND_ALL, loss_evidence: None, state: State::Runs },
+    // -a with more iterations than receives posted (-n 10, -r 16): receives re-posted during
+    // a small size must still fit the larger sizes that follow (before: LocLenErr at 4 B;
+    // `-a -n 50` with 512 receives failed at 2048 B, but 50 x 8 MiB takes minutes here).
+    Case { name: "xroce_srv_send_bw_a_n10", mtu: 1500, netem: None,
+        server: (HOST, xp!("send_bw", "-a -n 10 -r 16")), client: (G1, pt!("ib_send_bw", "-a -n 10 {srv}")),
+        opcodes: SEND_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_send_bw_a_n10", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_send_bw", "-a -n 10")), client: (HOST, xp!("send_bw", "-a -n 10 {srv}")),
+        opcodes: SEND_ALL, loss_evidence: None, state: State::Runs },
+    // UD send_bw with perftest's defaults (5000 datagrams of 1 KiB): xroce's receiver ends
+    // when the sender is done and reports what arrived.
+    Case { name: "xroce_srv_ud_send_bw", mtu: 1500, netem: None,
+        server: (HOST, xp!("send_bw", "-c UD -s 1024")), client: (G1, pt!("ib_send_bw", "-c UD -s 1024 {srv}")),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_ud_send_bw", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_send_bw", "-c UD -s 1024")), client: (HOST, xp!("send_bw", "-c UD -s 1024 {srv}")),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
     Case { name: "xroce_srv_write_bw_a", mtu: 1500, netem: None,
         server: (HOST, xp!("write_bw", "-a -n 5")), client: (G1, pt!("ib_write_bw", "-a -n 5 {srv}")),
         opcodes: WRITE_ALL, loss_evidence: None, state: State::Runs },

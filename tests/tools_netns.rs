@@ -54,6 +54,39 @@ fn pair(
     client_args: &[&str],
     secs: u64,
 ) -> (String, String) {
+    let (s, c, s_out, c_out) = run_pair(link, server_args, client_args, secs);
+    let text = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert!(
+        c_out.status.success(),
+        "client {c:?} failed:\n{}\nserver said:\n{}",
+        text(&c_out),
+        text(&s_out)
+    );
+    assert!(
+        s_out.status.success(),
+        "server {s:?} failed:\n{}\nclient said:\n{}",
+        text(&s_out),
+        text(&c_out)
+    );
+    (
+        String::from_utf8_lossy(&s_out.stdout).into_owned(),
+        String::from_utf8_lossy(&c_out.stdout).into_owned(),
+    )
+}
+
+/// [`pair`] without the success checks: the two command lines and outputs.
+fn run_pair(
+    link: &VethLink,
+    server_args: &[&str],
+    client_args: &[&str],
+    secs: u64,
+) -> (Vec<String>, Vec<String>, Output, Output) {
     let mut s: Vec<String> = server_args.iter().map(|a| a.to_string()).collect();
     s.extend(["-d".into(), link.a_if.clone()]);
     let host = link.a_ip.to_string();
@@ -80,29 +113,7 @@ fn pair(
         deadline + Duration::from_secs(5),
         &format!("server {s:?}"),
     );
-    let text = |o: &Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    assert!(
-        c_out.status.success(),
-        "client {c:?} failed:\n{}\nserver said:\n{}",
-        text(&c_out),
-        text(&s_out)
-    );
-    assert!(
-        s_out.status.success(),
-        "server {s:?} failed:\n{}\nclient said:\n{}",
-        text(&s_out),
-        text(&c_out)
-    );
-    (
-        String::from_utf8_lossy(&s_out.stdout).into_owned(),
-        String::from_utf8_lossy(&c_out.stdout).into_owned(),
-    )
+    (s, c, s_out, c_out)
 }
 
 #[test]
@@ -398,4 +409,40 @@ fn perf_header_mtu_is_the_qps_and_send_bw_server_has_no_peak() {
     let cols: Vec<f64> = row.split_whitespace().map(|w| w.parse().unwrap()).collect();
     assert_eq!(cols[2], 0.0, "server peak\n{server}");
     assert!(cols[3] > 0.0, "server average\n{server}");
+}
+
+#[test]
+fn mismatched_tools_and_tests_fail_fast_naming_the_peer_over_af_xdp() {
+    if !common::privileged_or_skip(
+        "mismatched_tools_and_tests_fail_fast_naming_the_peer_over_af_xdp",
+    ) {
+        return;
+    }
+    let link = link();
+    let started = Instant::now();
+    // A pingpong client against a perf server.
+    let (_, _, s_out, c_out) = run_pair(&link, &["perf", "write_bw"], &["pingpong"], 20);
+    let server_err = String::from_utf8_lossy(&s_out.stderr).into_owned();
+    assert!(!s_out.status.success() && !c_out.status.success());
+    assert!(
+        server_err.contains("ibv_rc_pingpong/ibv_ud_pingpong or xroce pingpong")
+            && !server_err.contains("older than 5.70"),
+        "{server_err}"
+    );
+    // read_bw server, write_bw client: both refuse.
+    let (_, _, s_out, c_out) = run_pair(&link, &["perf", "read_bw"], &["perf", "write_bw"], 20);
+    let (server_err, client_err) = (
+        String::from_utf8_lossy(&s_out.stderr).into_owned(),
+        String::from_utf8_lossy(&c_out.stderr).into_owned(),
+    );
+    assert!(!s_out.status.success() && !c_out.status.success());
+    assert!(
+        server_err.contains("the peer runs another test")
+            || client_err.contains("the peer runs another test"),
+        "server: {server_err}\nclient: {client_err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "a side waited for a timeout"
+    );
 }

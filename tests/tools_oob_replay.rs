@@ -18,10 +18,11 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use xroce::tools::perftest_oob::{
-    self, BwReport, LocalSide, NegotiateParams, PerftestComm, PerftestDest, PerftestRunner, Role,
-    Step, SysData, TestKind,
+    self, BwReport, LocalSide, NegotiateParams, PeerWatch, PerftestComm, PerftestDest,
+    PerftestRunner, Role, Step, SysData, TestKind,
 };
 use xroce::tools::pingpong_oob::{self, PingpongDest};
+use xroce::tools::setup::OobStream;
 use xroce::tools::tcp_streams;
 
 const CAPTURES: [&str; 9] = [
@@ -132,6 +133,15 @@ impl Replay {
 impl Read for Replay {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.input.read(buf)
+    }
+}
+
+impl OobStream for Replay {
+    fn bound_reads(&mut self, _limit: Option<std::time::Duration>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn nonblocking_reads(&mut self, _on: bool) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -284,7 +294,7 @@ impl PerftestRunner for FakeRunner {
         self.connected = Some(remote.to_vec());
         Ok(())
     }
-    fn run(&mut self, _size: u64) -> anyhow::Result<Option<BwReport>> {
+    fn run(&mut self, _size: u64, _peer: &mut dyn PeerWatch) -> anyhow::Result<Option<BwReport>> {
         Ok(self.bw.then_some(self.report))
     }
 }
@@ -580,4 +590,195 @@ fn old_peer_is_refused_with_a_reason() {
     let mut comm = PerftestComm::new(Replay::new(input), Role::Server, "6.06", false, true);
     let err = comm.exchange_versions().unwrap_err().to_string();
     assert!(err.contains("older than 5.70"), "{err}");
+}
+
+/// Runs `f` on a thread and fails the test if it has not returned within `secs` (a hang
+/// without the set-up bound is a failure, not a stuck test run).
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .expect("the exchange hung: no set-up timeout fired")
+}
+
+fn perf_server_error(
+    kind: TestKind,
+    stream: impl OobStream + Send + 'static,
+    dont_xchg_versions: bool,
+    bound_secs: u64,
+) -> String {
+    let steps = perftest_oob::script(kind, Role::Server, &[4096], 1);
+    let local = local_side(kind, Ipv4Addr::new(198, 18, 0, 11), 16);
+    let mut runner = FakeRunner {
+        connected: None,
+        report: BwReport::default(),
+        bw: kind.is_bw(),
+    };
+    let mut comm = PerftestComm::new(stream, Role::Server, "6.06", dont_xchg_versions, true)
+        .with_setup_bound(Some(std::time::Duration::from_secs(bound_secs)));
+    perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn pingpong_client_against_a_perf_server_is_named_not_called_old_perftest() {
+    // ibv_rc_pingpong's real first message, as a perf server reads it.
+    let (client, _) = load("rxe_rc_pingpong");
+    let err = perf_server_error(
+        TestKind::WriteBw,
+        Replay::new(client[..52].to_vec()),
+        false,
+        5,
+    );
+    assert!(!err.contains("older than 5.70"), "{err}");
+    assert!(
+        err.contains("does not speak perftest's exchange")
+            && err.contains("ibv_rc_pingpong/ibv_ud_pingpong or xroce pingpong")
+            && err.contains("run xroce pingpong"),
+        "{err}"
+    );
+}
+
+#[test]
+fn silent_client_times_out_with_the_bound_in_the_message() {
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let err = within(10, move || {
+        perf_server_error(TestKind::WriteBw, a, false, 1)
+    });
+    drop(b);
+    assert!(
+        err.contains(
+            "no answer from the peer within 1 s while exchanging versions (got 0 of 16 bytes)"
+        ) && err.contains("the peer connected but sent nothing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn dont_xchg_versions_on_one_side_only_times_out_naming_the_option() {
+    // The server skips versions and waits for a 108-byte address; the client (real
+    // perftest bytes from rxe_write_bw) sends its 16-byte version and waits for ours.
+    let (client, _) = load("rxe_write_bw");
+    let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    b.write_all(&client[..16]).unwrap();
+    let err = within(10, move || perf_server_error(TestKind::WriteBw, a, true, 1));
+    drop(b);
+    assert!(
+        err.contains("within 1 s while exchanging QP addresses (got 16 of 108 bytes)")
+            && err.contains("perftest version string \"6.06\"")
+            && err.contains("--dont_xchg_versions"),
+        "{err}"
+    );
+    // The other way round: a server that exchanges versions reads the client's address.
+    let err = perf_server_error(
+        TestKind::WriteBw,
+        Replay::new(client[26..134].to_vec()),
+        false,
+        5,
+    );
+    assert!(
+        err.contains("with --dont_xchg_versions")
+            && err.contains("use --dont_xchg_versions on both sides or on neither"),
+        "{err}"
+    );
+}
+
+#[test]
+fn perf_client_against_a_file_receiver_names_xroce_file() {
+    let hello = br#"{"qpn":17,"psn":1193046,"gid":"00000000000000000000ffffc612000b","addr":1,"rkey":2,"chunk_size":1048576,"slots":4}
+"#;
+    let mut comm = PerftestComm::new(
+        Replay::new(hello.to_vec()),
+        Role::Client,
+        "6.06",
+        false,
+        true,
+    );
+    let err = comm.exchange_versions().unwrap_err().to_string();
+    assert!(err.contains("xroce file or xroce mr-check"), "{err}");
+}
+
+#[test]
+fn pingpong_server_against_a_perf_client_times_out_naming_perftest() {
+    let (client, _) = load("rxe_write_bw");
+    let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    b.write_all(&client[..16]).unwrap();
+    let mine = PingpongDest {
+        lid: 0,
+        qpn: 1,
+        psn: 1,
+        gid: [0; 16],
+    };
+    let err = within(10, move || {
+        pingpong_oob::server_exchange_within(
+            &mut a,
+            &mine,
+            |_| Ok(()),
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap_err()
+        .to_string()
+    });
+    drop(b);
+    assert!(
+        err.contains("no answer from the peer within 1 s while reading the remote address (got 16 of 52 bytes)")
+            && err.contains("perftest or xroce perf"),
+        "{err}"
+    );
+    // A silent client: the bound and the reason.
+    let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let err = within(10, move || {
+        pingpong_oob::server_exchange_within(
+            &mut a,
+            &mine,
+            |_| Ok(()),
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap_err()
+        .to_string()
+    });
+    drop(b);
+    assert!(
+        err.contains("within 1 s") && err.contains("sent nothing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_peer_running_another_test_is_refused() {
+    // Real ib_write_bw client bytes against our read_bw server, and real ib_read_bw client
+    // bytes against our write_bw server: perftest 6.06 tells them apart only by the
+    // outstanding-reads field of the QP address (1 for write, 0x80 on rxe for read).
+    let (write_client, _) = load("rxe_write_bw");
+    let err = perf_server_error(TestKind::ReadBw, Replay::new(write_client), false, 5);
+    assert!(
+        err.contains("the peer runs another test")
+            && err.contains("allows 1 outstanding RDMA READs/atomics")
+            && err.contains("we run ib_read_bw"),
+        "{err}"
+    );
+    let (read_client, _) = load("rxe_read_bw");
+    let err = perf_server_error(
+        TestKind::WriteBw,
+        Replay::new(read_client.clone()),
+        false,
+        5,
+    );
+    assert!(
+        err.contains("allows 128 outstanding") && err.contains("we run ib_write_bw"),
+        "{err}"
+    );
+    // The same bytes against the test they came from still run.
+    let steps = perftest_oob::script(TestKind::ReadBw, Role::Server, &[4096], 1);
+    let local = local_side(TestKind::ReadBw, Ipv4Addr::new(198, 18, 0, 11), 128);
+    let mut runner = FakeRunner {
+        connected: None,
+        report: BwReport::default(),
+        bw: true,
+    };
+    let mut comm = PerftestComm::new(Replay::new(read_client), Role::Server, "6.06", false, true);
+    perftest_oob::run_script(&mut comm, &steps, &local, &mut runner).unwrap();
 }

@@ -371,3 +371,143 @@ fn file_transfer_over_verbs_with_loss() {
     assert!(sent.verified && received.verified);
     assert_eq!(written, data);
 }
+
+/// Both sides of a perf test over a link with `loss`, running `sizes` (default: what the
+/// options say); each side's output or error.
+fn perf_over_lossy(
+    opts: PerfOptions,
+    loss: f64,
+    sizes: Option<Vec<u64>>,
+) -> (anyhow::Result<String>, anyhow::Result<String>) {
+    perf_over_mixed(opts.clone(), opts, loss, sizes)
+}
+
+/// [`perf_over_lossy`] with different options (maybe different tests) on each side.
+fn perf_over_mixed(
+    opts: PerfOptions,
+    client_opts: PerfOptions,
+    loss: f64,
+    sizes: Option<Vec<u64>>,
+) -> (anyhow::Result<String>, anyhow::Result<String>) {
+    let (a, b, _link) = devices(loss);
+    let s = spec(
+        !opts.ud,
+        2 * opts.half_len(),
+        opts.tx_depth.max(2),
+        opts.rx_depth.max(2),
+    );
+    let mut ea = endpoint(&a, &s);
+    let mut eb = endpoint(&b, &s);
+    let (sa, sb) = UnixStream::pair().unwrap();
+    let side = move |ep: &mut Box<dyn ToolEndpoint>,
+                     stream: UnixStream,
+                     role: Role,
+                     opts: PerfOptions,
+                     sizes: Vec<u64>|
+          -> anyhow::Result<String> {
+        let info = ep.local();
+        let dest = opts.dest(&info, if role == Role::Server { 0x111 } else { 0x222 });
+        let local = opts.local_side(3, 16, vec![dest]);
+        let steps = perftest_oob::script(opts.kind, role, &sizes, 1);
+        let mut out: Vec<u8> = Vec::new();
+        {
+            let mut runner =
+                PerfRunner::new(vec![ep.as_mut()], opts.clone(), role, vec![dest], &mut out);
+            let mut comm = PerftestComm::new(stream, role, "6.06", false, true);
+            perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
+        }
+        Ok(String::from_utf8(out).unwrap())
+    };
+    let sizes = sizes.unwrap_or_else(|| opts.sizes(1024));
+    let (o2, s2) = (opts.clone(), sizes.clone());
+    let server = std::thread::spawn(move || side(&mut ea, sa, Role::Server, o2, s2));
+    let client = side(&mut eb, sb, Role::Client, client_opts, sizes);
+    (server.join().unwrap(), client)
+}
+
+#[test]
+fn send_bw_all_sizes_with_more_iterations_than_one_size_uses_up() {
+    // `-a -n 50` with the default 512 receives: receives re-posted during the small sizes
+    // are still queued when the size grows (at 2048 B with these numbers); each must fit
+    // the largest message of the run or the receive fails with a length error.
+    let mut opts = PerfOptions::defaults(TestKind::SendBw);
+    opts.all_sizes = true;
+    opts.iters = 50;
+    opts.stall_timeout = Duration::from_secs(10);
+    let sizes: Vec<u64> = (1..=16).map(|i| 1u64 << i).collect();
+    let (server, client) = perf_over_lossy(opts, 0.0, Some(sizes));
+    let (server, client) = (server.unwrap(), client.unwrap());
+    for out in [&server, &client] {
+        assert!(out.contains(" 65536 "), "{out}");
+    }
+}
+
+#[test]
+fn ud_send_bw_over_a_lossy_link_reports_what_arrived() {
+    // perf send_bw -c UD -s 1024 with defaults, 5 % of frames lost: UD does not resend, so
+    // the receiver ends when the sender is done and says how many arrived.
+    let mut opts = PerfOptions::defaults(TestKind::SendBw);
+    opts.ud = true;
+    opts.size = 1024;
+    opts.iters = 2000;
+    opts.stall_timeout = Duration::from_secs(10);
+    opts.settle_depths();
+    assert_eq!(
+        opts.rx_depth, 2000,
+        "perftest posts one receive per UD iteration"
+    );
+    let started = std::time::Instant::now();
+    let (server, client) = perf_over_lossy(opts, 0.05, None);
+    let (server, client) = (server.unwrap(), client.unwrap());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the server waited for datagrams that cannot come"
+    );
+    let note = server
+        .lines()
+        .find(|l| l.starts_with(" UD: "))
+        .unwrap_or_else(|| panic!("no loss line:\n{server}"));
+    let arrived: u64 = note[5..].split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        (1500..2000).contains(&arrived)
+            && note.contains(&format!(
+                "of 2000 messages of 1024 bytes arrived, {} lost",
+                2000 - arrived
+            )),
+        "{note}"
+    );
+    let row = server
+        .lines()
+        .find(|l| l.trim_start().starts_with("1024 "))
+        .unwrap();
+    assert!(
+        row.contains(&format!(" {arrived} ")),
+        "the row counts what arrived: {row}"
+    );
+    assert!(client.contains(" 1024 "), "{client}");
+}
+
+#[test]
+fn send_bw_server_refuses_a_client_that_does_not_send() {
+    // write_bw and send_bw announce the same outstanding reads (1); the send_bw server
+    // learns the truth when the client has finished without one SEND arriving.
+    let mut server_opts = PerfOptions::defaults(TestKind::SendBw);
+    server_opts.iters = 50;
+    server_opts.size = 4096;
+    server_opts.stall_timeout = Duration::from_secs(10);
+    let mut client_opts = server_opts.clone();
+    client_opts.kind = TestKind::WriteBw;
+    let started = std::time::Instant::now();
+    let (server, client) = perf_over_mixed(server_opts, client_opts, 0.0, None);
+    let err = format!("{:#}", server.unwrap_err());
+    assert!(
+        err.contains("the client finished after 0 of 50 SENDs reached us")
+            && err.contains("it runs another test, not ib_send_bw"),
+        "{err}"
+    );
+    assert!(client.is_err(), "the client must not report success either");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "it waited for the stall timeout"
+    );
+}

@@ -103,7 +103,7 @@ pub struct Args {
     /// Message size (default 65536 for bw, 2 for lat, 8 for atomics).
     #[arg(short = 's', long = "size")]
     pub size: Option<u64>,
-    /// Iterations (default 5000 for bw, 1000 for lat).
+    /// Iterations (default 5000 for write_bw, 1000 for the others, as perftest).
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
     /// Run every size from 2 bytes to 8 MiB.
@@ -190,6 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.ud = args.connection == Conn::Ud;
     opts.report_gbits = args.report_gbits;
     opts.events = args.events;
+    opts.settle_depths();
     opts.validate()?;
     options::tcp_port("-p/--port", args.port)?;
     if let Some(o) = args.outs {

@@ -19,14 +19,22 @@ use crate::tools::endpoint::{
 };
 use crate::tools::options::in_range;
 use crate::tools::perftest_oob::{
-    enums, BwReport, LocalSide, NegotiateParams, PerftestDest, PerftestRunner, Role, SysData,
-    TestKind,
+    enums, BwReport, LocalSide, NegotiateParams, PeerWatch, PerftestDest, PerftestRunner, Role,
+    SysData, TestKind,
 };
 use crate::tools::report::{self, JsonResult};
 use crate::tools::stats::{BwStats, BwTimes, BwUnit, LatencyStats, MAX_PEAK_ITERS};
 
 /// perftest's UD Q_Key (`DEF_QKEY`).
 pub const PERFTEST_QKEY: u32 = 0x1111_1111;
+/// perftest's default receive depth (`DEF_RX_SEND`).
+pub const DEF_RX_SEND: u32 = 512;
+/// perftest's receive depth limit for UD/UC with the default `-r` (`UC_MAX_RX`).
+pub const UC_MAX_RX: u32 = 16000;
+/// How long a send_bw receiver keeps draining its CQ after the sender said it is done.
+const DRAIN_AFTER_PEER_DONE: Duration = Duration::from_millis(300);
+/// How often an idle send_bw receiver looks whether the sender has finished.
+const PEER_CHECK_EVERY: Duration = Duration::from_millis(10);
 
 // Option limits. Where perftest has one (perftest_parameters.h) it is mirrored.
 /// `-n`: perftest's `MIN_ITER`.
@@ -96,7 +104,12 @@ impl PerfOptions {
             kind,
             size: kind.default_size(),
             all_sizes: false,
-            iters: if kind.is_bw() { 5000 } else { 1000 },
+            // perftest: DEF_ITERS_WB 5000 for write_bw, DEF_ITERS 1000 for the others.
+            iters: if kind == TestKind::WriteBw {
+                5000
+            } else {
+                1000
+            },
             duration: None,
             num_qps: 1,
             tx_depth: if kind.is_bw() { 128 } else { 1 },
@@ -109,6 +122,21 @@ impl PerfOptions {
             events: false,
             stall_timeout: Duration::from_secs(30),
         }
+    }
+
+    /// perftest's depth rules for the receive queue (`force_dependecies`): a SEND test never
+    /// posts more receives than it has iterations, and UD with the default `-r` posts one
+    /// per iteration (up to 16000) so that no datagram finds the queue empty (a UD message
+    /// without a receive is dropped, and UD never resends it: IBTA Vol. 1 9.8.4).
+    pub fn settle_depths(&mut self) {
+        if self.kind.verb() != enums::VERB_SEND || self.duration.is_some() {
+            return;
+        }
+        let iters = u32::try_from(self.iters).unwrap_or(u32::MAX);
+        if self.ud && self.rx_depth == DEF_RX_SEND {
+            self.rx_depth = iters.min(UC_MAX_RX);
+        }
+        self.rx_depth = self.rx_depth.min(iters.max(1));
     }
 
     /// What this side announces in the exchange: perftest's system data (4 KiB pages,
@@ -333,6 +361,8 @@ pub struct PerfRunner<'a> {
     /// perftest's test-info block, printed at connect with the path MTU the QPs use.
     test_info: Option<report::TestInfo>,
     recvs_posted: Vec<u32>,
+    /// Bytes of every receive posted: the largest message of the run (see `connect`).
+    recv_len: usize,
     stash: std::collections::VecDeque<ToolWc>,
 }
 
@@ -357,6 +387,7 @@ impl<'a> PerfRunner<'a> {
             header_printed: false,
             test_info: None,
             recvs_posted: vec![0; n],
+            recv_len: 0,
             stash: Default::default(),
         }
     }
@@ -418,9 +449,8 @@ impl<'a> PerfRunner<'a> {
         size as usize + if self.opts.ud { 40 } else { 0 }
     }
 
-    /// Posts receives so each QP has `rx_depth` (SEND tests).
-    fn fill_recvs(&mut self, size: u64) -> anyhow::Result<()> {
-        let len = self.recv_len(size);
+    /// Posts receives so each QP has `rx_depth` (SEND tests), each for `len` bytes.
+    fn fill_recvs(&mut self, len: usize) -> anyhow::Result<()> {
         let half = self.half();
         for (i, ep) in self.eps.iter_mut().enumerate() {
             while self.recvs_posted[i] < self.opts.rx_depth {
@@ -572,9 +602,18 @@ impl<'a> PerfRunner<'a> {
     }
 
     /// send_bw server: count `iters` receives per QP.
-    // Indexed by QP: the loop body borrows `self` mutably through `self.eps[q]`.
-    #[allow(clippy::needless_range_loop)]
-    fn run_send_bw_server(&mut self, size: u64) -> anyhow::Result<BwReport> {
+    ///
+    /// Once the sender has written its next exchange message it has nothing more in flight
+    /// worth waiting for: the CQ is drained for a moment and then the run ends. Over RC every
+    /// message it sent was acknowledged, so a shortfall means the peer did not SEND (it runs
+    /// another test). Over UD a shortfall is datagrams lost on the way, which UD does not
+    /// recover (IBTA Vol. 1 9.8.4: no ACKs, no retries); perftest waits for them
+    /// for up to two minutes (`check_alive`), we report what arrived and say how many did not.
+    fn run_send_bw_server(
+        &mut self,
+        size: u64,
+        peer: &mut dyn PeerWatch,
+    ) -> anyhow::Result<BwReport> {
         let n_qps = self.eps.len();
         let start = Instant::now();
         let mut got = vec![0u64; n_qps];
@@ -584,41 +623,75 @@ impl<'a> PerfRunner<'a> {
         let mut last_recv = 0.0;
         let mut wcs = Vec::with_capacity(16);
         let mut last_progress = Instant::now();
-        let len = self.recv_len(size);
+        let mut last_peer_check = Instant::now();
+        let mut peer_done: Option<Instant> = None;
+        let len = self.recv_len;
         let half = self.half();
         while got.iter().any(|&g| g < self.opts.iters) {
             let mut any = false;
-            for q in 0..n_qps {
+            for (ep, got_q) in self.eps.iter_mut().zip(got.iter_mut()) {
                 wcs.clear();
-                self.eps[q].poll(&mut wcs, 16)?;
+                ep.poll(&mut wcs, 16)?;
                 for wc in &wcs {
                     Self::check(wc)?;
                     if wc.kind == WcKind::Recv {
                         any = true;
-                        got[q] += 1;
+                        *got_q += 1;
                         last_recv = start.elapsed().as_secs_f64() * 1e6;
                         first_recv.get_or_insert(last_recv);
-                        self.eps[q].post_recv(0, half, len)?;
+                        // Every receive is for the largest size of the run, so one left
+                        // over from a smaller size still fits the next (perftest instead
+                        // posts exactly `iters` per size, which a lost datagram breaks).
+                        ep.post_recv(0, half, len)?;
                     }
                 }
             }
             if any {
                 last_progress = Instant::now();
+                continue;
+            }
+            if peer_done.is_none() && last_peer_check.elapsed() >= PEER_CHECK_EVERY {
+                last_peer_check = Instant::now();
+                if peer.peer_has_spoken() {
+                    peer_done = Some(Instant::now());
+                }
+            }
+            if let Some(done) = peer_done {
+                if done.max(last_progress).elapsed() >= DRAIN_AFTER_PEER_DONE {
+                    break;
+                }
             } else if last_progress.elapsed() > self.opts.stall_timeout {
                 anyhow::bail!(
                     "received {got:?} of {} messages, then nothing for {:?}",
                     self.opts.iters,
                     self.opts.stall_timeout
                 );
-            } else {
-                self.idle()?;
             }
+            self.idle()?;
         }
-        let received: u64 = got.iter().sum();
+        let wanted = self.opts.iters * n_qps as u64;
+        let arrived: u64 = got.iter().sum();
+        if arrived < wanted {
+            if !self.opts.ud {
+                anyhow::bail!(
+                    "the client finished after {arrived} of {wanted} SENDs reached us (RC acknowledges each one, so the rest were never sent): it runs another test, not {} (run the same test on both sides)",
+                    self.opts.kind.perftest_binary()
+                );
+            }
+            writeln!(
+                self.out,
+                " UD: {arrived} of {wanted} messages of {size} bytes arrived, {} lost on the way (UD does not retransmit); the row counts only those that arrived",
+                wanted - arrived
+            )?;
+        }
         // All in one poll: time from the start of the wait instead.
         let from = first_recv.filter(|&f| f < last_recv).unwrap_or(0.0);
-        let stats = BwStats::without_peak(size, received, last_recv - from, self.opts.unit())
-            .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
+        let stats = BwStats::without_peak(size, arrived, last_recv - from, self.opts.unit())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{arrived} of {wanted} messages arrived: too few to measure a bandwidth"
+                )
+            })?;
         self.print_table_header()?;
         writeln!(self.out, "{}", report::bw_row(&stats))?;
         self.results.push(JsonResult::Bw(stats));
@@ -694,7 +767,7 @@ impl<'a> PerfRunner<'a> {
                     len: size as usize,
                     signaled: true,
                 };
-                let len = self.recv_len(size);
+                let len = self.recv_len;
                 for _ in 0..iters {
                     // Client: send, then wait for the answer; server: wait, then answer.
                     if self.role == Role::Server {
@@ -844,22 +917,23 @@ impl PerftestRunner for PerfRunner<'_> {
             )?;
         }
         if self.opts.kind.verb() == enums::VERB_SEND {
-            self.fill_recvs(
-                self.opts
-                    .sizes(mtu)
-                    .into_iter()
-                    .max()
-                    .unwrap_or(self.opts.size),
-            )?;
+            let largest = self
+                .opts
+                .sizes(mtu)
+                .into_iter()
+                .max()
+                .unwrap_or(self.opts.size);
+            self.recv_len = self.recv_len(largest);
+            self.fill_recvs(self.recv_len)?;
         }
         Ok(())
     }
 
-    fn run(&mut self, size: u64) -> anyhow::Result<Option<BwReport>> {
+    fn run(&mut self, size: u64, peer: &mut dyn PeerWatch) -> anyhow::Result<Option<BwReport>> {
         let kind = self.opts.kind;
         if kind.is_bw() {
             let rep = if kind == TestKind::SendBw && self.role == Role::Server {
-                self.run_send_bw_server(size)?
+                self.run_send_bw_server(size, peer)?
             } else {
                 self.run_bw_client(size)?
             };

@@ -26,8 +26,10 @@
 //! instead skips the version, page-size, MTU and parameter steps and assumes the peer
 //! speaks its own version, which works xroce-to-xroce.
 
-use std::io::{Read, Write};
 use std::net::Ipv6Addr;
+use std::time::Duration;
+
+use crate::tools::setup::{self, OobStream, PeerTool};
 
 /// The version perftest 4.5+0.17 (Debian bookworm) announces.
 pub const BOOKWORM_VERSION: &str = "6.06";
@@ -91,6 +93,33 @@ pub enum PerftestOobError {
     /// The peer's version is older than perftest accepts.
     #[error("peer perftest version {0:?} is older than 5.70, which perftest itself refuses; upgrade the peer")]
     VersionTooOld(String),
+    /// The peer's first bytes are another tool's message, not perftest's version.
+    #[error("the peer does not speak perftest's exchange: its first bytes {text:?} look like {peer}; {advice}")]
+    NotPerftest {
+        /// The bytes as text, up to the first NUL.
+        text: String,
+        /// What they look like.
+        peer: String,
+        /// What to run instead.
+        advice: &'static str,
+    },
+    /// The peer sent nothing (or not enough) within the set-up bound.
+    #[error("no answer from the peer within {secs} s while {during} (got {got} of {expected} bytes){hint}; check that both sides run the same test (xroce perf or perftest) with the same options")]
+    Timeout {
+        /// Which step was running.
+        during: &'static str,
+        /// The bound, in seconds.
+        secs: u64,
+        /// Bytes the step expects.
+        expected: usize,
+        /// Bytes that arrived.
+        got: usize,
+        /// What the bytes that arrived show about the peer (may be empty).
+        hint: String,
+    },
+    /// The peer runs a different perftest test (see docs/tools.md for what is detected).
+    #[error("the peer runs another test: {0}")]
+    OtherTest(String),
     /// A QP address message could not be parsed.
     #[error("malformed QP address from peer ({reason}): {text:?}")]
     MalformedDest {
@@ -710,6 +739,11 @@ pub fn script(kind: TestKind, role: Role, sizes: &[u64], num_qps: usize) -> Vec<
 
 /// One end of the perftest TCP conversation. Generic over the stream so it can be
 /// replayed against recorded bytes.
+///
+/// Until the QPs are connected every read waits at most the set-up bound
+/// ([`setup::SETUP_TIMEOUT`] unless [`Self::with_setup_bound`] says otherwise): a peer that
+/// runs another tool, or says nothing, is a [`PerftestOobError::Timeout`], not a hang.
+/// After that the peer may be measuring for a long time, so reads block.
 pub struct PerftestComm<S> {
     stream: S,
     role: Role,
@@ -717,9 +751,57 @@ pub struct PerftestComm<S> {
     remote_version: Option<String>,
     dont_xchg_versions: bool,
     with_gid: bool,
+    setup_bound: Option<Duration>,
+    bound_applied: bool,
+    in_setup: bool,
+    /// Bytes read ahead by [`PeerWatch::peer_has_spoken`], consumed first by the next read.
+    read_ahead: Vec<u8>,
+    peer_closed: bool,
 }
 
-impl<S: Read + Write> PerftestComm<S> {
+/// What a runner may ask the conversation while it measures.
+pub trait PeerWatch {
+    /// True once the peer has written its next exchange message (or closed the stream):
+    /// it has finished its part of the run. Never blocks.
+    fn peer_has_spoken(&mut self) -> bool;
+}
+
+/// A watch for runners driven without a conversation (the peer never speaks).
+pub struct Silent;
+
+impl PeerWatch for Silent {
+    fn peer_has_spoken(&mut self) -> bool {
+        false
+    }
+}
+
+impl<S: OobStream> PeerWatch for PerftestComm<S> {
+    fn peer_has_spoken(&mut self) -> bool {
+        if !self.read_ahead.is_empty() || self.peer_closed {
+            return true;
+        }
+        if self.stream.nonblocking_reads(true).is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 256];
+        let spoke = match self.stream.read(&mut buf) {
+            Ok(0) => {
+                self.peer_closed = true;
+                true
+            }
+            Ok(n) => {
+                self.read_ahead.extend_from_slice(&buf[..n]);
+                true
+            }
+            Err(_) => false,
+        };
+        // If this fails, the next blocking read fails too and reports it.
+        let _ = self.stream.nonblocking_reads(false);
+        spoke
+    }
+}
+
+impl<S: OobStream> PerftestComm<S> {
     /// A conversation on an established TCP stream. `local_version` is what we announce
     /// (normally [`BOOKWORM_VERSION`]); `with_gid` is perftest's `-x` (108-byte addresses).
     pub fn new(
@@ -736,7 +818,30 @@ impl<S: Read + Write> PerftestComm<S> {
             remote_version: None,
             dont_xchg_versions,
             with_gid,
+            setup_bound: Some(setup::SETUP_TIMEOUT),
+            bound_applied: false,
+            in_setup: true,
+            read_ahead: Vec::new(),
+            peer_closed: false,
         }
+    }
+
+    /// Sets the set-up bound (`None`: wait forever, as perftest does).
+    pub fn with_setup_bound(mut self, bound: Option<Duration>) -> Self {
+        self.setup_bound = bound;
+        self
+    }
+
+    /// The QPs are connected: from now on reads block without a bound.
+    pub fn end_setup(&mut self) -> Result<(), PerftestOobError> {
+        self.in_setup = false;
+        if self.bound_applied {
+            self.bound_applied = false;
+            self.stream
+                .bound_reads(None)
+                .map_err(io("clearing the set-up timeout"))?;
+        }
+        Ok(())
     }
 
     /// Gives the stream back.
@@ -763,6 +868,49 @@ impl<S: Read + Write> PerftestComm<S> {
         !self.dont_xchg_versions
     }
 
+    /// Reads exactly `buf.len()` bytes, read-ahead first, within the set-up bound while
+    /// it applies.
+    fn read_msg(&mut self, buf: &mut [u8], during: &'static str) -> Result<(), PerftestOobError> {
+        if self.in_setup && !self.bound_applied {
+            if let Some(bound) = self.setup_bound {
+                self.stream
+                    .bound_reads(Some(bound))
+                    .map_err(io("setting the set-up timeout"))?;
+                self.bound_applied = true;
+            }
+        }
+        let ahead = self.read_ahead.len().min(buf.len());
+        buf[..ahead].copy_from_slice(&self.read_ahead[..ahead]);
+        self.read_ahead.drain(..ahead);
+        if ahead == buf.len() {
+            return Ok(());
+        }
+        match setup::read_full(&mut self.stream, &mut buf[ahead..]) {
+            Ok(()) => Ok(()),
+            Err((n, e)) if setup::is_timeout(&e) && self.bound_applied => {
+                let got = &buf[..ahead + n];
+                let mut hint = setup::peer_hint(got);
+                if !self.exchanges()
+                    && matches!(setup::identify_peer(got), Some(PeerTool::Perftest { .. }))
+                {
+                    hint.push_str(": it exchanges versions, we were told not to (--dont_xchg_versions); use that option on both sides or on neither");
+                } else if got.is_empty() && self.role == Role::Server {
+                    hint.push_str("; the peer connected but sent nothing (perftest clients write first; xroce file send, for one, waits to be spoken to)");
+                }
+                Err(PerftestOobError::Timeout {
+                    during,
+                    secs: self
+                        .setup_bound
+                        .map_or(0, |b| b.as_secs_f64().ceil() as u64),
+                    expected: buf.len(),
+                    got: got.len(),
+                    hint,
+                })
+            }
+            Err((_, e)) => Err(PerftestOobError::Io { during, source: e }),
+        }
+    }
+
     /// `ctx_xchg_data_ethernet`: the client writes then reads; the server reads then writes.
     pub fn xchg(
         &mut self,
@@ -775,10 +923,10 @@ impl<S: Read + Write> PerftestComm<S> {
             Role::Client => {
                 self.stream.write_all(mine).map_err(io(during))?;
                 self.stream.flush().map_err(io(during))?;
-                self.stream.read_exact(&mut theirs).map_err(io(during))?;
+                self.read_msg(&mut theirs, during)?;
             }
             Role::Server => {
-                self.stream.read_exact(&mut theirs).map_err(io(during))?;
+                self.read_msg(&mut theirs, during)?;
                 self.stream.write_all(mine).map_err(io(during))?;
                 self.stream.flush().map_err(io(during))?;
             }
@@ -799,7 +947,22 @@ impl<S: Read + Write> PerftestComm<S> {
         let end = theirs.iter().position(|&b| b == 0).unwrap_or(VERSION_LEN);
         let remote = String::from_utf8_lossy(&theirs[..end]).into_owned();
         if version_number(&remote) < MIN_COMPATIBLE_VERSION {
-            return Err(PerftestOobError::VersionTooOld(remote));
+            let advice = match setup::identify_peer(&theirs) {
+                Some(PeerTool::Pingpong) => "run xroce pingpong (or ibv_rc_pingpong) on this side too, or xroce perf/perftest on the peer",
+                Some(PeerTool::PerftestWithoutVersions) => "use --dont_xchg_versions on both sides or on neither",
+                Some(PeerTool::JsonLines) => "run the same xroce command on both sides",
+                Some(PeerTool::Perftest { .. }) | None => {
+                    return Err(PerftestOobError::VersionTooOld(remote))
+                }
+            };
+            let peer = setup::identify_peer(&theirs)
+                .map(|p| p.describe())
+                .unwrap_or_default();
+            return Err(PerftestOobError::NotPerftest {
+                text: remote,
+                peer,
+                advice,
+            });
         }
         self.remote_version = Some(remote);
         Ok(())
@@ -976,8 +1139,10 @@ pub fn check_gid_compatibility(
 pub trait PerftestRunner {
     /// Connect our QPs to the peer's (RTR, RTS); called at [`Step::Connect`].
     fn connect(&mut self, remote: &[PerftestDest], mtu_enum: u8) -> anyhow::Result<()>;
-    /// Run one message size; a bw test returns its report, a latency test `None`.
-    fn run(&mut self, size: u64) -> anyhow::Result<Option<BwReport>>;
+    /// Run one message size; a bw test returns its report, a latency test `None`. `peer`
+    /// tells whether the peer has finished its part (a receiver that waits for datagrams
+    /// uses it to stop once no more can come).
+    fn run(&mut self, size: u64, peer: &mut dyn PeerWatch) -> anyhow::Result<Option<BwReport>>;
 }
 
 /// What a finished conversation learned.
@@ -1025,7 +1190,7 @@ pub struct LocalSide {
 
 /// Runs a whole [`script`] on `comm`, calling `runner` for the RDMA steps, and checks the
 /// echo rule: every later address round must repeat what the peer said first.
-pub fn run_script<S: Read + Write, R: PerftestRunner>(
+pub fn run_script<S: OobStream, R: PerftestRunner>(
     comm: &mut PerftestComm<S>,
     steps: &[Step],
     local: &LocalSide,
@@ -1065,14 +1230,16 @@ pub fn run_script<S: Read + Write, R: PerftestRunner>(
                     if let (Some(a), Some(b)) = (mine.gid, first.gid) {
                         check_gid_compatibility(&a, &b)?;
                     }
+                    check_same_test(&local.params, mine, first)?;
                 }
                 runner
                     .connect(&dests, out.mtu_enum)
                     .map_err(ScriptError::Rdma)?;
                 out.remote_dests = dests;
+                comm.end_setup()?;
             }
             Step::Run(size) => {
-                if let Some(report) = runner.run(size).map_err(ScriptError::Rdma)? {
+                if let Some(report) = runner.run(size, comm).map_err(ScriptError::Rdma)? {
                     out.local_reports.push(report);
                 }
             }
@@ -1087,6 +1254,48 @@ pub fn run_script<S: Read + Write, R: PerftestRunner>(
         out.remote_dests = remote.into_iter().flatten().collect();
     }
     Ok(out)
+}
+
+/// The test a parameter block describes, as perftest's binary name.
+fn test_name(params: &NegotiateParams) -> &'static str {
+    let bw = params.tst == enums::TST_BW;
+    match (params.verb, bw) {
+        (enums::VERB_SEND, true) => "ib_send_bw",
+        (enums::VERB_SEND, false) => "ib_send_lat",
+        (enums::VERB_WRITE, true) => "ib_write_bw",
+        (enums::VERB_WRITE, false) => "ib_write_lat",
+        (enums::VERB_READ, true) => "ib_read_bw",
+        (enums::VERB_READ, false) => "ib_read_lat",
+        (_, true) => "ib_atomic_bw",
+        (_, false) => "ib_atomic_lat",
+    }
+}
+
+/// perftest 6.06 sends nothing that names its test; the QP address's outstanding-reads
+/// field is the one thing that differs: the READ and atomic tests announce their `-o`
+/// depth (the device maximum by default, 128 on rxe, 16 on xroce), the SEND and WRITE
+/// tests always 1 (`perftest_parameters.c`). perftest >= 6.28 compares the whole
+/// parameter block instead ([`NegotiateParams::check_matches`]).
+pub fn check_same_test(
+    local: &NegotiateParams,
+    mine: &PerftestDest,
+    theirs: &PerftestDest,
+) -> Result<(), PerftestOobError> {
+    let ours = test_name(local);
+    let read_like = matches!(local.verb, enums::VERB_READ | enums::VERB_ATOMIC);
+    if !read_like && theirs.out_reads > 1 {
+        return Err(PerftestOobError::OtherTest(format!(
+            "its QP address allows {} outstanding RDMA READs/atomics, which only the read and atomic tests announce (send and write tests send 1), and we run {ours}; run the same test on both sides",
+            theirs.out_reads
+        )));
+    }
+    if read_like && mine.out_reads > 1 && theirs.out_reads <= 1 {
+        return Err(PerftestOobError::OtherTest(format!(
+            "its QP address allows {} outstanding RDMA READs/atomics, as the send and write tests announce, and we run {ours} with -o {}; run the same test on both sides (if the peer runs {ours} with -o 1, give -o 1 here too)",
+            theirs.out_reads, mine.out_reads
+        )));
+    }
+    Ok(())
 }
 
 /// Rounds after the first repeat the same QP; perftest's server reuses its

@@ -6,12 +6,13 @@
 //! send and the awaited receive completed, it sends again, until `iters` sends and
 //! receives are done. Receives are re-posted when at most one is left.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::tools::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWr, WcKind};
 use crate::tools::perftest_oob::Role;
 use crate::tools::pingpong_oob::{self, PingpongDest, UD_GRH_LEN, UD_QKEY};
+use crate::tools::setup::OobStream;
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -80,7 +81,7 @@ pub fn buffer_len(opts: &PingpongOptions) -> usize {
 /// Runs one side. `open_stream` connects (client) or accepts (server) the TCP stream; it
 /// is called after the local address line is printed, as in the C tools. `out` receives
 /// the lines they print on stdout.
-pub fn run<S: Read + Write, F: FnOnce() -> anyhow::Result<S>>(
+pub fn run<S: OobStream, F: FnOnce() -> anyhow::Result<S>>(
     ep: &mut dyn ToolEndpoint,
     open_stream: F,
     role: Role,

@@ -19,8 +19,10 @@
 //! byte-exact exchange over any `Read + Write` stream, so they are tested against the bytes
 //! recorded from real rxe runs (`tests/fixtures/oob/`).
 
-use std::io::{Read, Write};
 use std::net::Ipv6Addr;
+use std::time::Duration;
+
+use crate::tools::setup::{self, OobStream};
 
 /// Size of the message buffer: `sizeof "0000:000000:000000:00000000000000000000000000000000"`.
 pub const MSG_LEN: usize = 52;
@@ -65,6 +67,30 @@ pub enum PingpongOobError {
         reason: &'static str,
         /// The message as text, up to its NUL.
         text: String,
+    },
+    /// The peer sent nothing (or not enough) within the set-up bound.
+    #[error("no answer from the peer within {secs} s while {during} (got {got} of {expected} bytes){hint}; check that the peer runs ibv_rc_pingpong/ibv_ud_pingpong or xroce pingpong, with the same -p port")]
+    Timeout {
+        /// Which step was running.
+        during: &'static str,
+        /// The bound, in seconds.
+        secs: u64,
+        /// Bytes the step expects.
+        expected: usize,
+        /// Bytes that arrived.
+        got: usize,
+        /// What the bytes that arrived show about the peer (may be empty).
+        hint: String,
+    },
+    /// The peer's bytes show it runs another tool.
+    #[error(
+        "the peer runs another tool (seen while {during}){hint}; run the same tool on both sides"
+    )]
+    OtherTool {
+        /// Which step was running.
+        during: &'static str,
+        /// What its bytes show.
+        hint: String,
     },
     /// The client did not finish with `"done\0"`.
     #[error("peer ended the exchange with {got:?} instead of \"done\\0\"")]
@@ -174,52 +200,133 @@ fn io(during: &'static str) -> impl FnOnce(std::io::Error) -> PingpongOobError {
     move |source| PingpongOobError::Io { during, source }
 }
 
+/// Reads one message within `bound`; a short message names what the peer looks like.
+fn read_msg<S: OobStream>(
+    stream: &mut S,
+    buf: &mut [u8],
+    bound: Duration,
+    during: &'static str,
+    if_silent: &str,
+) -> Result<(), PingpongOobError> {
+    match setup::read_full(stream, buf) {
+        Ok(()) => Ok(()),
+        Err((n, e)) if setup::is_timeout(&e) => {
+            let mut hint = setup::peer_hint(&buf[..n]);
+            if n == 0 {
+                hint.push_str(if_silent);
+            }
+            Err(PingpongOobError::Timeout {
+                during,
+                secs: bound.as_secs_f64().ceil() as u64,
+                expected: buf.len(),
+                got: n,
+                hint,
+            })
+        }
+        Err((n, _)) if matches!(setup::identify_peer(&buf[..n]), Some(tool) if tool != setup::PeerTool::Pingpong) => {
+            Err(PingpongOobError::OtherTool {
+                during,
+                hint: setup::peer_hint(&buf[..n]),
+            })
+        }
+        Err((_, e)) => Err(PingpongOobError::Io { during, source: e }),
+    }
+}
+
 /// The client side (`pp_client_exch_dest`): send ours, read theirs, send `"done\0"`.
-/// The caller connects its QP afterwards.
-pub fn client_exchange<S: Read + Write>(
+/// The caller connects its QP afterwards. Each read waits at most
+/// [`setup::SETUP_TIMEOUT`].
+pub fn client_exchange<S: OobStream>(
     stream: &mut S,
     mine: &PingpongDest,
 ) -> Result<PingpongDest, PingpongOobError> {
+    client_exchange_within(stream, mine, setup::SETUP_TIMEOUT)
+}
+
+/// [`client_exchange`] with reads bounded by `bound`.
+pub fn client_exchange_within<S: OobStream>(
+    stream: &mut S,
+    mine: &PingpongDest,
+    bound: Duration,
+) -> Result<PingpongDest, PingpongOobError> {
+    stream
+        .bound_reads(Some(bound))
+        .map_err(io("setting the set-up timeout"))?;
     stream
         .write_all(&mine.encode())
         .map_err(io("sending the local address"))?;
     let mut msg = [0u8; MSG_LEN];
-    stream
-        .read_exact(&mut msg)
-        .map_err(io("reading the remote address"))?;
+    read_msg(stream, &mut msg, bound, "reading the remote address", "")?;
     stream.write_all(DONE).map_err(io("sending \"done\""))?;
     stream.flush().map_err(io("sending \"done\""))?;
-    PingpongDest::decode(&msg)
+    stream
+        .bound_reads(None)
+        .map_err(io("clearing the set-up timeout"))?;
+    decode_from_peer(&msg)
+}
+
+/// [`PingpongDest::decode`], naming the peer's tool when its message is another tool's.
+fn decode_from_peer(msg: &[u8]) -> Result<PingpongDest, PingpongOobError> {
+    PingpongDest::decode(msg).map_err(|e| match setup::identify_peer(msg) {
+        Some(tool) if tool != setup::PeerTool::Pingpong => PingpongOobError::OtherTool {
+            during: "reading the remote address",
+            hint: setup::peer_hint(msg),
+        },
+        _ => e,
+    })
 }
 
 /// The server side (`pp_server_exch_dest`): read the client's address, call `connect` with
 /// it (move the QP to RTR/RTS), and only then answer with ours and wait for `"done\0"`.
+/// Each read waits at most [`setup::SETUP_TIMEOUT`].
 pub fn server_exchange<S, F>(
     stream: &mut S,
     mine: &PingpongDest,
     connect: F,
 ) -> Result<PingpongDest, PingpongOobError>
 where
-    S: Read + Write,
+    S: OobStream,
     F: FnOnce(&PingpongDest) -> anyhow::Result<()>,
 {
-    let mut msg = [0u8; MSG_LEN];
+    server_exchange_within(stream, mine, connect, setup::SETUP_TIMEOUT)
+}
+
+/// [`server_exchange`] with reads bounded by `bound`.
+pub fn server_exchange_within<S, F>(
+    stream: &mut S,
+    mine: &PingpongDest,
+    connect: F,
+    bound: Duration,
+) -> Result<PingpongDest, PingpongOobError>
+where
+    S: OobStream,
+    F: FnOnce(&PingpongDest) -> anyhow::Result<()>,
+{
     stream
-        .read_exact(&mut msg)
-        .map_err(io("reading the remote address"))?;
-    let remote = PingpongDest::decode(&msg)?;
+        .bound_reads(Some(bound))
+        .map_err(io("setting the set-up timeout"))?;
+    let mut msg = [0u8; MSG_LEN];
+    read_msg(
+        stream,
+        &mut msg,
+        bound,
+        "reading the remote address",
+        "; the peer connected but sent nothing (a pingpong client writes first)",
+    )?;
+    let remote = decode_from_peer(&msg)?;
     connect(&remote).map_err(PingpongOobError::Connect)?;
     stream
         .write_all(&mine.encode())
         .map_err(io("sending the local address"))?;
     stream.flush().map_err(io("sending the local address"))?;
     let mut done = [0u8; DONE.len()];
-    stream
-        .read_exact(&mut done)
-        .map_err(io("waiting for \"done\""))?;
+    read_msg(stream, &mut done, bound, "waiting for \"done\"", "")?;
     if &done != DONE {
         return Err(PingpongOobError::BadDone { got: done.to_vec() });
     }
+    stream
+        .bound_reads(None)
+        .map_err(io("clearing the set-up timeout"))?;
     Ok(remote)
 }
 

@@ -179,6 +179,175 @@ pub fn gid_ip(gid: &GidEntry) -> IpAddr {
     gid.gid.to_ip()
 }
 
+/// How long the set-up exchange over TCP (versions, addresses, up to the moment the QPs are
+/// connected) may wait for the peer's next bytes. A peer that runs another tool, or a TCP
+/// client that says nothing, is then an error instead of a hang.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The out-of-band stream of a tool: a byte stream whose reads can be bounded in time and
+/// made non-blocking (TCP in the tools, a Unix socket pair or a replay in tests).
+pub trait OobStream: std::io::Read + std::io::Write {
+    /// Bounds every later read to `limit` (`None`: block); a read that times out fails with
+    /// `WouldBlock` or `TimedOut`.
+    fn bound_reads(&mut self, limit: Option<Duration>) -> std::io::Result<()>;
+    /// Switches reads between non-blocking (`true`) and blocking.
+    fn nonblocking_reads(&mut self, on: bool) -> std::io::Result<()>;
+}
+
+impl OobStream for TcpStream {
+    fn bound_reads(&mut self, limit: Option<Duration>) -> std::io::Result<()> {
+        self.set_read_timeout(limit)
+    }
+    fn nonblocking_reads(&mut self, on: bool) -> std::io::Result<()> {
+        self.set_nonblocking(on)
+    }
+}
+
+impl OobStream for std::os::unix::net::UnixStream {
+    fn bound_reads(&mut self, limit: Option<Duration>) -> std::io::Result<()> {
+        self.set_read_timeout(limit)
+    }
+    fn nonblocking_reads(&mut self, on: bool) -> std::io::Result<()> {
+        self.set_nonblocking(on)
+    }
+}
+
+/// True for the errors a bounded read fails with when the bound passed.
+pub fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Reads exactly `buf.len()` bytes; on failure returns how many arrived (so an error can
+/// show the peer's bytes) with the error (`UnexpectedEof` when the peer closed).
+pub fn read_full<S: std::io::Read>(
+    stream: &mut S,
+    buf: &mut [u8],
+) -> Result<(), (usize, std::io::Error)> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => {
+                return Err((
+                    filled,
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the peer closed the connection",
+                    ),
+                ))
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((filled, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Which tool a peer runs, as far as its first bytes on the TCP connection show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerTool {
+    /// perftest (or `xroce perf`): its 16-byte version string, e.g. "6.06".
+    Perftest {
+        /// The version it announced.
+        version: String,
+    },
+    /// perftest with `--dont_xchg_versions`: it starts with a QP address
+    /// `LID:OUT_READS:QPN:PSN:...` (4:4:6:6 hex digits).
+    PerftestWithoutVersions,
+    /// `ibv_rc_pingpong`/`ibv_ud_pingpong` (or `xroce pingpong`): `LID:QPN:PSN:GID`
+    /// (4:6:6:32 hex digits).
+    Pingpong,
+    /// `xroce file` or `xroce mr-check`: one JSON object per line.
+    JsonLines,
+}
+
+impl PeerTool {
+    /// What the peer looks like, in the user's terms.
+    pub fn describe(&self) -> String {
+        match self {
+            PeerTool::Perftest { version } => {
+                format!("perftest or xroce perf (it sent the perftest version string {version:?})")
+            }
+            PeerTool::PerftestWithoutVersions => {
+                "perftest or xroce perf with --dont_xchg_versions (it sent a perftest QP address without a version first)".into()
+            }
+            PeerTool::Pingpong => {
+                "ibv_rc_pingpong/ibv_ud_pingpong or xroce pingpong (it sent the LID:QPN:PSN:GID address line)".into()
+            }
+            PeerTool::JsonLines => {
+                "xroce file or xroce mr-check (it sent a JSON line)".into()
+            }
+        }
+    }
+}
+
+/// Guesses the peer's tool from the bytes it sent first (any prefix of its first message;
+/// at least 12 bytes are needed to tell the address formats apart).
+pub fn identify_peer(bytes: &[u8]) -> Option<PeerTool> {
+    let first = bytes.iter().position(|&b| !b.is_ascii_whitespace())?;
+    let bytes = &bytes[first..];
+    if bytes[0] == b'{' {
+        return Some(PeerTool::JsonLines);
+    }
+    // `field widths` of hex digits separated by ':'; true if `bytes` is a prefix of that
+    // shape at least 12 bytes long.
+    let shaped = |widths: &[usize]| -> bool {
+        let mut pos = 0;
+        for &w in widths {
+            for _ in 0..w {
+                match bytes.get(pos) {
+                    None => return pos >= 12,
+                    Some(b) if b.is_ascii_hexdigit() => pos += 1,
+                    Some(_) => return false,
+                }
+            }
+            match bytes.get(pos) {
+                None => return pos >= 12,
+                Some(b':') => pos += 1,
+                Some(_) => return false,
+            }
+        }
+        true
+    };
+    if shaped(&[4, 6, 6]) {
+        return Some(PeerTool::Pingpong);
+    }
+    if shaped(&[4, 4, 6, 6]) {
+        return Some(PeerTool::PerftestWithoutVersions);
+    }
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let text = &bytes[..end];
+    let version_like = !text.is_empty()
+        && text[0].is_ascii_digit()
+        && text.len() < 16
+        && text
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        && bytes[end..].iter().all(|&b| b == 0);
+    if version_like {
+        return Some(PeerTool::Perftest {
+            version: String::from_utf8_lossy(text).into_owned(),
+        });
+    }
+    None
+}
+
+/// `" (the peer looks like ...)"` for an error message, or nothing when the bytes say
+/// nothing.
+pub fn peer_hint(bytes: &[u8]) -> String {
+    match identify_peer(bytes) {
+        Some(tool) => format!("; the peer looks like {}", tool.describe()),
+        None if bytes.is_empty() => String::new(),
+        None => format!(
+            "; its bytes {:?} match no tool xroce knows",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(40)])
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +412,33 @@ mod tests {
             "{no_carrier}"
         );
         assert!(!no_carrier.contains("not up"), "{no_carrier}");
+    }
+
+    #[test]
+    fn peers_are_told_apart_by_their_first_bytes() {
+        // A 16-byte read (the perftest version slot) of each tool's first message.
+        assert_eq!(identify_peer(b"0000:000011:2fa5"), Some(PeerTool::Pingpong));
+        assert_eq!(
+            identify_peer(b"0000:0001:000013"),
+            Some(PeerTool::PerftestWithoutVersions)
+        );
+        assert_eq!(
+            identify_peer(b"6.06\0\0\0\0\0\0\0\0\0\0\0\0"),
+            Some(PeerTool::Perftest {
+                version: "6.06".into()
+            })
+        );
+        assert_eq!(
+            identify_peer(b"{\"qpn\":17,\"psn\":1"),
+            Some(PeerTool::JsonLines)
+        );
+        // Whole messages too.
+        assert_eq!(
+            identify_peer(b"0000:000011:2fa524:00000000000000000000ffffc612000c\0"),
+            Some(PeerTool::Pingpong)
+        );
+        assert_eq!(identify_peer(b""), None);
+        assert_eq!(identify_peer(b"GET / HTTP/1.1\r\n"), None);
+        assert_eq!(identify_peer(b"0000:00"), None, "too short to tell");
     }
 }
