@@ -441,3 +441,66 @@ fn the_sender_wraps_a_receiver_va_near_the_top_and_gets_the_responders_refusal()
     let err = sender_against(Some(u64::MAX - 100), 64 << 10, 4);
     assert!(err.contains("RDMA") && err.contains("failed with"), "{err}");
 }
+
+/// Item 19 of issue 10: the set-up exchange is bounded. A receiver whose client connects and
+/// says nothing, and a sender whose "receiver" is a perftest server (it waits for our version
+/// string, so it sends nothing; or it sends its own), end with an error that says so instead
+/// of waiting forever.
+#[test]
+fn a_silent_or_foreign_peer_ends_the_set_up_with_an_error_naming_it() {
+    let o = FileOptions {
+        stall_timeout: Duration::from_secs(1),
+        ..opts()
+    };
+    let (a, b, _link) = devices();
+    // A receiver whose client stays silent.
+    let mut rx = endpoint(&a, o.receiver_buffer_len());
+    let (mut sa, sb) = UnixStream::pair().unwrap();
+    // Without the bound the read would block forever: a watchdog hangs up after 15 s, so
+    // that case fails the assertions below instead of hanging the test.
+    let watchdog = |s: &UnixStream| {
+        let s = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(15));
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        });
+    };
+    watchdog(&sb);
+    let start = Instant::now();
+    let mut sink: Vec<u8> = Vec::new();
+    let err = file::recv(rx.as_mut(), &mut sa, &mut sink, &o, 7, &mut |_, _| {})
+        .expect_err("a silent client must not hold the receiver")
+        .to_string();
+    assert!(start.elapsed() < Duration::from_secs(10), "{err}");
+    assert!(
+        err.contains("the peer sent no sender address in time")
+            && err.contains("connected but sent nothing"),
+        "{err}"
+    );
+    drop(sb);
+    // A sender whose peer is a perftest server that speaks first (its version string).
+    let mut tx = endpoint(&b, o.sender_buffer_len());
+    let (mut sa, mut sb) = UnixStream::pair().unwrap();
+    std::io::Write::write_all(&mut sb, b"6.06\0\0\0\0\0\0\0\0\0\0\0\0").unwrap();
+    watchdog(&sb);
+    let start = Instant::now();
+    let err = file::send(
+        tx.as_mut(),
+        &mut sa,
+        &mut std::io::Cursor::new(data(1000, 1)),
+        "f.bin",
+        1000,
+        &o,
+        9,
+        &mut |_| {},
+    )
+    .expect_err("a perftest peer is not a file receiver")
+    .to_string();
+    assert!(start.elapsed() < Duration::from_secs(10), "{err}");
+    assert!(
+        err.contains("the peer sent no receiver address in time (16 bytes")
+            && err.contains("perftest"),
+        "{err}"
+    );
+    drop(sb);
+}

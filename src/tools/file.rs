@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 
 use crate::tools::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWr, WcKind};
 use crate::tools::json_line::{gid_from_hex, gid_hex, hex, recv_json, send_json};
+use crate::tools::setup::OobStream;
 
 /// Transfer parameters.
 #[derive(Debug, Clone)]
@@ -172,7 +173,7 @@ fn rc_params(psn: u32, mtu: u32) -> ConnectParams {
 /// `progress(bytes_done)` is called as chunks are acknowledged. An error carries the
 /// receiver's reason when it refused or could not keep the file.
 #[allow(clippy::too_many_arguments)]
-pub fn send<S: Read + Write, R: Read>(
+pub fn send<S: OobStream, R: Read>(
     ep: &mut dyn ToolEndpoint,
     stream: &mut S,
     reader: &mut R,
@@ -183,6 +184,9 @@ pub fn send<S: Read + Write, R: Read>(
     progress: &mut dyn FnMut(u64),
 ) -> anyhow::Result<TransferOutcome> {
     let local = ep.local();
+    // Until the QPs connect, a peer that says nothing (another tool, a dead process) ends
+    // the run after `stall_timeout` instead of holding it.
+    stream.bound_reads(Some(opts.stall_timeout))?;
     let hello: ReceiverHello = recv_json(stream, "receiver address")?;
     let (chunk, slots) = (hello.chunk_size, hello.slots);
     // Peer-supplied sizes: checked, so an absurd hello is refused instead of overflowing.
@@ -209,6 +213,7 @@ pub fn send<S: Read + Write, R: Read>(
         gid: gid_from_hex(&hello.gid)?,
     };
     ep.connect(&remote, &rc_params(psn, opts.mtu))?;
+    stream.bound_reads(None)?;
     let credit_at = chunk * slots;
     for _ in 0..slots {
         ep.post_recv(WR_CREDIT, credit_at, CREDIT_LEN)?;
@@ -505,7 +510,7 @@ impl Sink for FileSink {
 /// is called per chunk. On a SHA-256 mismatch nothing is committed and the outcome says
 /// `verified: false`; any other failure (the sink refused the name, a write or the commit
 /// failed) is sent to the sender with its reason and returned as an error.
-pub fn recv<S: Read + Write>(
+pub fn recv<S: OobStream>(
     ep: &mut dyn ToolEndpoint,
     stream: &mut S,
     sink: &mut dyn Sink,
@@ -526,6 +531,8 @@ pub fn recv<S: Read + Write>(
     for _ in 0..opts.slots {
         ep.post_recv(WR_SIGNAL, 0, 0)?;
     }
+    // Bounded until the QPs connect, as in `send`: a silent client cannot hold the receiver.
+    stream.bound_reads(Some(opts.stall_timeout))?;
     send_json(
         stream,
         &ReceiverHello {
@@ -545,6 +552,7 @@ pub fn recv<S: Read + Write>(
         gid: gid_from_hex(&hello.gid)?,
     };
     ep.connect(&remote, &rc_params(psn, opts.mtu))?;
+    stream.bound_reads(None)?;
     match receive_chunks(ep, sink, &hello, opts, progress) {
         Ok((sha, elapsed)) => finish(ep, stream, sink, hello, sha, elapsed),
         Err(e) => {

@@ -4,6 +4,8 @@
 
 use std::io::{Read, Write};
 
+use crate::tools::setup::{is_timeout, peer_hint};
+
 /// Longest line accepted from a peer: a hello is a few hundred bytes.
 const MAX_LINE: usize = 64 * 1024;
 
@@ -25,9 +27,17 @@ pub fn recv_json<S: Read, T: serde::de::DeserializeOwned>(
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     loop {
-        let n = stream
-            .read(&mut byte)
-            .map_err(|e| anyhow::anyhow!("reading {what} from the peer: {e}"))?;
+        let n = match stream.read(&mut byte) {
+            Ok(n) => n,
+            // The stream's reads are bounded during set-up: a peer that runs another tool
+            // (or a client that says nothing) ends here instead of holding us forever.
+            Err(e) if is_timeout(&e) => anyhow::bail!(
+                "the peer sent no {what} in time ({} bytes, no complete line){}",
+                line.len(),
+                silent_or_hint(&line)
+            ),
+            Err(e) => anyhow::bail!("reading {what} from the peer: {e}"),
+        };
         if n == 0 {
             anyhow::bail!("peer closed the connection before sending {what}");
         }
@@ -37,11 +47,23 @@ pub fn recv_json<S: Read, T: serde::de::DeserializeOwned>(
         line.push(byte[0]);
         if line.len() > MAX_LINE {
             anyhow::bail!(
-                "{what} from peer is longer than {MAX_LINE} bytes: not the expected peer?"
+                "{what} from peer is longer than {MAX_LINE} bytes{}",
+                silent_or_hint(&line)
             );
         }
     }
-    serde_json::from_slice(&line).map_err(|e| anyhow::anyhow!("malformed {what} from peer: {e}"))
+    serde_json::from_slice(&line)
+        .map_err(|e| anyhow::anyhow!("malformed {what} from peer: {e}{}", peer_hint(&line)))
+}
+
+/// What a failed read can say of the peer: which tool its bytes look like, or that it said
+/// nothing at all.
+fn silent_or_hint(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        "; the peer connected but sent nothing".into()
+    } else {
+        peer_hint(bytes)
+    }
 }
 
 /// Lower-case hex of `bytes` (GIDs, SHA-256 digests).
