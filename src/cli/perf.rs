@@ -190,8 +190,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.ud = args.connection == Conn::Ud;
     opts.report_gbits = args.report_gbits;
     opts.events = args.events;
-    opts.settle_depths();
+    // The limits apply to what was typed (as perftest checks -r before it caps it at -n);
+    // then the depths are settled as perftest settles them.
     opts.validate()?;
+    opts.settle_depths();
     options::tcp_port("-p/--port", args.port)?;
     if let Some(o) = args.outs {
         if !kind.is_read_like() {

@@ -234,7 +234,7 @@ pub fn read_full<S: std::io::Read>(
                     filled,
                     std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
-                        "the peer closed the connection",
+                        format!("end of stream after {filled} of {} bytes", buf.len()),
                     ),
                 ))
             }
