@@ -4,7 +4,8 @@
 #
 # Order: the cheap static checks first, then every test built with overflow checks and debug
 # assertions (profile `checked`: release optimisation, so the timed lab cases keep their
-# speed), then a short run of each fuzz target. XROCE_FUZZ_SECONDS=0 skips the fuzz runs
+# speed; every test binary runs even after a failure, so one run reports them all), then a short
+# run of each fuzz target. XROCE_FUZZ_SECONDS=0 skips the fuzz runs
 # (outside CI only; CI always runs them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,7 +23,7 @@ cargo clippy --all-targets -- -D warnings
 step "cargo build --profile checked --all-targets (overflow checks, debug assertions)"
 cargo build --profile checked --all-targets
 step "cargo test --profile checked"
-cargo test --profile checked -- --test-threads=2
+cargo test --profile checked --no-fail-fast -- --test-threads=2
 if [ "$fuzz_seconds" != 0 ]; then
   for target in $(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^xroce-fuzz$'); do
     step "fuzz $target for ${fuzz_seconds}s"
