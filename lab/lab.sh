@@ -311,7 +311,10 @@ capture() {
       # -U: write each packet as it arrives, so a killed run still leaves a readable file.
       # `ip netns exec` execs tcpdump, so $! is tcpdump's own PID. -B: a 64 MiB ring, so bursts
       # (READ retransmission storms reach 300k frames) are not dropped.
-      ip netns exec "$LAB_NS" tcpdump -i br0 -B 65536 -U -s 0 -w "$pcap" 'udp port 4791 or tcp' \
+      # --immediate-mode: each packet is handed over as it arrives, not in ring blocks that
+      # stay unfinished for up to 1 s, so stopping tcpdump cannot strand the last packets
+      # (counted "received by filter", never written).
+      ip netns exec "$LAB_NS" tcpdump -i br0 -B 65536 -U --immediate-mode -s 0 -w "$pcap" 'udp port 4791 or tcp' \
         >"$rd/logs/tcpdump-$name.log" 2>&1 </dev/null &
       echo $! >"$pidf"
       # tcpdump prints "listening on" once the capture is really running.
@@ -322,9 +325,8 @@ capture() {
     stop)
       [ -e "$pidf" ] || lab_die "no capture '$name' running"
       local pid; pid=$(cat "$pidf")
-      # The kernel hands packets to tcpdump in ring blocks, a block at the latest 1 s after its
-      # first packet; tcpdump writes what it was handed and exits on SIGTERM. Waiting 1.2 s
-      # first means no packet is still sitting in an unfinished block.
+      # Frames still in flight (a last ACK, a retransmission) get a moment to arrive and be
+      # written before tcpdump exits on SIGTERM.
       sleep 1.2
       stop_pid "$pid" tcpdump
       rm -f "$pidf"
