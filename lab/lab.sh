@@ -311,10 +311,7 @@ capture() {
       # -U: write each packet as it arrives, so a killed run still leaves a readable file.
       # `ip netns exec` execs tcpdump, so $! is tcpdump's own PID. -B: a 64 MiB ring, so bursts
       # (READ retransmission storms reach 300k frames) are not dropped.
-      # --immediate-mode: each packet is handed over as it arrives, not in ring blocks that
-      # stay unfinished for up to 1 s, so stopping tcpdump cannot strand the last packets
-      # (counted "received by filter", never written).
-      ip netns exec "$LAB_NS" tcpdump -i br0 -B 65536 -U --immediate-mode -s 0 -w "$pcap" 'udp port 4791 or tcp' \
+      ip netns exec "$LAB_NS" tcpdump -i br0 -B 65536 -U -s 0 -w "$pcap" 'udp port 4791 or tcp' \
         >"$rd/logs/tcpdump-$name.log" 2>&1 </dev/null &
       echo $! >"$pidf"
       # tcpdump prints "listening on" once the capture is really running.
@@ -325,14 +322,25 @@ capture() {
     stop)
       [ -e "$pidf" ] || lab_die "no capture '$name' running"
       local pid; pid=$(cat "$pidf")
-      # Frames still in flight (a last ACK, a retransmission) get a moment to arrive and be
-      # written before tcpdump exits on SIGTERM.
+      # The kernel hands packets to tcpdump in ring blocks, a block at the latest 1 s after its
+      # first packet; a packet in an unfinished block when tcpdump exits is counted "received
+      # by filter" but never written. So wait 1.2 s, then ask tcpdump for its counts (SIGUSR1)
+      # until it has written all it received (a late frame opens a new block), and only then
+      # stop it.
       sleep 1.2
+      local log=$rd/logs/tcpdump-$name.log i counts
+      for i in $(seq 1 20); do
+        kill -USR1 "$pid" 2>/dev/null || break
+        sleep 0.2
+        counts=$(sed -n 's/^tcpdump: \([0-9]*\) packets\{0,1\} captured, \([0-9]*\) packets\{0,1\} received by filter.*/\1 \2/p' "$log" | tail -n 1)
+        [ -n "$counts" ] && [ "${counts% *}" = "${counts#* }" ] && break
+        sleep 0.3
+      done
       stop_pid "$pid" tcpdump
       rm -f "$pidf"
       echo "$pcap"
       # tcpdump's exit statistics: a capture that lost packets cannot vouch for every frame.
-      local log=$rd/logs/tcpdump-$name.log captured received dropped
+      local captured received dropped
       captured=$(sed -n 's/^\([0-9]*\) packets\{0,1\} captured.*/\1/p' "$log")
       received=$(sed -n 's/^\([0-9]*\) packets\{0,1\} received by filter.*/\1/p' "$log")
       dropped=$(sed -n 's/^\([0-9]*\) packets\{0,1\} dropped by kernel.*/\1/p' "$log")
