@@ -7,7 +7,7 @@
 //! yields the same PSNs again.
 use std::time::Duration;
 
-use crate::wire::{AtomicEthRepr, DethRepr, Opcode, RethRepr};
+use crate::wire::{AtomicEthRepr, DethRepr, Opcode, Psn, RethRepr};
 
 use super::modify::fail_qp;
 use super::qp::{Qp, SendWqe};
@@ -145,15 +145,52 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Duration) -> 
     }
     let av = *qp.av()?;
     let idx = qp.req.send_idx;
-    let mtu = qp.mtu();
-    let wqe = qp.sq.get(idx)?;
-    // rxe: at most 128 PSNs between the oldest unacknowledged and the next to send.
-    if qp.req.una.distance_to(qp.req.next_psn) >= MAX_UNACKED_PSNS {
+    if !may_send(qp, idx) {
         return None;
     }
+    let (psn, npkts) = next_packet_psn(qp, idx)?;
+    let k = qp.req.send_pkt;
+    let mtu = qp.mtu();
+    let since_ackreq = qp.req.since_ackreq;
+    let mut pkt = OutPacket::new(av, qp.attr.dest_qp_num, Opcode(0), psn);
+    let wqe = qp.sq.get(idx)?;
+    let consumed = match wqe.op {
+        WrOp::Send
+        | WrOp::SendWithImm { .. }
+        | WrOp::SendWithInv { .. }
+        | WrOp::Write { .. }
+        | WrOp::WriteWithImm { .. } => {
+            if !data_request(wqe, sh, k, npkts, mtu, since_ackreq, &mut pkt) {
+                // The MR was deregistered under a posted WR: a local protection error.
+                fail_qp(qp, sh, WcStatus::LocProtErr);
+                return None;
+            }
+            1
+        }
+        WrOp::Read { .. } => read_request(wqe, k, npkts, mtu, &mut pkt),
+        WrOp::CompareSwap { .. } | WrOp::FetchAdd { .. } => {
+            atomic_request(wqe, &mut pkt);
+            1
+        }
+    };
+    record_sent(qp, sh, now, psn, consumed, npkts, pkt.ack_req);
+    Some(pkt)
+}
+
+/// Whether the WQE at `idx` may send a packet now: within the PSN window; for a WQE not
+/// started yet, not in SQD, past its fence and within max_rd_atomic; and not behind a
+/// READ/ATOMIC being retried.
+fn may_send(qp: &Qp, idx: usize) -> bool {
+    let Some(wqe) = qp.sq.get(idx) else {
+        return false;
+    };
+    // rxe: at most 128 PSNs between the oldest unacknowledged and the next to send.
+    if qp.req.una.distance_to(qp.req.next_psn) >= MAX_UNACKED_PSNS {
+        return false;
+    }
     if wqe.first_psn.is_none() {
-        if state == QpState::Sqd {
-            return None;
+        if qp.state() == QpState::Sqd {
+            return false;
         }
         let rd_atomic_before = || {
             qp.sq
@@ -164,12 +201,12 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Duration) -> 
         };
         // Fence (IBTA 10.8.3.3): wait for every earlier READ/ATOMIC to complete.
         if wqe.fence && rd_atomic_before() > 0 {
-            return None;
+            return false;
         }
         if wqe.op.is_read_or_atomic()
             && rd_atomic_before() >= Qp::rd_atomic_limit(qp.attr.max_rd_atomic)
         {
-            return None;
+            return false;
         }
     }
     // A READ/ATOMIC is being retried: the WQEs behind it wait for its responses
@@ -180,9 +217,16 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Duration) -> 
             None => qp.req.next_psn,
         };
         if !psn.is_before(hold) {
-            return None;
+            return false;
         }
     }
+    true
+}
+
+/// The PSN of the next packet of the WQE at `idx` and its packet count; a WQE sent for the
+/// first time takes its PSNs here.
+fn next_packet_psn(qp: &mut Qp, idx: usize) -> Option<(Psn, u32)> {
+    let wqe = qp.sq.get(idx)?;
     let npkts = match wqe.op {
         WrOp::CompareSwap { .. } | WrOp::FetchAdd { .. } => 1,
         _ => qp.packets_for(wqe.len),
@@ -194,118 +238,129 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Duration) -> 
         wqe.npkts = npkts;
     }
     let first_psn = wqe.first_psn?;
-    let k = qp.req.send_pkt;
-    let psn = first_psn.wrapping_add(k);
-    let dest_qp = qp.attr.dest_qp_num;
-    let mut pkt = OutPacket::new(av, dest_qp, Opcode(0), psn);
+    Some((first_psn.wrapping_add(qp.req.send_pkt), npkts))
+}
+
+/// Packet `k` of `npkts` of a SEND or WRITE: its payload (inline data, straight from one MR,
+/// or gathered into the scratch buffer), opcode, immediate data or R_Key to invalidate on the
+/// last packet, RETH on the first, and AckReq. False if the payload's memory is gone.
+fn data_request(
+    wqe: &SendWqe,
+    sh: &mut DeviceState,
+    k: u32,
+    npkts: u32,
+    mtu: u32,
+    since_ackreq: u32,
+    pkt: &mut OutPacket,
+) -> bool {
     let (is_first, is_last) = position(k, npkts);
-    let mut consumed = 1;
+    let offset = k as u64 * mtu as u64;
+    let plen = (wqe.len as u64 - offset.min(wqe.len as u64)).min(mtu as u64) as usize;
+    if sh.scratch.len() < plen {
+        sh.scratch.resize(plen, 0);
+    }
+    let ok = match &wqe.inline {
+        Some(data) => {
+            sh.scratch[..plen].copy_from_slice(&data[offset as usize..offset as usize + plen]);
+            true
+        }
+        None => match single_sge_span(&wqe.sges, offset, plen as u64) {
+            // The packet's bytes are contiguous in one MR: emit them from there.
+            Some((key, va)) => {
+                pkt.payload_mr = Some((key, va));
+                sh.mrs.slice(key, va, plen as u64).is_some()
+            }
+            None => sh.mrs.gather(&wqe.sges, offset, &mut sh.scratch[..plen]),
+        },
+    };
+    if !ok {
+        return false;
+    }
+    pkt.payload_len = plen;
+    pkt.opcode = data_opcode(&wqe.op, is_first, is_last);
     match wqe.op {
-        WrOp::Send
-        | WrOp::SendWithImm { .. }
-        | WrOp::SendWithInv { .. }
-        | WrOp::Write { .. }
-        | WrOp::WriteWithImm { .. } => {
-            let offset = k as u64 * mtu as u64;
-            let plen = (wqe.len as u64 - offset.min(wqe.len as u64)).min(mtu as u64) as usize;
-            if sh.scratch.len() < plen {
-                sh.scratch.resize(plen, 0);
-            }
-            let ok = match &wqe.inline {
-                Some(data) => {
-                    sh.scratch[..plen]
-                        .copy_from_slice(&data[offset as usize..offset as usize + plen]);
-                    true
-                }
-                None => match single_sge_span(&wqe.sges, offset, plen as u64) {
-                    // The packet's bytes are contiguous in one MR: emit them from there.
-                    Some((key, va)) => {
-                        pkt.payload_mr = Some((key, va));
-                        sh.mrs.slice(key, va, plen as u64).is_some()
-                    }
-                    None => sh.mrs.gather(&wqe.sges, offset, &mut sh.scratch[..plen]),
-                },
-            };
-            if !ok {
-                // The MR was deregistered under a posted WR: a local protection error.
-                fail_qp(qp, sh, WcStatus::LocProtErr);
-                return None;
-            }
-            pkt.payload_len = plen;
-            pkt.opcode = data_opcode(&wqe.op, is_first, is_last);
-            match wqe.op {
-                WrOp::SendWithImm { imm } | WrOp::WriteWithImm { imm, .. } if is_last => {
-                    pkt.immdt = Some(imm)
-                }
-                WrOp::SendWithInv { rkey } if is_last => pkt.ieth = Some(rkey),
-                _ => {}
-            }
-            if let WrOp::Write { remote_addr, rkey }
-            | WrOp::WriteWithImm {
-                remote_addr, rkey, ..
-            } = wqe.op
-            {
-                if is_first {
-                    pkt.reth = Some(RethRepr {
-                        va: remote_addr,
-                        rkey,
-                        dma_len: wqe.len,
-                    });
-                }
-            }
-            pkt.solicited = is_last && wqe.solicited;
-            pkt.ack_req = is_last || qp.req.since_ackreq + 1 >= ACK_REQ_INTERVAL;
+        WrOp::SendWithImm { imm } | WrOp::WriteWithImm { imm, .. } if is_last => {
+            pkt.immdt = Some(imm)
         }
-        WrOp::Read { remote_addr, rkey } => {
-            // A retried READ asks only for the part not yet received (IBTA 9.7.4.1.4).
-            // k < npkts, so k * mtu < len + mtu: computed in u64 it cannot overflow.
-            let offset = k as u64 * mtu as u64;
-            pkt.opcode = Opcode::RC_RDMA_READ_REQUEST;
+        WrOp::SendWithInv { rkey } if is_last => pkt.ieth = Some(rkey),
+        _ => {}
+    }
+    if let WrOp::Write { remote_addr, rkey }
+    | WrOp::WriteWithImm {
+        remote_addr, rkey, ..
+    } = wqe.op
+    {
+        if is_first {
             pkt.reth = Some(RethRepr {
-                // The remote VA is opaque here (the responder checks it): wrapping, never a
-                // panic for an address near u64::MAX.
-                va: remote_addr.wrapping_add(offset),
+                va: remote_addr,
                 rkey,
-                dma_len: (wqe.len as u64 - offset.min(wqe.len as u64)) as u32,
+                dma_len: wqe.len,
             });
-            pkt.ack_req = true;
-            consumed = npkts - k;
         }
+    }
+    pkt.solicited = is_last && wqe.solicited;
+    pkt.ack_req = is_last || since_ackreq + 1 >= ACK_REQ_INTERVAL;
+    true
+}
+
+/// The READ request for packets `k..npkts` of a READ WQE; returns how many PSNs it takes.
+fn read_request(wqe: &SendWqe, k: u32, npkts: u32, mtu: u32, pkt: &mut OutPacket) -> u32 {
+    let WrOp::Read { remote_addr, rkey } = wqe.op else {
+        return 1;
+    };
+    // A retried READ asks only for the part not yet received (IBTA 9.7.4.1.4).
+    // k < npkts, so k * mtu < len + mtu: computed in u64 it cannot overflow.
+    let offset = k as u64 * mtu as u64;
+    pkt.opcode = Opcode::RC_RDMA_READ_REQUEST;
+    pkt.reth = Some(RethRepr {
+        // The remote VA is opaque here (the responder checks it): wrapping, never a panic
+        // for an address near u64::MAX.
+        va: remote_addr.wrapping_add(offset),
+        rkey,
+        dma_len: (wqe.len as u64 - offset.min(wqe.len as u64)) as u32,
+    });
+    pkt.ack_req = true;
+    npkts - k
+}
+
+/// The COMPARE_SWAP or FETCH_ADD request of an atomic WQE.
+fn atomic_request(wqe: &SendWqe, pkt: &mut OutPacket) {
+    let (remote_addr, rkey, swap_add, compare, opcode) = match wqe.op {
         WrOp::CompareSwap {
             remote_addr,
             rkey,
             compare,
             swap,
-        } => {
-            pkt.opcode = Opcode::RC_COMPARE_SWAP;
-            pkt.atomic_eth = Some(AtomicEthRepr {
-                va: remote_addr,
-                rkey,
-                swap_add: swap,
-                compare,
-            });
-            pkt.ack_req = true;
-        }
+        } => (remote_addr, rkey, swap, compare, Opcode::RC_COMPARE_SWAP),
         WrOp::FetchAdd {
             remote_addr,
             rkey,
             add,
-        } => {
-            pkt.opcode = Opcode::RC_FETCH_ADD;
-            pkt.atomic_eth = Some(AtomicEthRepr {
-                va: remote_addr,
-                rkey,
-                swap_add: add,
-                compare: 0,
-            });
-            pkt.ack_req = true;
-        }
-    }
-    qp.req.since_ackreq = if pkt.ack_req {
-        0
-    } else {
-        qp.req.since_ackreq + 1
+        } => (remote_addr, rkey, add, 0, Opcode::RC_FETCH_ADD),
+        _ => return,
     };
+    pkt.opcode = opcode;
+    pkt.atomic_eth = Some(AtomicEthRepr {
+        va: remote_addr,
+        rkey,
+        swap_add,
+        compare,
+    });
+    pkt.ack_req = true;
+}
+
+/// A request packet at `psn` taking `consumed` PSNs went out: move the send position, count
+/// a retransmission, and start the local ACK timer if it is not running.
+fn record_sent(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    now: Duration,
+    psn: Psn,
+    consumed: u32,
+    npkts: u32,
+    ack_req: bool,
+) {
+    qp.req.since_ackreq = if ack_req { 0 } else { qp.req.since_ackreq + 1 };
     qp.req.send_pkt += consumed;
     if qp.req.send_pkt >= npkts {
         qp.req.send_idx += 1;
@@ -321,7 +376,6 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Duration) -> 
     if qp.req.retrans_deadline.is_none() {
         qp.req.retrans_deadline = local_ack_timeout(qp.attr.timeout).map(|t| now + t);
     }
-    Some(pkt)
 }
 
 /// SEND/WRITE opcode for a packet position (IBTA 9.2, table 38).
