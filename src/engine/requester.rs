@@ -455,3 +455,121 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     pkt.ud_completion = Some((wc, wqe.signaled));
     Some(pkt)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::qp::SgeList;
+    use crate::engine::types::{CqId, PdId};
+
+    fn wqe(op: WrOp, len: u32) -> SendWqe {
+        SendWqe {
+            wr_id: 7,
+            op,
+            sges: SgeList::from(&[][..]),
+            inline: None,
+            signaled: true,
+            fence: false,
+            solicited: false,
+            ud: None,
+            len,
+            first_psn: None,
+            npkts: 0,
+            read_done_pkts: 0,
+        }
+    }
+
+    fn read(len: u32) -> SendWqe {
+        wqe(
+            WrOp::Read {
+                remote_addr: 0x1000,
+                rkey: 0x100,
+            },
+            len,
+        )
+    }
+
+    fn qp() -> Qp {
+        let mut qp = Qp::rc_in_rts(PdId(0), CqId(0), Access::LOCAL_WRITE);
+        qp.attr.max_rd_atomic = 1;
+        qp
+    }
+
+    #[test]
+    fn may_send_a_posted_wqe_within_the_window() {
+        let mut qp = qp();
+        assert!(!may_send(&qp, 0), "nothing posted");
+        qp.sq.push_back(wqe(WrOp::Send, 8));
+        assert!(may_send(&qp, 0));
+        qp.req.next_psn = qp.req.una.wrapping_add(MAX_UNACKED_PSNS as u32);
+        assert!(!may_send(&qp, 0), "the 128-PSN window is full");
+    }
+
+    #[test]
+    fn may_send_waits_for_fences_max_rd_atomic_and_sqd() {
+        let mut qp = qp();
+        let mut started = read(8);
+        started.first_psn = Some(Psn::new(0));
+        started.npkts = 1;
+        qp.sq.push_back(started);
+        qp.req.next_psn = Psn::new(1);
+        let mut fenced = wqe(WrOp::Send, 8);
+        fenced.fence = true;
+        qp.sq.push_back(fenced);
+        qp.sq.push_back(read(8));
+        assert!(!may_send(&qp, 1), "the fence waits for the READ before it");
+        assert!(
+            !may_send(&qp, 2),
+            "max_rd_atomic 1 is taken by the first READ"
+        );
+        qp.attr.max_rd_atomic = 2;
+        assert!(may_send(&qp, 2));
+        qp.attr.qp_state = QpState::Sqd;
+        assert!(!may_send(&qp, 2), "SQD starts no new WQE");
+        assert!(may_send(&qp, 0), "SQD still finishes a started one");
+    }
+
+    #[test]
+    fn may_send_holds_what_follows_a_retried_read() {
+        let mut qp = qp();
+        qp.attr.max_rd_atomic = 4;
+        qp.sq.push_back(read(8));
+        qp.req.retry_hold = Some(Psn::new(0));
+        assert!(!may_send(&qp, 0));
+        qp.req.retry_hold = Some(Psn::new(1));
+        assert!(may_send(&qp, 0));
+    }
+
+    #[test]
+    fn a_retried_read_asks_for_the_rest_only() {
+        let w = read(3000);
+        let mut pkt = OutPacket::new(av(), 0x12, Opcode(0), Psn::new(10));
+        assert_eq!(read_request(&w, 2, 3, 1024, &mut pkt), 1);
+        let reth = pkt.reth.unwrap();
+        assert_eq!((reth.va, reth.dma_len), (0x1000 + 2048, 3000 - 2048));
+        assert_eq!(pkt.opcode, Opcode::RC_RDMA_READ_REQUEST);
+        assert!(pkt.ack_req);
+    }
+
+    #[test]
+    fn atomic_request_carries_its_operands() {
+        let w = wqe(
+            WrOp::CompareSwap {
+                remote_addr: 0x2000,
+                rkey: 0x200,
+                compare: 1,
+                swap: 2,
+            },
+            8,
+        );
+        let mut pkt = OutPacket::new(av(), 0x12, Opcode(0), Psn::new(0));
+        atomic_request(&w, &mut pkt);
+        assert_eq!(pkt.opcode, Opcode::RC_COMPARE_SWAP);
+        let a = pkt.atomic_eth.unwrap();
+        assert_eq!((a.va, a.rkey, a.compare, a.swap_add), (0x2000, 0x200, 1, 2));
+    }
+
+    fn av() -> crate::engine::AddressVector {
+        crate::engine::AddressVector::new([2, 0, 0, 0, 0, 2], "198.18.0.2".parse().unwrap())
+    }
+}

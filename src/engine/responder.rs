@@ -980,7 +980,7 @@ mod tests {
     use super::*;
     use crate::engine::cq::CqTable;
     use crate::engine::qp::SgeList;
-    use crate::engine::types::{CqId, QpAttr, QpCaps, QpType};
+    use crate::engine::types::CqId;
     use crate::engine::{Counters, EngineConfig};
     use crate::wire::{BthRepr, Opcode};
 
@@ -1007,26 +1007,7 @@ mod tests {
 
     /// An RC QP in RTS with every remote access enabled (path MTU 1024, the default).
     fn rts_qp(pd: PdId, recv_cq: CqId) -> Qp {
-        let mut attr = QpAttr::default();
-        attr.qp_state = QpState::Rts;
-        attr.cur_qp_state = QpState::Rts;
-        attr.qp_access_flags = every_access();
-        Qp {
-            qpn: 0x11,
-            qp_type: QpType::Rc,
-            pd,
-            send_cq: recv_cq,
-            recv_cq,
-            caps: QpCaps::default(),
-            sq_sig_all: false,
-            attr,
-            sq: VecDeque::new(),
-            rq: VecDeque::new(),
-            req: Default::default(),
-            resp: Default::default(),
-            in_tx_list: false,
-            sqd_notified: false,
-        }
+        Qp::rc_in_rts(pd, recv_cq, every_access())
     }
 
     fn packet<'a>(opcode: Opcode, psn: u32, payload: &'a [u8]) -> PacketRepr<'a> {
