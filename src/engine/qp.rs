@@ -244,10 +244,12 @@ impl Qp {
 impl Qp {
     /// An RC QP in RTS (path MTU 1024, the default) for unit tests.
     pub(crate) fn rc_in_rts(pd: PdId, cq: CqId, access: crate::engine::Access) -> Qp {
-        let mut attr = QpAttr::default();
-        attr.qp_state = QpState::Rts;
-        attr.cur_qp_state = QpState::Rts;
-        attr.qp_access_flags = access;
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            cur_qp_state: QpState::Rts,
+            qp_access_flags: access,
+            ..Default::default()
+        };
         Qp {
             qpn: 0x11,
             qp_type: QpType::Rc,
