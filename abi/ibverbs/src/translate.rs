@@ -86,21 +86,6 @@ both_ways!(GidType, ibv_gid_type {
     GidType::RoceV2 => ibv_gid_type::ROCE_V2,
 });
 
-impl ibv_mtu {
-    /// The MTU of exactly `bytes` payload bytes (256, 512, ... 4096).
-    pub fn from_bytes(bytes: u32) -> Option<ibv_mtu> {
-        ibv_mtu::ALL
-            .iter()
-            .copied()
-            .find(|m| m.bytes() == Some(bytes))
-    }
-
-    /// Payload bytes per packet, or `None` for a value that is no `enum ibv_mtu`.
-    pub fn bytes(self) -> Option<u32> {
-        ibv_mtu::ALL.contains(&self).then(|| 128 << self.0)
-    }
-}
-
 impl From<Mtu> for ibv_mtu {
     fn from(mtu: Mtu) -> ibv_mtu {
         ibv_mtu::from_bytes(mtu.bytes()).expect("every IB MTU is an ibv_mtu")

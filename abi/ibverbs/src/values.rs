@@ -183,6 +183,21 @@ c_enum! {
     }
 }
 
+impl ibv_mtu {
+    /// The MTU of exactly `bytes` payload bytes (256, 512, ... 4096).
+    pub fn from_bytes(bytes: u32) -> Option<ibv_mtu> {
+        ibv_mtu::ALL
+            .iter()
+            .copied()
+            .find(|m| m.bytes() == Some(bytes))
+    }
+
+    /// Payload bytes per packet, or `None` for a value that is no `enum ibv_mtu`.
+    pub fn bytes(self) -> Option<u32> {
+        ibv_mtu::ALL.contains(&self).then(|| 128 << self.0)
+    }
+}
+
 c_enum! {
     /// `enum ibv_port_state`: the logical state of a port.
     ibv_port_state, prefix "IBV_PORT_" {
