@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::{json, Map, Value};
 
-use xroce::wire::capture::{link_type_name, to_ethernet, CaptureReader, CapturedFrame};
+use xroce::capture::{link_type_name, to_ethernet, CaptureReader, CapturedFrame};
 use xroce::wire::frame::{ETH_LEN, UDP_LEN, VLAN_LEN};
 use xroce::wire::icrc::IPV4_VARIANT_BYTES;
 use xroce::wire::{

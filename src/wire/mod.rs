@@ -21,7 +21,6 @@ mod bytes;
 pub mod aeth;
 pub mod atomic;
 pub mod bth;
-pub mod capture;
 pub mod deth;
 pub mod error;
 pub mod frame;
