@@ -42,6 +42,7 @@ use netlink_packet_route::route::{
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use rustix::io::Errno;
 
 /// What went wrong while asking the kernel about an interface, a route or a neighbour.
 #[derive(Debug, thiserror::Error)]
@@ -610,7 +611,7 @@ impl Rtnl {
                     _ => None,
                 })
                 .ok_or_else(|| NetdevError::NoSuchInterface(ifname.to_string())),
-            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
+            Err(e) if Errno::from_io_error(&e) == Some(Errno::NODEV) => {
                 Err(NetdevError::NoSuchInterface(ifname.to_string()))
             }
             Err(source) => Err(NetdevError::Netlink {
@@ -690,7 +691,7 @@ impl Rtnl {
                 RouteNetlinkMessage::NewNeighbour(n) => Some(neighbour_state_of(n)),
                 _ => None,
             })),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) if Errno::from_io_error(&e) == Some(Errno::NOENT) => Ok(None),
             Err(source) => Err(NetdevError::Netlink {
                 what: format!("reading the neighbour entry of {ip}"),
                 source,
@@ -1070,7 +1071,7 @@ pub fn resolve_neighbour(
         if resolicit {
             match rtnl.solicit(info.ifindex, hop) {
                 Ok(()) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) => {
+                Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::PERM | Errno::ACCESS)) => {
                     send_probe(&info, ip)?
                 }
                 Err(source) => {

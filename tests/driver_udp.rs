@@ -2,13 +2,15 @@
 //! wire carries a correct ICRC (checked on frames captured off a veth, and by the AF_XDP
 //! driver receiving them).
 mod common;
+#[path = "common/packet.rs"]
+mod packet;
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use common::{hex, unhex, Helper};
-use xroce::driver::packet::{Direction, PacketSocket};
+use packet::{Direction, PacketSocket};
 use xroce::driver::udp::{unique_loopback_v4, UdpConfig, UdpDriver};
 use xroce::driver::xdp::{XdpConfig, XdpDriver};
 use xroce::driver::{poll_readable, Driver, DriverError};

@@ -4,6 +4,8 @@
 //! setns would only move one thread: the child is this same test binary, re-run with
 //! `XROCE_DRIVER_HELPER=<role>` on its `helper` test (see the bottom of the file).
 mod common;
+#[path = "common/packet.rs"]
+mod packet;
 
 use common::{hex, unhex, Helper};
 
@@ -13,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use etherparse::{PacketBuilder, VlanId};
-use xroce::driver::packet::{Direction, PacketSocket};
+use packet::{Direction, PacketSocket};
 use xroce::driver::xdp::{AttachMode, XdpConfig, XdpDriver, ZeroCopy};
 use xroce::driver::{poll_readable, Driver, DriverError};
 use xroce::netns::{LinkConfig, VethLink};
