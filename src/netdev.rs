@@ -142,13 +142,15 @@ fn who_is_hop(ip: &IpAddr, next_hop: &Option<IpAddr>) -> String {
 pub struct MacAddr(pub [u8; 6]);
 
 impl MacAddr {
-    /// Parses `aa:bb:cc:dd:ee:ff` (case-insensitive).
+    /// Parses `aa:bb:cc:dd:ee:ff`: six fields of one or two hex digits (either case),
+    /// nothing else (no sign, no spaces, no other separator). The one MAC parser of the crate.
     pub fn parse(text: &str) -> Option<MacAddr> {
         let mut out = [0u8; 6];
         let mut parts = text.split(':');
         for byte in out.iter_mut() {
             let part = parts.next()?;
-            if part.is_empty() || part.len() > 2 {
+            // `from_str_radix` alone would also take a leading `+`.
+            if part.is_empty() || part.len() > 2 || !part.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return None;
             }
             *byte = u8::from_str_radix(part, 16).ok()?;
@@ -1221,6 +1223,31 @@ mod tests {
         assert_eq!(MacAddr::parse("02:fc:00:00:00"), None);
         assert_eq!(MacAddr::parse("02:fc:00:00:00:00:00"), None);
         assert_eq!(MacAddr::parse("02:fc:00:00:00:100"), None);
+        assert_eq!(
+            MacAddr::parse("2:fc:0:0:0:a"),
+            Some(MacAddr([2, 0xfc, 0, 0, 0, 10]))
+        );
+        // What `ip -j link` prints (netns::Netns::mac reads it through here).
+        assert_eq!(
+            MacAddr::parse("02:00:0a:ff:00:01"),
+            Some(MacAddr([2, 0, 10, 255, 0, 1]))
+        );
+        for bad in [
+            "",
+            ":::::",
+            "02:fc::00:00:00",
+            "02:fc:00:00:00:00:",
+            "+2:fc:00:00:00:00",
+            "02:fc:00:00:00:+0",
+            " 02:fc:00:00:00:00",
+            "02:fc:00:00:00:00 ",
+            "02-fc-00-00-00-00",
+            "zz:fc:00:00:00:00",
+            "02:fc:00:00:00:0g",
+            "02:fc:00:00:00:é",
+        ] {
+            assert_eq!(MacAddr::parse(bad), None, "{bad:?}");
+        }
         assert_eq!(
             MacAddr([1, 2, 3, 4, 5, 0xab]).to_string(),
             "01:02:03:04:05:ab"

@@ -190,7 +190,11 @@ fn unsafe_outside_src_driver_is_only_in_comments() {
             }
         }
     }
-    assert!(found.is_empty(), "unsafe code outside src/driver:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "unsafe code outside src/driver:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
