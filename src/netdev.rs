@@ -16,8 +16,9 @@
 //!
 //! Everything is read over rtnetlink (`netlink-packet-route` messages on a synchronous
 //! `netlink-sys` socket, one request and its answer at a time: no async runtime in the
-//! library, no `ip` processes). It needs no privileges and reads the network namespace the
-//! process runs in.
+//! library, no `ip` processes), except the driver name of a NIC that reports no link kind
+//! (sysfs). It needs no privileges and reads the network namespace the process runs in.
+//! The driver layer reads its interface facts here too (`driver::iface`).
 use std::fmt;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
