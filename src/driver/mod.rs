@@ -33,6 +33,7 @@ pub mod sigpipe;
 pub mod tap;
 pub mod udp;
 pub mod wait;
+#[cfg(feature = "xdp")]
 pub mod xdp;
 
 pub use wait::{poll_readable, wait_readable};
@@ -285,6 +286,12 @@ pub enum DriverError {
     /// No transmit slot is free right now (back-pressure).
     #[error("transmit ring full; call flush() and retry")]
     TxBusy,
+    /// AF_XDP was asked for, but this build has no AF_XDP driver.
+    #[error(
+        "the AF_XDP driver is not available: xroce was built without the `xdp` feature \
+         (rebuild with default features for AF_XDP, or use the UDP driver: --driver udp)"
+    )]
+    XdpNotBuilt,
     /// Loading or attaching the XDP program failed for another reason.
     #[error("XDP program: {reason}")]
     Bpf {
