@@ -129,7 +129,7 @@ enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ResponderError {
     /// The QP does not receive in its state: RESET, INIT and ERR drop what arrives (IBTA
-    /// 10.3). Silent drop.
+    /// 10.3.1). Silent drop.
     NotReceiving,
     /// An RC request opcode this responder does not implement. Silent drop.
     UnsupportedOpcode,

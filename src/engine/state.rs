@@ -1,4 +1,4 @@
-//! The QP state transition table (IBTA Vol. 1 10.3, QP state transitions), as Linux checks it
+//! The QP state transition table (IBTA Vol. 1 10.3.1, QP state transitions), as Linux checks it
 //! in `ib_modify_qp_is_ok` (drivers/infiniband/core/verbs.c):
 //! for each (current, next) state pair, whether the transition exists and which attributes
 //! are required and which optional, per QP type. `STATE` is always allowed.

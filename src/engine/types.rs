@@ -97,7 +97,7 @@ pub enum QpType {
     Ud,
 }
 
-/// QP states (IBTA 10.3), in `ibv_qp_state` order.
+/// QP states (IBTA 10.3.1), in `ibv_qp_state` order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum QpState {
     /// Just created or reset: no traffic.

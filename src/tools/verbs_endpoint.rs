@@ -90,7 +90,7 @@ impl VerbsEndpoint {
         init.sq_sig_all = false;
         let qp = pd.create_qp(&init)?;
         let mr = pd.reg_mr(spec.buf_len.max(64), PEER_ACCESS)?;
-        // Receives may be posted before connecting: INIT allows that (IBTA 10.3).
+        // Receives may be posted before connecting: INIT allows that (IBTA 10.3.1).
         qp.to_init(
             if spec.rc { PEER_ACCESS } else { Access::NONE },
             crate::tools::pingpong_oob::UD_QKEY,
