@@ -181,7 +181,7 @@ impl fmt::Debug for MacAddr {
 }
 
 /// A 128-bit Global Identifier. On RoCE v2 it is an IPv6 address, IPv4 addresses being
-/// IPv4-mapped (`::ffff:a.b.c.d`), IBTA Annex A17.
+/// IPv4-mapped (`::ffff:a.b.c.d`), IBTA Annex A17.4.1.1.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Gid(pub [u8; 16]);
 

@@ -275,7 +275,7 @@ fn local_ack_timeout_exhaustion() {
     assert!(matches!(p.a().poll_event(), Some(Event::QpFatal(q)) if q == qa));
 }
 
-/// retry_cnt 7 is seven retries (IBTA Vol. 1 9.7.5.2.8), not "forever" as rxe makes it
+/// retry_cnt 7 is seven retries (IBTA Vol. 1 9.7), not "forever" as rxe makes it
 /// (docs/interop.md, observed with `rxe_blackout_retry_cnt_7`): eight sends, then RETRY_EXC_ERR.
 #[test]
 fn retry_cnt_7_is_finite() {
