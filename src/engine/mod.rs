@@ -1,8 +1,9 @@
 //! The sans-IO RoCEv2 transport engine: RC and UD queue pairs over Ethernet frames.
 //!
 //! An [`Engine`] is one RDMA device (one port, one MAC, a GID table). It does no I/O and
-//! reads no clock: time is always an argument (a `Duration` since any fixed epoch chosen by
-//! the caller, e.g. `Instant::now() - start`, or the simulator's virtual clock).
+//! reads no clock: time is always an argument, an [`Instant`] on the caller's clock
+//! (nanoseconds since an epoch the caller chooses: when its progress loop started, or zero of
+//! the simulator's virtual clock); how long something lasts is a `Duration`.
 //!
 //! # Calling order (quinn-proto style)
 //!
@@ -38,7 +39,6 @@
 //! an [`EngineError`].
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::time::Duration;
 
 use crate::wire::{
     self, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, EthRepr, FrameRepr, IpRepr,
@@ -54,10 +54,12 @@ mod qp;
 mod requester;
 mod responder;
 pub mod state;
+pub mod time;
 pub mod timers;
 pub mod types;
 
 pub use counters::{Counters, DropCounters};
+pub use time::Instant;
 pub use types::*;
 
 use cq::CqTable;
@@ -217,17 +219,6 @@ pub struct Engine {
     /// The QP of the frame the last `poll_transmit` returned, with its UD completion (for
     /// `report_send_failure`).
     last_tx: Option<(u32, Option<(Wc, bool)>)>,
-}
-
-/// rxe's UDP source port for a QP pair: the flow label of the two QPNs folded into 14 bits
-/// with the top two bits set (`rdma_flow_label_to_udp_sport(rdma_calc_flow_label(l, r))`).
-pub fn rxe_udp_src_port(lqpn: u32, rqpn: u32) -> u16 {
-    let mut v = lqpn as u64 * rqpn as u64;
-    v ^= v >> 20;
-    v ^= v >> 40;
-    let fl = (v & 0xFFFFF) as u32;
-    let low = (fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14);
-    (0xC000 | low) as u16
 }
 
 impl Engine {
@@ -773,18 +764,18 @@ impl Engine {
     // ----- the sans-IO entry points -----
 
     /// Process one received Ethernet frame; the ICRC is verified.
-    pub fn handle_frame(&mut self, now: Duration, frame: &[u8]) {
+    pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
         self.receive(now, frame, true)
     }
 
     /// Process one received frame without checking its ICRC: for drivers that do not see
     /// the real IP header (the kernel UDP socket driver synthesizes one). Corruption that
     /// the ICRC would catch goes unnoticed; say so where such a driver is offered.
-    pub fn handle_frame_unverified(&mut self, now: Duration, frame: &[u8]) {
+    pub fn handle_frame_unverified(&mut self, now: Instant, frame: &[u8]) {
         self.receive(now, frame, false)
     }
 
-    fn receive(&mut self, now: Duration, frame: &[u8], verify: bool) {
+    fn receive(&mut self, now: Instant, frame: &[u8], verify: bool) {
         let drops = &mut self.sh.counters.drops;
         let repr = if verify {
             match wire::parse_frame_verified(frame) {
@@ -864,7 +855,7 @@ impl Engine {
     }
 
     /// Run the timers that are due at `now` (local ACK timeout, RNR wait).
-    pub fn handle_timeout(&mut self, now: Duration) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         for qp in self.qps.values_mut() {
             if completer::handle_timers(qp, &mut self.sh, now) {
                 schedule(&mut self.tx_list, qp);
@@ -874,7 +865,7 @@ impl Engine {
 
     /// The earliest time `handle_timeout` has work to do.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Duration> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.qps
             .values()
             .flat_map(|q| [q.req.retrans_deadline, q.req.rnr_deadline])
@@ -885,7 +876,7 @@ impl Engine {
     /// Write the next frame to send into `buf` (at least [`MAX_FRAME_LEN`] bytes, or the
     /// QP's path MTU plus 132) and return its length, or `None` if nothing is to be sent.
     #[must_use]
-    pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<usize> {
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.last_tx = None;
         let mut budget = self.tx_list.len();
         while budget > 0 {
@@ -1160,7 +1151,7 @@ fn emit_packet(qp: &Qp, sh: &mut Shared, pkt: &OutPacket, buf: &mut [u8]) -> Res
     };
     let udp_src_port = av
         .udp_src_port
-        .unwrap_or_else(|| rxe_udp_src_port(qp.qpn, pkt.dest_qp));
+        .unwrap_or_else(|| wire::rxe_udp_source_port(qp.qpn, pkt.dest_qp));
     let frame = FrameRepr {
         eth: EthRepr {
             dst: av.dest_mac,

@@ -1,7 +1,7 @@
 //! Queue pair state: the send and receive queues, the requester's PSN bookkeeping, the
 //! responder's expected PSN, MSN and saved READ/ATOMIC resources.
+use super::time::Instant;
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use crate::wire::Psn;
 
@@ -92,9 +92,9 @@ pub(crate) struct Requester {
     /// RNR retries left (rnr_retry; 7 = infinite).
     pub rnr_left: u8,
     /// Local ACK timer deadline.
-    pub retrans_deadline: Option<Duration>,
+    pub retrans_deadline: Option<Instant>,
     /// RNR wait: transmission resumes at this time.
-    pub rnr_deadline: Option<Duration>,
+    pub rnr_deadline: Option<Instant>,
     /// A retry from this PSN was started by a gap in the responses (or an implied NAK);
     /// further evidence of the same gap does not start another (as rxe's `started_retry`).
     pub gap_retry_at: Option<Psn>,

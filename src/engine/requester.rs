@@ -5,7 +5,7 @@
 //! window, at `max_rd_atomic` outstanding READ/ATOMICs, at a fence, or during an RNR wait.
 //! A retry (completer) only rewinds `send_idx`/`send_pkt`/`next_psn`: the same WQE then
 //! yields the same PSNs again.
-use std::time::Duration;
+use super::time::Instant;
 
 use crate::wire::{AtomicEthRepr, DethRepr, Opcode, RethRepr};
 
@@ -133,7 +133,7 @@ fn position(k: u32, n: u32) -> (bool, bool) {
 }
 
 /// Produce the next request packet of this QP, if any may be sent now.
-pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Option<OutPacket> {
+pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Instant) -> Option<OutPacket> {
     let state = qp.state();
     if !matches!(state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
         return None;

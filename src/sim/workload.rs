@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{LinkConfig, LinkStats, Network};
 use crate::engine::{
-    Access, AddressVector, Counters, CqId, Engine, EngineConfig, MrInfo, Mtu, QpAttr,
+    Access, AddressVector, Counters, CqId, Engine, EngineConfig, Instant, MrInfo, Mtu, QpAttr,
     QpAttrMask as M, QpCaps, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Wc, WcOpcode,
     WcStatus, WrOp,
 };
@@ -166,11 +166,35 @@ pub struct Summary {
     /// The link.
     pub link: LinkStats,
     /// Counters of endpoint A (requester).
+    #[serde(serialize_with = "counters_json")]
     pub counters_a: Counters,
     /// Counters of endpoint B (responder).
+    #[serde(serialize_with = "counters_json")]
     pub counters_b: Counters,
     /// The first few problems, described.
     pub problems: Vec<String>,
+}
+
+/// Engine counters as JSON: `{"sent_pkts": .., .., "drops": {"bad_icrc": .., ..}}`, in the
+/// counters' declaration order.
+fn counters_json<S: serde::Serializer>(c: &Counters, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    struct Drops<'a>(&'a crate::engine::DropCounters);
+    impl Serialize for Drops<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut map = s.serialize_map(None)?;
+            for (name, value) in self.0.fields() {
+                map.serialize_entry(name, &value)?;
+            }
+            map.end()
+        }
+    }
+    let mut map = s.serialize_map(None)?;
+    for (name, value) in c.fields() {
+        map.serialize_entry(name, &value)?;
+    }
+    map.serialize_entry("drops", &Drops(&c.drops))?;
+    map.end()
 }
 
 impl Summary {
@@ -402,8 +426,11 @@ pub fn run(
     ];
     loop {
         // B posts its receive WQEs (now, later, or never).
-        let recv_ok =
-            !cfg.scenario.no_recv && cfg.scenario.recv_delay.is_none_or(|d| net.now() >= d);
+        let recv_ok = !cfg.scenario.no_recv
+            && cfg
+                .scenario
+                .recv_delay
+                .is_none_or(|d| net.now() >= Instant::ZERO + d);
         if recv_ok {
             for p in pairs.iter_mut().filter(|p| !p.recv_posted && !p.dead) {
                 for _ in 0..depth * 2 {
@@ -456,7 +483,7 @@ pub fn run(
                 );
                 break;
             }
-            if net.now() > cfg.time_limit {
+            if net.now() > Instant::ZERO + cfg.time_limit {
                 sum.stalled = true;
                 problem(&mut sum, "virtual time limit reached".into());
                 break;
@@ -497,7 +524,7 @@ pub fn run(
         }
     }
     net.finish();
-    sum.virtual_time_us = net.now().as_micros() as u64;
+    sum.virtual_time_us = net.now().since_epoch().as_micros() as u64;
     sum.link = net.stats().clone();
     sum.counters_a = net.engines[0].counters().clone();
     sum.counters_b = net.engines[1].counters().clone();
@@ -507,7 +534,9 @@ pub fn run(
 }
 
 fn recv_pending(cfg: &WorkloadConfig, net: &Network) -> bool {
-    cfg.scenario.recv_delay.is_some_and(|d| net.now() < d)
+    cfg.scenario
+        .recv_delay
+        .is_some_and(|d| net.now() < Instant::ZERO + d)
 }
 
 fn problem(sum: &mut Summary, text: String) {

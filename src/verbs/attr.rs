@@ -1,5 +1,6 @@
 //! Device and port attributes: what `ibv_query_device` / `ibv_query_port` report.
-use crate::netdev::{IbMtu, MacAddr, NetdevInfo};
+use crate::engine::Mtu;
+use crate::netdev::{MacAddr, NetdevInfo};
 
 /// Limits and identity of an xroce device (`struct ibv_device_attr`). The limits are the ones
 /// the verbs layer enforces; asking for more is a typed error naming the limit.
@@ -154,9 +155,9 @@ pub struct PortAttr {
     /// Logical port state, from the interface's operational state.
     pub state: PortState,
     /// Largest IB MTU the port supports.
-    pub max_mtu: IbMtu,
+    pub max_mtu: Mtu,
     /// IB MTU in use: the largest that fits the link MTU minus 80 bytes.
-    pub active_mtu: IbMtu,
+    pub active_mtu: Mtu,
     /// The link (IP) MTU of the interface.
     pub link_mtu: u32,
     /// Entries in the GID table.
@@ -188,8 +189,8 @@ impl PortAttr {
                 PortState::Down
             },
             // Like rxe: the port supports 4096; the link MTU decides the active one.
-            max_mtu: IbMtu::Mtu4096,
-            active_mtu: active.unwrap_or(IbMtu::Mtu256),
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: active.unwrap_or(Mtu::Mtu256),
             link_mtu: net.mtu,
             gid_tbl_len: net.gid_table().len() as u32,
             pkey_tbl_len: 1,
