@@ -9,15 +9,17 @@ use super::time::Instant;
 
 use crate::wire::{AtomicEthRepr, DethRepr, Opcode, RethRepr};
 
+use super::modify::fail_qp;
 use super::qp::{Qp, SendWqe};
 use super::timers::local_ack_timeout;
+use super::transmit::OutPacket;
 use super::types::{
     Access, EngineError, QpState, QpType, SendFlags, SendWr, Sge, Wc, WcStatus, WrOp,
 };
-use super::{OutPacket, Shared, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
+use super::{DeviceState, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
 
 /// Check a send WR and turn it into a WQE (inline data copied now).
-pub(crate) fn make_wqe(qp: &Qp, sh: &Shared, wr: &SendWr) -> Result<SendWqe, EngineError> {
+pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe, EngineError> {
     let bad = |s: String| Err(EngineError::InvalidWr(s));
     match (qp.qp_type, &wr.op) {
         (QpType::Ud, WrOp::Send | WrOp::SendWithImm { .. }) => {
@@ -133,7 +135,7 @@ fn position(k: u32, n: u32) -> (bool, bool) {
 }
 
 /// Produce the next request packet of this QP, if any may be sent now.
-pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Instant) -> Option<OutPacket> {
+pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> Option<OutPacket> {
     let state = qp.state();
     if !matches!(state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
         return None;
@@ -226,7 +228,7 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Instant) -> Option
             };
             if !ok {
                 // The MR was deregistered under a posted WR: a local protection error.
-                super::fail_qp(qp, sh, WcStatus::LocProtErr);
+                fail_qp(qp, sh, WcStatus::LocProtErr);
                 return None;
             }
             pkt.payload_len = plen;
@@ -348,7 +350,7 @@ fn data_opcode(op: &WrOp, first: bool, last: bool) -> Opcode {
 }
 
 /// UD: one packet per WQE, completed once its frame is emitted (there is no ACK).
-fn next_ud(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
+fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     if qp.state() == QpState::Sqd {
         return None;
     }

@@ -9,10 +9,12 @@ use std::net::IpAddr;
 
 use crate::wire::{FrameRepr, NakCode, OpcodeInfo, PacketRepr, Position, Psn, Syndrome};
 
+use super::modify::flush_qp;
 use super::mr::AccessFault;
 use super::qp::{InProgress, Qp, RecvWqe, Response, SavedResource};
+use super::transmit::OutPacket;
 use super::types::{Access, QpState, Wc, WcOpcode, WcStatus};
-use super::{OutPacket, Shared, CREDIT_UNLIMITED};
+use super::{DeviceState, CREDIT_UNLIMITED};
 
 /// Responses queued per QP at most; beyond that new ACKs are dropped (the requester's
 /// timer recovers) so a duplicate flood cannot grow memory.
@@ -42,7 +44,7 @@ pub(crate) fn recv_wc(qp: &Qp, wqe: &RecvWqe, status: WcStatus, byte_len: u32) -
     }
 }
 
-fn queue(qp: &mut Qp, sh: &mut Shared, r: Response) {
+fn queue(qp: &mut Qp, sh: &mut DeviceState, r: Response) {
     // ACK coalescing: a not-yet-sent ACK is superseded by a later one (it acknowledges more).
     if let (
         Response::Ack {
@@ -65,7 +67,7 @@ fn queue(qp: &mut Qp, sh: &mut Shared, r: Response) {
     qp.resp.responses.push_back(r);
 }
 
-fn ack(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
+fn ack(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) {
     let msn = qp.resp.msn;
     queue(
         qp,
@@ -82,7 +84,7 @@ fn ack(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
 
 /// A class B/C/D responder error: NAK `code` at `psn`; the receive WQE in use (if any)
 /// completes with `status`; the QP goes to ERR (IBTA 9.9.3.1.2/3).
-fn fatal(qp: &mut Qp, sh: &mut Shared, psn: Psn, code: NakCode, status: WcStatus) {
+fn fatal(qp: &mut Qp, sh: &mut DeviceState, psn: Psn, code: NakCode, status: WcStatus) {
     let msn = qp.resp.msn;
     queue(
         qp,
@@ -100,7 +102,7 @@ fn fatal(qp: &mut Qp, sh: &mut Shared, psn: Psn, code: NakCode, status: WcStatus
         sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
     }
     sh.events.push_back(super::Event::QpFatal(qp.qpn));
-    super::flush_qp(qp, sh);
+    flush_qp(qp, sh);
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -130,7 +132,7 @@ fn kind(info: &OpcodeInfo, opcode: crate::wire::Opcode) -> Option<Kind> {
 /// Handle an RC request packet.
 pub(crate) fn handle_request(
     qp: &mut Qp,
-    sh: &mut Shared,
+    sh: &mut DeviceState,
     pkt: &PacketRepr<'_>,
     info: &OpcodeInfo,
 ) {
@@ -491,7 +493,7 @@ pub(crate) fn handle_request(
 
 fn check_remote(
     qp: &Qp,
-    sh: &Shared,
+    sh: &DeviceState,
     rkey: u32,
     va: u64,
     len: u64,
@@ -513,7 +515,7 @@ fn save_resource(qp: &mut Qp, r: SavedResource) {
 }
 
 /// A request with a PSN before the expected one (9.7.5.1.1 "duplicate").
-fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &PacketRepr<'_>, kind: Kind) {
+fn duplicate(qp: &mut Qp, sh: &mut DeviceState, pkt: &PacketRepr<'_>, kind: Kind) {
     sh.counters.duplicate_request += 1;
     let psn = pkt.bth.psn;
     match kind {
@@ -621,7 +623,7 @@ fn abandon_responses_from(qp: &mut Qp, psn: Psn) {
 }
 
 /// The next ACK, NAK, atomic ACK or READ response packet of this QP.
-pub(crate) fn next_response(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
+pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     let av = *qp.av()?;
     let dest_qp = qp.attr.dest_qp_num;
     let mtu = qp.mtu();
@@ -709,7 +711,7 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
 
 /// A READ response could not be read from memory: NAK remote access error at `psn`, the QP
 /// enters ERR (every queued response but NAKs is dropped, every WR flushed).
-fn read_fault(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
+fn read_fault(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) {
     sh.counters.read_response_faults += 1;
     let msn = qp.resp.msn;
     queue(
@@ -722,13 +724,13 @@ fn read_fault(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
         },
     );
     sh.events.push_back(super::Event::QpFatal(qp.qpn));
-    super::flush_qp(qp, sh);
+    flush_qp(qp, sh);
 }
 
 /// UD receive (IBTA 9.8.3 / 10.2.4): Q_Key check, receive WQE, 40-byte GRH before the data.
 pub(crate) fn handle_ud(
     qp: &mut Qp,
-    sh: &mut Shared,
+    sh: &mut DeviceState,
     frame: &FrameRepr<'_>,
     src_ip: IpAddr,
     ip_header: &[u8],
