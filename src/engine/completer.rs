@@ -4,12 +4,11 @@
 //!
 //! The requester's outstanding PSNs are `[una, high_psn)`. A response outside that range is
 //! a ghost (beyond anything sent) or a duplicate (already acknowledged) and is dropped.
-use super::time::Instant;
-
 use crate::wire::{NakCode, OpcodeInfo, PacketRepr, Position, Psn, Syndrome};
 
 use super::modify::{check_sq_drained, fail_qp};
 use super::qp::Qp;
+use super::time::Instant;
 use super::timers::{local_ack_timeout, rnr_delay};
 use super::types::{QpState, WcStatus, WrOp};
 use super::{requester, DeviceState};

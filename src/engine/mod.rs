@@ -81,6 +81,7 @@ pub use types::*;
 use cq::CqTable;
 use mr::MrTable;
 use qp::Qp;
+use timers::TimerQueue;
 use transmit::schedule;
 
 /// Largest frame the engine emits: Ethernet+VLAN 18, IPv6 40, UDP 8, BTH 12, the largest
@@ -173,6 +174,13 @@ pub struct Engine {
     /// The QP of the frame the last `poll_transmit` returned, with its UD completion (for
     /// `report_send_failure`).
     last_tx: Option<(u32, Option<(Wc, bool)>)>,
+    /// Each QP's next timer deadline, earliest first. Every entry point that may change a
+    /// QP's deadlines calls [`Engine::sync_timer`] for it afterwards.
+    timers: TimerQueue,
+    /// Reused list of the QPs whose timers expired (`handle_timeout`).
+    expired: Vec<u32>,
+    /// QPs `handle_timeout` has visited, ever (for tests: only expired QPs are visited).
+    timer_visits: u64,
 }
 
 impl Engine {
@@ -195,6 +203,9 @@ impl Engine {
             next_qpn: 0x11,
             tx_list: VecDeque::new(),
             last_tx: None,
+            timers: TimerQueue::default(),
+            expired: Vec::new(),
+            timer_visits: 0,
         }
     }
 
@@ -220,22 +231,51 @@ impl Engine {
         self.sh.events.pop_front()
     }
 
-    /// Run the timers that are due at `now` (local ACK timeout, RNR wait).
+    /// Run the timers that are due at `now` (local ACK timeout, RNR wait). Only the QPs
+    /// whose deadline has come are visited.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for qp in self.qps.values_mut() {
+        let mut expired = std::mem::take(&mut self.expired);
+        while let Some(qpn) = self.timers.pop_expired(now) {
+            expired.push(qpn);
+        }
+        for &qpn in &expired {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            self.timer_visits += 1;
             if completer::handle_timers(qp, &mut self.sh, now) {
                 schedule(&mut self.tx_list, qp);
             }
+            self.timers.set(qpn, qp.req.next_deadline());
         }
+        expired.clear();
+        self.expired = expired;
     }
 
     /// The earliest time `handle_timeout` has work to do.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps
-            .values()
-            .flat_map(|q| [q.req.retrans_deadline, q.req.rnr_deadline])
-            .flatten()
-            .min()
+        let next = self.timers.next_deadline();
+        debug_assert_eq!(
+            next,
+            self.qps
+                .values()
+                .filter_map(|q| q.req.next_deadline())
+                .min(),
+            "the timer queue lost track of a QP's deadline"
+        );
+        next
+    }
+
+    /// QPs `handle_timeout` has visited since the engine was created: one per expired
+    /// timer, however many QPs exist (introspection for tests).
+    #[doc(hidden)]
+    pub fn timer_visits(&self) -> u64 {
+        self.timer_visits
+    }
+
+    /// Record a QP's deadlines in the timer queue after something may have changed them.
+    fn sync_timer(timers: &mut TimerQueue, qp: &Qp) {
+        timers.set(qp.qpn, qp.req.next_deadline());
     }
 }

@@ -119,6 +119,7 @@ impl Engine {
             qp.sqd_notified = false;
             check_sq_drained(qp, &mut self.sh);
         }
+        Engine::sync_timer(&mut self.timers, qp);
         schedule(&mut self.tx_list, qp);
         Ok(())
     }

@@ -282,10 +282,9 @@ impl Engine {
 
     /// Destroy a QP; outstanding WRs are dropped without completions (as ibv_destroy_qp).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
-        self.qps
-            .remove(&qpn)
-            .map(|_| ())
-            .ok_or(EngineError::UnknownQp(qpn))
+        self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        self.timers.set(qpn, None);
+        Ok(())
     }
 
     /// The attributes in force and the capabilities of a QP.

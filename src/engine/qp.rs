@@ -1,10 +1,10 @@
 //! Queue pair state: the send and receive queues, the requester's PSN bookkeeping, the
 //! responder's expected PSN, MSN and saved READ/ATOMIC resources.
-use super::time::Instant;
 use std::collections::VecDeque;
 
 use crate::wire::Psn;
 
+use super::time::Instant;
 use super::types::{AddressVector, CqId, PdId, QpAttr, QpCaps, QpState, QpType, Sge, UdDest, WrOp};
 
 /// A WQE's scatter/gather list. Nearly every WR has one SGE; keeping that one inline means
@@ -104,6 +104,17 @@ pub(crate) struct Requester {
     /// requests whose answers would queue behind it and be discarded (IBTA 9.7.5.1.5 and
     /// C9-178 allow resending them later).
     pub retry_hold: Option<Psn>,
+}
+
+impl Requester {
+    /// The earlier of the local ACK timer and the RNR wait: when `handle_timeout` has work
+    /// for this QP (the deadline the engine's [`TimerQueue`](super::timers::TimerQueue) holds).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match (self.retrans_deadline, self.rnr_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// An operation in the middle of a multi-packet message at the responder.

@@ -1,8 +1,8 @@
 //! The receive demultiplexer: parse a frame, check its addresses, P_Key, QP and transport,
 //! and hand it to the responder (requests) or the completer (responses).
-use super::time::Instant;
 use std::net::IpAddr;
 
+use super::time::Instant;
 use super::transmit::schedule;
 use super::types::QpType;
 use super::{completer, responder, DropCounters, Engine, DEFAULT_PKEY};
@@ -97,6 +97,7 @@ impl Engine {
                 responder::handle_ud(qp, &mut self.sh, &repr, src_ip, ip_header);
             }
         }
+        Engine::sync_timer(&mut self.timers, qp);
         schedule(&mut self.tx_list, qp);
     }
 }

@@ -5,12 +5,11 @@
 //! window, at `max_rd_atomic` outstanding READ/ATOMICs, at a fence, or during an RNR wait.
 //! A retry (completer) only rewinds `send_idx`/`send_pkt`/`next_psn`: the same WQE then
 //! yields the same PSNs again.
-use super::time::Instant;
-
 use crate::wire::{AtomicEthRepr, DethRepr, Opcode, RethRepr};
 
 use super::modify::fail_qp;
 use super::qp::{Qp, SendWqe};
+use super::time::Instant;
 use super::timers::local_ack_timeout;
 use super::transmit::OutPacket;
 use super::types::{

@@ -65,6 +65,7 @@ impl TimerQueue {
     }
 
     /// The deadline in force for `qpn`.
+    #[cfg(test)]
     pub fn deadline(&self, qpn: u32) -> Option<Instant> {
         self.armed.get(&qpn).map(|&(d, _)| d)
     }
@@ -88,6 +89,7 @@ impl TimerQueue {
     }
 
     /// Number of QPs with a deadline in force.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.armed.len()
     }

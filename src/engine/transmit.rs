@@ -1,11 +1,11 @@
 //! Transmit scheduling: the round-robin list of QPs with something to send, `poll_transmit`
 //! (responses before requests on each QP), and building the frame of each packet.
-use super::time::Instant;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use super::modify::{fail_qp, flush_qp};
 use super::qp::Qp;
+use super::time::Instant;
 use super::types::{AddressVector, Event, QpState, Wc, WcStatus};
 use super::{cq, requester, responder, DeviceState, Engine, DEFAULT_PKEY, MAX_FRAME_OVERHEAD};
 use crate::wire::{
@@ -84,7 +84,10 @@ impl Engine {
                 Some(p) => (p, false),
                 None => match requester::next_request(qp, &mut self.sh, now) {
                     Some(p) => (p, true),
-                    None => continue,
+                    None => {
+                        Engine::sync_timer(&mut self.timers, qp);
+                        continue;
+                    }
                 },
             };
             let written = emit_packet(qp, &mut self.sh, &pkt, buf);
@@ -97,6 +100,7 @@ impl Engine {
                         cq::post(qp, &mut self.sh, cq, wc, false);
                     }
                     self.last_tx = Some((qpn, pkt.ud_completion));
+                    Engine::sync_timer(&mut self.timers, qp);
                     if has_tx_work(qp) {
                         schedule(&mut self.tx_list, qp);
                     }
@@ -112,6 +116,7 @@ impl Engine {
                     if is_request {
                         fail_unemitted_request(qp, &mut self.sh, pkt.ud_completion);
                     }
+                    Engine::sync_timer(&mut self.timers, qp);
                     if has_tx_work(qp) {
                         schedule(&mut self.tx_list, qp);
                     }
@@ -147,6 +152,7 @@ impl Engine {
             }
         }
         fail_unemitted_request(qp, &mut self.sh, ud_completion);
+        Engine::sync_timer(&mut self.timers, qp);
         schedule(&mut self.tx_list, qp);
     }
 }
