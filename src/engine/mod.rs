@@ -59,6 +59,7 @@ pub mod av;
 mod completer;
 pub mod counters;
 mod cq;
+pub mod limits;
 mod modify;
 mod mr;
 mod objects;

@@ -25,7 +25,7 @@ const MAX_QUEUED_RESPONSES: usize = 1024;
 /// RDMA request is greater than 2^31 bytes" is one of the causes of a Remote Invalid Request
 /// the IBTA lists for that completion status (ibv_poll_cq(3) quotes it); rxe checks the same
 /// (`check_length`, class C, NAK Invalid Request).
-pub(crate) const MAX_MESSAGE_LEN: u64 = 1 << 31;
+pub(crate) const MAX_MESSAGE_LEN: u64 = super::limits::MAX_MSG_SZ as u64;
 
 /// The receive completion for a WQE.
 pub(crate) fn recv_wc(qp: &Qp, wqe: &RecvWqe, status: WcStatus, byte_len: u32) -> Wc {

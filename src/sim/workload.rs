@@ -259,7 +259,8 @@ fn setup(cfg: &WorkloadConfig) -> anyhow::Result<(Network, Vec<QpPair>, Sides)> 
     let slot = cfg.max_size.max(8) as usize;
     let pd_a = a.alloc_pd();
     let pd_b = b.alloc_pd();
-    let cq_depth = (cfg.qps * depth * 4).max(64);
+    // Room for every completion the run can have outstanding, within the device limit.
+    let cq_depth = (cfg.qps * depth * 4).clamp(64, crate::engine::limits::MAX_CQE);
     let cq_a = a.create_cq(cq_depth)?;
     let cq_b_send = b.create_cq(cq_depth)?;
     let cq_b_recv = b.create_cq(cq_depth)?;

@@ -57,33 +57,8 @@ pub enum AtomicCap {
     Hca,
 }
 
-/// The limits xroce enforces (comparable to rxe's `rxe_param.h`).
-pub mod limits {
-    /// Queue pairs per device.
-    pub const MAX_QP: u32 = 1024;
-    /// Work requests per queue.
-    pub const MAX_QP_WR: u32 = 16 * 1024;
-    /// SGEs per work request.
-    pub const MAX_SGE: u32 = 32;
-    /// Completion queues per device.
-    pub const MAX_CQ: u32 = 1024;
-    /// Entries per completion queue.
-    pub const MAX_CQE: u32 = 64 * 1024;
-    /// Memory regions per device.
-    pub const MAX_MR: u32 = 4096;
-    /// Protection domains per device.
-    pub const MAX_PD: u32 = 1024;
-    /// Largest memory region (1 GiB: MRs are owned, heap-allocated buffers).
-    pub const MAX_MR_SIZE: u64 = 1 << 30;
-    /// Outstanding READ/ATOMIC per QP, each direction (rxe: 128).
-    pub const MAX_RD_ATOMIC: u32 = 128;
-    /// Inline data per send WR.
-    pub const MAX_INLINE_DATA: u32 = 256;
-    /// Address handles per device.
-    pub const MAX_AH: u32 = 4096;
-    /// Largest message (2 GiB, the IB limit of a DMA length).
-    pub const MAX_MSG_SZ: u32 = 1 << 31;
-}
+/// The limits xroce enforces: the engine's, which this layer checks first and reports.
+pub use crate::engine::limits;
 
 impl DeviceAttr {
     /// The attributes of a device on interface `net`.
