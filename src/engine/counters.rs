@@ -128,11 +128,16 @@ mod tests {
 
     #[test]
     fn fields_enumerate_every_counter_in_order() {
-        let mut c = Counters::default();
-        c.sent_pkts = 1;
-        c.read_response_faults = 15;
-        c.drops.bad_icrc = 2;
-        c.drops.tx_buffer_too_small = 19;
+        let c = Counters {
+            sent_pkts: 1,
+            read_response_faults: 15,
+            drops: DropCounters {
+                bad_icrc: 2,
+                tx_buffer_too_small: 19,
+                ..DropCounters::default()
+            },
+            ..Counters::default()
+        };
         let top: Vec<_> = c.fields().collect();
         assert_eq!(top.len(), 15);
         assert_eq!(top[0], ("sent_pkts", 1));
