@@ -257,14 +257,15 @@ impl Engine {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let next = self.timers.next_deadline();
-        debug_assert_eq!(
-            next,
-            self.qps
+        // Debug builds check the queue against the scan it replaces, while that is cheap.
+        if cfg!(debug_assertions) && self.qps.len() <= 64 {
+            let scan = self
+                .qps
                 .values()
                 .filter_map(|q| q.req.next_deadline())
-                .min(),
-            "the timer queue lost track of a QP's deadline"
-        );
+                .min();
+            assert_eq!(next, scan, "the timer queue lost track of a QP's deadline");
+        }
         next
     }
 
