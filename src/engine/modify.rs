@@ -38,86 +38,9 @@ impl Engine {
                 reason: "automatic path migration is not supported".into(),
             });
         }
-        // Apply the values named by the mask.
-        let a = &mut qp.attr;
-        let set = |bit: QpAttrMask| mask.contains(bit);
-        if set(QpAttrMask::ACCESS_FLAGS) {
-            a.qp_access_flags = attr.qp_access_flags;
-        }
-        if set(QpAttrMask::PKEY_INDEX) {
-            a.pkey_index = attr.pkey_index;
-        }
-        if set(QpAttrMask::PORT) {
-            a.port_num = attr.port_num;
-        }
-        if set(QpAttrMask::QKEY) {
-            a.qkey = attr.qkey;
-        }
-        if set(QpAttrMask::AV) {
-            a.ah_attr = attr.ah_attr;
-        }
-        if set(QpAttrMask::PATH_MTU) {
-            a.path_mtu = attr.path_mtu;
-        }
-        if set(QpAttrMask::TIMEOUT) {
-            a.timeout = attr.timeout;
-        }
-        if set(QpAttrMask::RETRY_CNT) {
-            a.retry_cnt = attr.retry_cnt;
-            qp.req.retry_left = attr.retry_cnt;
-        }
-        if set(QpAttrMask::RNR_RETRY) {
-            a.rnr_retry = attr.rnr_retry;
-            qp.req.rnr_left = attr.rnr_retry;
-        }
-        if set(QpAttrMask::RQ_PSN) {
-            a.rq_psn = attr.rq_psn & 0xFF_FFFF;
-            qp.resp.epsn = Psn::new(attr.rq_psn);
-        }
-        if set(QpAttrMask::SQ_PSN) {
-            a.sq_psn = attr.sq_psn & 0xFF_FFFF;
-            let p = Psn::new(attr.sq_psn);
-            qp.req.next_psn = p;
-            qp.req.una = p;
-            qp.req.high_psn = p;
-        }
-        if set(QpAttrMask::MAX_QP_RD_ATOMIC) {
-            a.max_rd_atomic = attr.max_rd_atomic;
-        }
-        if set(QpAttrMask::MAX_DEST_RD_ATOMIC) {
-            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
-        }
-        if set(QpAttrMask::MIN_RNR_TIMER) {
-            a.min_rnr_timer = attr.min_rnr_timer;
-        }
-        if set(QpAttrMask::DEST_QPN) {
-            a.dest_qp_num = attr.dest_qp_num & 0xFF_FFFF;
-        }
-        if set(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
-            a.en_sqd_async_notify = attr.en_sqd_async_notify;
-        }
+        apply_attributes(qp, attr, mask);
         if to != cur {
-            match to {
-                QpState::Reset => {
-                    // Back to a fresh QP: queues emptied without completions (IBTA 10.3.1).
-                    let keep = (qp.qpn, qp.qp_type, qp.pd, qp.send_cq, qp.recv_cq);
-                    qp.sq.clear();
-                    qp.rq.clear();
-                    qp.req = Default::default();
-                    qp.resp = Default::default();
-                    qp.attr = QpAttr::default();
-                    let _ = keep;
-                }
-                QpState::Err => {
-                    qp.attr.qp_state = QpState::Err;
-                    flush_qp(qp, &mut self.sh);
-                }
-                _ => {}
-            }
-            qp.attr.qp_state = to;
-            qp.attr.cur_qp_state = to;
-            qp.sqd_notified = false;
-            check_sq_drained(qp, &mut self.sh);
+            enter_state(qp, &mut self.sh, to);
         }
         Engine::sync_timer(&mut self.timers, qp);
         schedule(&mut self.tx_list, qp);
@@ -228,4 +151,90 @@ pub(crate) fn fail_qp(qp: &mut Qp, sh: &mut DeviceState, status: WcStatus) {
     }
     sh.events.push_back(Event::QpFatal(qp.qpn));
     flush_qp(qp, sh);
+}
+
+/// Set the attributes `mask` names (checked already) to their values in `attr`, with the
+/// requester and responder state they start.
+fn apply_attributes(qp: &mut Qp, attr: &QpAttr, mask: QpAttrMask) {
+    let a = &mut qp.attr;
+    let set = |bit: QpAttrMask| mask.contains(bit);
+    if set(QpAttrMask::ACCESS_FLAGS) {
+        a.qp_access_flags = attr.qp_access_flags;
+    }
+    if set(QpAttrMask::PKEY_INDEX) {
+        a.pkey_index = attr.pkey_index;
+    }
+    if set(QpAttrMask::PORT) {
+        a.port_num = attr.port_num;
+    }
+    if set(QpAttrMask::QKEY) {
+        a.qkey = attr.qkey;
+    }
+    if set(QpAttrMask::AV) {
+        a.ah_attr = attr.ah_attr;
+    }
+    if set(QpAttrMask::PATH_MTU) {
+        a.path_mtu = attr.path_mtu;
+    }
+    if set(QpAttrMask::TIMEOUT) {
+        a.timeout = attr.timeout;
+    }
+    if set(QpAttrMask::RETRY_CNT) {
+        a.retry_cnt = attr.retry_cnt;
+        qp.req.retry_left = attr.retry_cnt;
+    }
+    if set(QpAttrMask::RNR_RETRY) {
+        a.rnr_retry = attr.rnr_retry;
+        qp.req.rnr_left = attr.rnr_retry;
+    }
+    if set(QpAttrMask::RQ_PSN) {
+        a.rq_psn = attr.rq_psn & 0xFF_FFFF;
+        qp.resp.epsn = Psn::new(attr.rq_psn);
+    }
+    if set(QpAttrMask::SQ_PSN) {
+        a.sq_psn = attr.sq_psn & 0xFF_FFFF;
+        let p = Psn::new(attr.sq_psn);
+        qp.req.next_psn = p;
+        qp.req.una = p;
+        qp.req.high_psn = p;
+    }
+    if set(QpAttrMask::MAX_QP_RD_ATOMIC) {
+        a.max_rd_atomic = attr.max_rd_atomic;
+    }
+    if set(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+        a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+    }
+    if set(QpAttrMask::MIN_RNR_TIMER) {
+        a.min_rnr_timer = attr.min_rnr_timer;
+    }
+    if set(QpAttrMask::DEST_QPN) {
+        a.dest_qp_num = attr.dest_qp_num & 0xFF_FFFF;
+    }
+    if set(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
+        a.en_sqd_async_notify = attr.en_sqd_async_notify;
+    }
+}
+
+/// The state change of a `modify_qp`: RESET clears the QP, ERR flushes it.
+fn enter_state(qp: &mut Qp, sh: &mut DeviceState, to: QpState) {
+    match to {
+        QpState::Reset => {
+            // Back to a fresh QP: queues emptied without completions (IBTA 10.3.1); its
+            // QPN, type, PD and CQs stay.
+            qp.sq.clear();
+            qp.rq.clear();
+            qp.req = Default::default();
+            qp.resp = Default::default();
+            qp.attr = QpAttr::default();
+        }
+        QpState::Err => {
+            qp.attr.qp_state = QpState::Err;
+            flush_qp(qp, sh);
+        }
+        _ => {}
+    }
+    qp.attr.qp_state = to;
+    qp.attr.cur_qp_state = to;
+    qp.sqd_notified = false;
+    check_sq_drained(qp, sh);
 }

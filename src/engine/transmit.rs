@@ -13,7 +13,8 @@ use crate::wire::{
     Opcode, PacketRepr, Psn, RethRepr, VlanTag,
 };
 
-/// A packet the requester or responder wants to send; its payload is in `DeviceState::scratch`.
+/// A packet the requester or responder wants to send; its payload is in one MR
+/// (`payload_mr`) or in `DeviceState::scratch`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OutPacket {
     pub av: AddressVector,
