@@ -13,7 +13,7 @@ use pair::{Pair, PairOptions};
 use xroce::engine::*;
 
 /// Move every frame between the two engines until both are quiet.
-fn pump(p: &mut Pair, now: Duration, a_buf: &mut [u8], b_buf: &mut [u8]) {
+fn pump(p: &mut Pair, now: Instant, a_buf: &mut [u8], b_buf: &mut [u8]) {
     loop {
         let mut moved = false;
         while let Some(n) = p.net.engines[0].poll_transmit(now, a_buf) {
@@ -76,7 +76,7 @@ fn run_batch(
             )
             .unwrap();
     }
-    pump(p, Duration::ZERO, &mut bufs.0, &mut bufs.1);
+    pump(p, Instant::ZERO, &mut bufs.0, &mut bufs.1);
     let cq_a = p.cq_a;
     while p.net.engines[0].poll_cq(cq_a, wcs).unwrap() > 0 {}
     let cq_b = p.cq_b;

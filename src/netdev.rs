@@ -24,6 +24,8 @@ use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::time::{Duration, Instant};
 
+use crate::engine::Mtu;
+
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
     NLM_F_MULTIPART, NLM_F_REQUEST,
@@ -267,66 +269,6 @@ pub struct GidEntry {
     pub gid_type: GidType,
 }
 
-/// An InfiniBand path MTU: the largest payload of one packet (headers excluded).
-/// The discriminants are the `ibv_mtu` enum values exchanged by perftest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum IbMtu {
-    /// 256 bytes.
-    Mtu256 = 1,
-    /// 512 bytes.
-    Mtu512 = 2,
-    /// 1024 bytes.
-    Mtu1024 = 3,
-    /// 2048 bytes.
-    Mtu2048 = 4,
-    /// 4096 bytes.
-    Mtu4096 = 5,
-}
-
-/// Bytes of headers a RoCE v2 packet may add on top of its payload, subtracted from the link
-/// MTU before choosing the IB MTU (rxe: `eth_mtu_int(mtu - 80)`... 20 IPv4 or 40 IPv6 + 8 UDP +
-/// 12 BTH + up to 28 of extension headers + 4 ICRC, rounded up).
-pub const ROCE_HEADER_ALLOWANCE: u32 = 80;
-
-impl IbMtu {
-    /// All values, smallest first.
-    pub const ALL: [IbMtu; 5] = [
-        IbMtu::Mtu256,
-        IbMtu::Mtu512,
-        IbMtu::Mtu1024,
-        IbMtu::Mtu2048,
-        IbMtu::Mtu4096,
-    ];
-
-    /// Payload bytes per packet.
-    pub fn bytes(self) -> u32 {
-        256 << (self as u32 - 1)
-    }
-
-    /// The MTU of exactly this many bytes, if it is one of 256..4096.
-    pub fn from_bytes(bytes: u32) -> Option<IbMtu> {
-        IbMtu::ALL.into_iter().find(|m| m.bytes() == bytes)
-    }
-
-    /// The `ibv_mtu` enum value (1..5).
-    pub fn from_enum(value: u32) -> Option<IbMtu> {
-        IbMtu::ALL.into_iter().find(|m| *m as u32 == value)
-    }
-
-    /// The largest IB MTU whose packets fit a link of `link_mtu` bytes (IP MTU), or `None`
-    /// when even 256 does not fit.
-    pub fn for_link_mtu(link_mtu: u32) -> Option<IbMtu> {
-        let room = link_mtu.checked_sub(ROCE_HEADER_ALLOWANCE)?;
-        IbMtu::ALL.into_iter().rev().find(|m| m.bytes() <= room)
-    }
-}
-
-impl fmt::Display for IbMtu {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.bytes())
-    }
-}
-
 /// The operational state of an interface (RFC 2863, as `ip link` shows it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OperState {
@@ -416,13 +358,13 @@ impl NetdevInfo {
     }
 
     /// The path MTU the port reports as active: the largest IB MTU that fits the link.
-    pub fn active_mtu(&self) -> Option<IbMtu> {
-        IbMtu::for_link_mtu(self.mtu)
+    pub fn active_mtu(&self) -> Option<Mtu> {
+        Mtu::for_link_mtu(self.mtu)
     }
 
     /// The largest IB MTU the port could use if the link MTU were raised to its maximum.
-    pub fn max_ib_mtu(&self) -> Option<IbMtu> {
-        IbMtu::for_link_mtu(self.max_mtu.unwrap_or(self.mtu).max(self.mtu))
+    pub fn max_ib_mtu(&self) -> Option<Mtu> {
+        Mtu::for_link_mtu(self.max_mtu.unwrap_or(self.mtu).max(self.mtu))
     }
 
     /// The index of `ip`'s GID in the table.
@@ -1144,19 +1086,19 @@ mod tests {
 
     #[test]
     fn ib_mtu_follows_rxe_rule() {
-        assert_eq!(IbMtu::for_link_mtu(1500), Some(IbMtu::Mtu1024));
-        assert_eq!(IbMtu::for_link_mtu(9000), Some(IbMtu::Mtu4096));
-        assert_eq!(IbMtu::for_link_mtu(1400), Some(IbMtu::Mtu1024));
-        assert_eq!(IbMtu::for_link_mtu(1104), Some(IbMtu::Mtu1024));
-        assert_eq!(IbMtu::for_link_mtu(1103), Some(IbMtu::Mtu512));
-        assert_eq!(IbMtu::for_link_mtu(2128), Some(IbMtu::Mtu2048));
-        assert_eq!(IbMtu::for_link_mtu(336), Some(IbMtu::Mtu256));
-        assert_eq!(IbMtu::for_link_mtu(335), None);
-        assert_eq!(IbMtu::for_link_mtu(10), None);
-        assert_eq!(IbMtu::Mtu4096.bytes(), 4096);
-        assert_eq!(IbMtu::from_enum(3), Some(IbMtu::Mtu1024));
-        assert_eq!(IbMtu::from_bytes(2048), Some(IbMtu::Mtu2048));
-        assert_eq!(IbMtu::from_bytes(1500), None);
+        assert_eq!(Mtu::for_link_mtu(1500), Some(Mtu::Mtu1024));
+        assert_eq!(Mtu::for_link_mtu(9000), Some(Mtu::Mtu4096));
+        assert_eq!(Mtu::for_link_mtu(1400), Some(Mtu::Mtu1024));
+        assert_eq!(Mtu::for_link_mtu(1104), Some(Mtu::Mtu1024));
+        assert_eq!(Mtu::for_link_mtu(1103), Some(Mtu::Mtu512));
+        assert_eq!(Mtu::for_link_mtu(2128), Some(Mtu::Mtu2048));
+        assert_eq!(Mtu::for_link_mtu(336), Some(Mtu::Mtu256));
+        assert_eq!(Mtu::for_link_mtu(335), None);
+        assert_eq!(Mtu::for_link_mtu(10), None);
+        assert_eq!(Mtu::Mtu4096.bytes(), 4096);
+        assert_eq!(Mtu::from_ibv_value(3), Some(Mtu::Mtu1024));
+        assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
+        assert_eq!(Mtu::from_bytes(1500), None);
     }
 
     #[test]
@@ -1284,7 +1226,7 @@ mod tests {
         assert_eq!(info.mac, MacAddr([2, 0, 0, 0, 0, 7]));
         assert_eq!(info.mtu, 9000);
         assert_eq!(info.max_mtu, Some(65535));
-        assert_eq!(info.active_mtu(), Some(IbMtu::Mtu4096));
+        assert_eq!(info.active_mtu(), Some(Mtu::Mtu4096));
         assert_eq!(info.driver.as_deref(), Some("veth"));
         assert_eq!(info.num_rx_queues, Some(2));
         assert_eq!(info.carrier, Some(true));

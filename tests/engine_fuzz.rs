@@ -54,7 +54,7 @@ fn sample_frames() -> Vec<Vec<u8>> {
 /// Hand `frame` to both engines, verified and unverified; returns how many frames the
 /// engines then transmitted.
 fn feed_both(p: &mut Pair, frame: &[u8], t: u64) -> u64 {
-    let now = Duration::from_micros(t);
+    let now = Instant::ZERO + Duration::from_micros(t);
     p.a().handle_frame(now, frame);
     p.b().handle_frame(now, frame);
     p.a().handle_frame_unverified(now, frame);
@@ -188,7 +188,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..1600)) {
         let mut p = Pair::new(PairOptions::default());
-        let now = Duration::from_micros(1);
+        let now = Instant::ZERO + Duration::from_micros(1);
         let b0 = p.b().counters().clone();
         p.b().handle_frame(now, &bytes);
         let b1 = p.b().counters().clone();
@@ -241,7 +241,7 @@ proptest! {
         let (bva, brkey) = (p.mr_b.addr, p.mr_b.rkey);
         p.post_a(1, WrOp::Write { remote_addr: bva, rkey: brkey }, vec![s]);
         let mut buf = vec![0; MAX_FRAME_LEN];
-        let _ = p.a().poll_transmit(Duration::ZERO, &mut buf);
+        let _ = p.a().poll_transmit(Instant::ZERO, &mut buf);
         let payload = vec![0x5Au8; 1100];
         for (k, (to_b, op, psn_off, ack, va, key, len, syn, plen, real_key, real_va)) in pkts.into_iter().enumerate() {
             let (qpn, base_psn) = if to_b { (p.qb, 100) } else { (p.qa, 200) };

@@ -16,7 +16,7 @@ use xroce::sim::workload::{connect, WorkloadConfig, IP_A, IP_B, MAC_A, MAC_B};
 use xroce::wire::{self, NakCode, Opcode, Syndrome};
 
 const SEC: Duration = Duration::from_secs(1);
-const T0: Duration = Duration::ZERO;
+const T0: Instant = Instant::ZERO;
 
 /// Everything `e` wants to send now, parsed as (opcode, PSN, syndrome, payload length, VA,
 /// DMA length).

@@ -150,15 +150,15 @@ fn a_missing_required_attribute_is_named() {
     let (mut e, qp) = engine_with_qp(QpType::Rc);
     reach(&mut e, qp, QpType::Rc, Init);
     let req = transition_rule(Init, Rtr, QpType::Rc).unwrap().required;
-    for (bit, name) in M::NAMED.iter().filter(|(b, _)| req.contains(*b)) {
-        let mask = M(M::STATE.0 | (req.0 & !bit.0));
+    for (name, bit) in req.iter_names() {
+        let mask = M::STATE | req.difference(bit);
         let err = e.modify_qp(qp, &full_attr(Rtr), mask).unwrap_err();
         assert_eq!(
             err,
             EngineError::MissingAttribute {
                 from: Init,
                 to: Rtr,
-                missing: *bit
+                missing: bit
             }
         );
         assert!(err.to_string().contains(name), "{err}");

@@ -217,7 +217,7 @@ fn verbs_mem_pair_multi_mib_reads_under_loss() {
         DeviceConfig::default(),
     )
     .unwrap();
-    let access = VAccess(VAccess::LOCAL_WRITE.0 | VAccess::REMOTE_READ.0 | VAccess::REMOTE_WRITE.0);
+    let access = VAccess::LOCAL_WRITE | VAccess::REMOTE_READ | VAccess::REMOTE_WRITE;
     let cap = QpCaps {
         max_send_wr: 64,
         max_recv_wr: 64,

@@ -134,8 +134,9 @@ fn replay(frames: &[Frame], me: IpAddr, mtu: Mtu) -> (Vec<String>, Vec<String>) 
     let mut ours = Vec::new();
     let mut buf = vec![0u8; MAX_FRAME_LEN];
     for f in to_me.iter().filter(|f| f.is_request) {
-        e.handle_frame(f.ts, &f.bytes);
-        while let Some(n) = e.poll_transmit(f.ts, &mut buf) {
+        let now = Instant::from_elapsed(f.ts);
+        e.handle_frame(now, &f.bytes);
+        while let Some(n) = e.poll_transmit(now, &mut buf) {
             let p = wire::parse_frame_verified(&buf[..n]).unwrap();
             let ttl = match p.ip {
                 IpRepr::V4 { ttl, .. } => ttl,

@@ -5,12 +5,10 @@ use std::time::{Duration, Instant};
 
 use xroce::verbs::*;
 
-const ALL_REMOTE: Access = Access(
-    Access::LOCAL_WRITE.0
-        | Access::REMOTE_WRITE.0
-        | Access::REMOTE_READ.0
-        | Access::REMOTE_ATOMIC.0,
-);
+const ALL_REMOTE: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
 const WAIT: Duration = Duration::from_secs(20);
 
 struct Side {
@@ -273,8 +271,8 @@ fn every_op_both_directions_mtu_1024() {
 #[test]
 fn every_op_both_directions_mtu_4096_on_9000_link() {
     let (a, b, _link) = pair(9000, 64 * 1024);
-    assert_eq!(a.dev.active_mtu(), IbMtu::Mtu4096);
-    assert_eq!(a.dev.query_port(1).unwrap().active_mtu, IbMtu::Mtu4096);
+    assert_eq!(a.dev.active_mtu(), Mtu::Mtu4096);
+    assert_eq!(a.dev.query_port(1).unwrap().active_mtu, Mtu::Mtu4096);
     connect(&a, &b, Mtu::Mtu4096, RcOptions::default());
     for len in [0, 4095, 4096, 4097, 30 * 1024] {
         all_ops(&a, &b, len);

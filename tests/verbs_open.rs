@@ -50,7 +50,7 @@ fn udp_device_on_loopback_reports_port_and_gids() {
     assert_eq!(port.link_layer, LinkLayer::Ethernet);
     assert_eq!(
         port.active_mtu,
-        IbMtu::Mtu4096,
+        Mtu::Mtu4096,
         "lo's 65536-byte MTU allows 4096"
     );
     let attr = dev.query_device();

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use pair::{Pair, PairOptions};
-use xroce::engine::{WrOp, MAX_FRAME_LEN};
+use xroce::engine::{Instant, WrOp, MAX_FRAME_LEN};
 use xroce::sim::workload::{IP_A, IP_B, MAC_A, MAC_B};
 use xroce::wire::{EthRepr, FrameRepr, IpRepr, PacketRepr};
 
@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     let (va, rkey) = (p.mr_b.addr, p.mr_b.rkey);
     p.post_a(1, WrOp::Write { remote_addr: va, rkey }, vec![s]);
     let mut buf = vec![0u8; MAX_FRAME_LEN];
-    while p.a().poll_transmit(Duration::ZERO, &mut buf).is_some() {}
+    while p.a().poll_transmit(Instant::ZERO, &mut buf).is_some() {}
     let mut frames: Vec<Vec<u8>> = Vec::new();
     if mode & 1 == 0 {
         let mut r = rest;
@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for (i, f) in frames.iter().enumerate() {
-        let now = Duration::from_micros(i as u64);
+        let now = Instant::ZERO + Duration::from_micros(i as u64);
         p.a().handle_frame(now, f);
         p.b().handle_frame(now, f);
         if mode & 4 != 0 {

@@ -108,7 +108,6 @@ impl AddressVector {
 #[cfg(test)]
 mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
-    use std::time::Duration;
 
     use super::super::*;
     use super::MAX_FLOW_LABEL;
@@ -253,7 +252,7 @@ mod tests {
             .unwrap();
         assert_eq!(e.cq_len(cq).unwrap(), 0, "no completion before the frame");
         let mut buf = vec![0u8; MAX_FRAME_LEN];
-        assert!(e.poll_transmit(Duration::ZERO, &mut buf).is_some());
+        assert!(e.poll_transmit(Instant::ZERO, &mut buf).is_some());
         let wc = e.poll_cq_one(cq).unwrap().expect("completed after emit");
         assert_eq!(wc.status, WcStatus::Success);
         assert_eq!(e.counters().emit_failed, 0);
@@ -271,7 +270,7 @@ mod tests {
         let qp = e.qps.get_mut(&qpn).unwrap();
         qp.sq[0].ud.as_mut().unwrap().av.vlan_id = Some(5000);
         let mut buf = vec![0u8; MAX_FRAME_LEN];
-        while e.poll_transmit(Duration::ZERO, &mut buf).is_some() {}
+        while e.poll_transmit(Instant::ZERO, &mut buf).is_some() {}
         assert_eq!(e.counters().emit_failed, 1);
         let wc = e
             .poll_cq_one(cq)
@@ -301,7 +300,7 @@ mod tests {
             }
             e.post_send(qpn, &wr).unwrap();
             let mut buf = vec![0u8; MAX_FRAME_LEN];
-            assert!(e.poll_transmit(Duration::ZERO, &mut buf).is_some());
+            assert!(e.poll_transmit(Instant::ZERO, &mut buf).is_some());
             e.report_send_failure("frame of 1100 bytes exceeds the driver's 1000");
             let wc = e.poll_cq_one(cq).unwrap().expect("an error completion");
             assert_eq!(
@@ -399,7 +398,7 @@ mod tests {
         )
         .unwrap();
         let mut buf = vec![0u8; MAX_FRAME_LEN];
-        while e.poll_transmit(Duration::ZERO, &mut buf).is_some() {}
+        while e.poll_transmit(Instant::ZERO, &mut buf).is_some() {}
         assert_eq!(e.counters().emit_failed, 1);
         // At once, not RETRY_EXC_ERR after retry_cnt local ACK timeouts.
         let wc = e.poll_cq_one(cq).unwrap().expect("completed at once");

@@ -4,12 +4,11 @@
 //!
 //! The requester's outstanding PSNs are `[una, high_psn)`. A response outside that range is
 //! a ghost (beyond anything sent) or a duplicate (already acknowledged) and is dropped.
-use std::time::Duration;
-
 use crate::wire::{NakCode, OpcodeInfo, PacketRepr, Position, Psn, Syndrome};
 
 use super::modify::{check_sq_drained, fail_qp};
 use super::qp::Qp;
+use super::time::Instant;
 use super::timers::{local_ack_timeout, rnr_delay};
 use super::types::{QpState, WcStatus, WrOp};
 use super::{requester, DeviceState};
@@ -18,7 +17,7 @@ use super::{requester, DeviceState};
 pub(crate) fn handle_response(
     qp: &mut Qp,
     sh: &mut DeviceState,
-    now: Duration,
+    now: Instant,
     pkt: &PacketRepr<'_>,
     info: &OpcodeInfo,
 ) {
@@ -118,7 +117,7 @@ fn is_read_response(op: crate::wire::Opcode) -> bool {
 }
 
 /// Progress was made: retry budgets refill and the ACK timer restarts (or stops).
-fn progressed(qp: &mut Qp, now: Duration) {
+fn progressed(qp: &mut Qp, now: Instant) {
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
     qp.req.gap_retry_at = None;
@@ -166,7 +165,7 @@ fn advance_una(qp: &mut Qp, to: Psn) -> bool {
 /// 9.7.5.1.2). A READ or ATOMIC covered by `p` whose response never came is an implied NAK
 /// (IBTA 9.7): its responses were lost, so it is retried. Returns false if a
 /// retry started or the QP failed.
-fn ack_through(qp: &mut Qp, sh: &mut DeviceState, now: Duration, p: Psn) -> bool {
+fn ack_through(qp: &mut Qp, sh: &mut DeviceState, now: Instant, p: Psn) -> bool {
     if p.is_before(qp.req.una) {
         return true;
     }
@@ -230,7 +229,7 @@ fn settle_before(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) -> bool {
 fn read_response(
     qp: &mut Qp,
     sh: &mut DeviceState,
-    now: Duration,
+    now: Instant,
     pkt: &PacketRepr<'_>,
     info: &OpcodeInfo,
 ) {
@@ -292,7 +291,7 @@ fn read_response(
     progressed(qp, now);
 }
 
-fn atomic_ack(qp: &mut Qp, sh: &mut DeviceState, now: Duration, pkt: &PacketRepr<'_>) {
+fn atomic_ack(qp: &mut Qp, sh: &mut DeviceState, now: Instant, pkt: &PacketRepr<'_>) {
     let psn = pkt.bth.psn;
     let Some(ack) = pkt.atomic_ack_eth else {
         sh.counters.drops.malformed += 1;
@@ -325,7 +324,7 @@ fn atomic_ack(qp: &mut Qp, sh: &mut DeviceState, now: Duration, pkt: &PacketRepr
 
 /// A retry caused by a gap in the responses: once per gap (the following packets of the
 /// same lost stream are evidence of the same loss).
-fn gap_retry(qp: &mut Qp, sh: &mut DeviceState, now: Duration, psn: Psn) {
+fn gap_retry(qp: &mut Qp, sh: &mut DeviceState, now: Instant, psn: Psn) {
     if qp.req.gap_retry_at == Some(psn) {
         return;
     }
@@ -357,7 +356,7 @@ fn hold_behind_retried_read(qp: &mut Qp) {
 /// spec has it (IBTA Vol. 1 9.7; only rnr_retry has an "infinite" 7). rxe retries
 /// forever at 7 (docs/interop.md); hardware HCAs and xroce do not, so a vanished peer ends
 /// in RETRY_EXC_ERR instead of a hang.
-fn retry(qp: &mut Qp, sh: &mut DeviceState, now: Duration, psn: Psn) {
+fn retry(qp: &mut Qp, sh: &mut DeviceState, now: Instant, psn: Psn) {
     if qp.req.retry_left == 0 {
         sh.counters.retry_exceeded_err += 1;
         fail_qp(qp, sh, WcStatus::RetryExcErr);
@@ -398,7 +397,7 @@ pub(crate) fn go_back(qp: &mut Qp, mut psn: Psn) {
 }
 
 /// Run due timers. Returns true if the QP may have something to send now.
-pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut DeviceState, now: Duration) -> bool {
+pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> bool {
     let mut woke = false;
     if qp.req.rnr_deadline.is_some_and(|d| d <= now) {
         qp.req.rnr_deadline = None;

@@ -1,8 +1,9 @@
 //! The sans-IO RoCEv2 transport engine: RC and UD queue pairs over Ethernet frames.
 //!
 //! An [`Engine`] is one RDMA device (one port, one MAC, a GID table). It does no I/O and
-//! reads no clock: time is always an argument (a `Duration` since any fixed epoch chosen by
-//! the caller, e.g. `Instant::now() - start`, or the simulator's virtual clock).
+//! reads no clock: time is always an argument, an [`Instant`] on the caller's clock
+//! (nanoseconds since an epoch the caller chooses: when its progress loop started, or zero of
+//! the simulator's virtual clock); how long something lasts is a `Duration`.
 //!
 //! # Calling order (quinn-proto style)
 //!
@@ -53,12 +54,12 @@
 //! an [`EngineError`].
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::time::Duration;
 
 pub mod av;
 mod completer;
 pub mod counters;
 mod cq;
+pub mod limits;
 mod modify;
 mod mr;
 mod objects;
@@ -68,17 +69,20 @@ mod receive;
 mod requester;
 mod responder;
 pub mod state;
+pub mod time;
 pub mod timers;
 mod transmit;
 pub mod types;
 
 pub use counters::{Counters, DropCounters};
 pub use objects::MrInfo;
+pub use time::Instant;
 pub use types::*;
 
 use cq::CqTable;
 use mr::MrTable;
 use qp::Qp;
+use timers::TimerQueue;
 use transmit::schedule;
 
 /// Largest frame the engine emits: Ethernet+VLAN 18, IPv6 40, UDP 8, BTH 12, the largest
@@ -171,17 +175,13 @@ pub struct Engine {
     /// The QP of the frame the last `poll_transmit` returned, with its UD completion (for
     /// `report_send_failure`).
     last_tx: Option<(u32, Option<(Wc, bool)>)>,
-}
-
-/// rxe's UDP source port for a QP pair: the flow label of the two QPNs folded into 14 bits
-/// with the top two bits set (`rdma_flow_label_to_udp_sport(rdma_calc_flow_label(l, r))`).
-pub fn rxe_udp_src_port(lqpn: u32, rqpn: u32) -> u16 {
-    let mut v = lqpn as u64 * rqpn as u64;
-    v ^= v >> 20;
-    v ^= v >> 40;
-    let fl = (v & 0xFFFFF) as u32;
-    let low = (fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14);
-    (0xC000 | low) as u16
+    /// Each QP's next timer deadline, earliest first. Every entry point that may change a
+    /// QP's deadlines calls [`Engine::sync_timer`] for it afterwards.
+    timers: TimerQueue,
+    /// Reused list of the QPs whose timers expired (`handle_timeout`).
+    expired: Vec<u32>,
+    /// QPs `handle_timeout` has visited, ever (for tests: only expired QPs are visited).
+    timer_visits: u64,
 }
 
 impl Engine {
@@ -204,6 +204,9 @@ impl Engine {
             next_qpn: 0x11,
             tx_list: VecDeque::new(),
             last_tx: None,
+            timers: TimerQueue::default(),
+            expired: Vec::new(),
+            timer_visits: 0,
         }
     }
 
@@ -229,22 +232,52 @@ impl Engine {
         self.sh.events.pop_front()
     }
 
-    /// Run the timers that are due at `now` (local ACK timeout, RNR wait).
-    pub fn handle_timeout(&mut self, now: Duration) {
-        for qp in self.qps.values_mut() {
+    /// Run the timers that are due at `now` (local ACK timeout, RNR wait). Only the QPs
+    /// whose deadline has come are visited.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let mut expired = std::mem::take(&mut self.expired);
+        while let Some(qpn) = self.timers.pop_expired(now) {
+            expired.push(qpn);
+        }
+        for &qpn in &expired {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            self.timer_visits += 1;
             if completer::handle_timers(qp, &mut self.sh, now) {
                 schedule(&mut self.tx_list, qp);
             }
+            self.timers.set(qpn, qp.req.next_deadline());
         }
+        expired.clear();
+        self.expired = expired;
     }
 
     /// The earliest time `handle_timeout` has work to do.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Duration> {
-        self.qps
-            .values()
-            .flat_map(|q| [q.req.retrans_deadline, q.req.rnr_deadline])
-            .flatten()
-            .min()
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let next = self.timers.next_deadline();
+        // Debug builds check the queue against the scan it replaces, while that is cheap.
+        if cfg!(debug_assertions) && self.qps.len() <= 64 {
+            let scan = self
+                .qps
+                .values()
+                .filter_map(|q| q.req.next_deadline())
+                .min();
+            assert_eq!(next, scan, "the timer queue lost track of a QP's deadline");
+        }
+        next
+    }
+
+    /// QPs `handle_timeout` has visited since the engine was created: one per expired
+    /// timer, however many QPs exist (introspection for tests).
+    #[doc(hidden)]
+    pub fn timer_visits(&self) -> u64 {
+        self.timer_visits
+    }
+
+    /// Record a QP's deadlines in the timer queue after something may have changed them.
+    fn sync_timer(timers: &mut TimerQueue, qp: &Qp) {
+        timers.set(qp.qpn, qp.req.next_deadline());
     }
 }

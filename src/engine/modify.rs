@@ -4,7 +4,7 @@
 use super::qp::{self, Qp};
 use super::transmit::schedule;
 use super::types::{EngineError, Event, QpAttr, QpAttrMask, QpState, WcStatus};
-use super::{requester, responder, state, DeviceState, Engine, EngineConfig};
+use super::{limits, requester, responder, state, DeviceState, Engine, EngineConfig};
 use crate::wire::{self, Psn};
 
 impl Engine {
@@ -42,6 +42,7 @@ impl Engine {
         if to != cur {
             enter_state(qp, &mut self.sh, to);
         }
+        Engine::sync_timer(&mut self.timers, qp);
         schedule(&mut self.tx_list, qp);
         Ok(())
     }
@@ -76,13 +77,18 @@ fn validate_values(attr: &QpAttr, mask: QpAttrMask, cfg: &EngineConfig) -> Resul
     if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
         return bad("TIMEOUT", format!("{} > 31", attr.timeout));
     }
-    if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > 128 {
-        return bad("MAX_QP_RD_ATOMIC", format!("{} > 128", attr.max_rd_atomic));
+    let max_rd = limits::MAX_RD_ATOMIC;
+    if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && u32::from(attr.max_rd_atomic) > max_rd {
+        return bad(
+            "MAX_QP_RD_ATOMIC",
+            format!("{} > {max_rd}", attr.max_rd_atomic),
+        );
     }
-    if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > 128 {
+    if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && u32::from(attr.max_dest_rd_atomic) > max_rd
+    {
         return bad(
             "MAX_DEST_RD_ATOMIC",
-            format!("{} > 128", attr.max_dest_rd_atomic),
+            format!("{} > {max_rd}", attr.max_dest_rd_atomic),
         );
     }
     if mask.contains(QpAttrMask::AV) {

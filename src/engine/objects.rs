@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use super::qp::Qp;
 use super::types::{Access, CqId, EngineError, PdId, QpAttr, QpCaps, QpInit, QpState, QpType, Wc};
-use super::Engine;
+use super::{limits, Engine};
 
 /// A registered memory region as the caller sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,9 +68,10 @@ impl Engine {
                 "REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE".into(),
             ));
         }
-        if len > (1 << 32) {
+        if len as u64 > limits::MAX_MR_SIZE {
             return Err(EngineError::InvalidArgument(format!(
-                "memory region of {len} bytes is larger than 4 GiB"
+                "memory region of {len} bytes is larger than the limit of {} bytes",
+                limits::MAX_MR_SIZE
             )));
         }
         let (key, addr) = self.sh.mrs.register(pd, len, access).ok_or_else(|| {
@@ -158,7 +159,7 @@ impl Engine {
 
     /// Create a CQ holding up to `depth` completions.
     pub fn create_cq(&mut self, depth: u32) -> Result<CqId, EngineError> {
-        if depth == 0 || depth > 1 << 22 {
+        if depth == 0 || depth > limits::MAX_CQE {
             return Err(EngineError::InvalidArgument(format!("CQ depth {depth}")));
         }
         Ok(self.sh.cqs.create(depth as usize))
@@ -238,16 +239,18 @@ impl Engine {
             }
         }
         let c = init.caps;
-        if c.max_send_wr == 0 || c.max_send_wr > 16384 || c.max_recv_wr > 16384 {
+        let max_wr = limits::MAX_QP_WR;
+        if c.max_send_wr == 0 || c.max_send_wr > max_wr || c.max_recv_wr > max_wr {
             return Err(EngineError::InvalidArgument(format!(
-                "queue depths {}/{} (1..=16384)",
+                "queue depths {}/{} (1..={max_wr})",
                 c.max_send_wr, c.max_recv_wr
             )));
         }
-        if c.max_send_sge > 32 || c.max_recv_sge > 32 || c.max_inline_data > 4096 {
-            return Err(EngineError::InvalidArgument(
-                "max_send_sge/max_recv_sge <= 32, max_inline_data <= 4096".into(),
-            ));
+        let (max_sge, max_inline) = (limits::MAX_SGE, limits::MAX_INLINE_DATA);
+        if c.max_send_sge > max_sge || c.max_recv_sge > max_sge || c.max_inline_data > max_inline {
+            return Err(EngineError::InvalidArgument(format!(
+                "max_send_sge/max_recv_sge <= {max_sge}, max_inline_data <= {max_inline}"
+            )));
         }
         let qpn = match chosen {
             Some(q) => q,
@@ -282,10 +285,9 @@ impl Engine {
 
     /// Destroy a QP; outstanding WRs are dropped without completions (as ibv_destroy_qp).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
-        self.qps
-            .remove(&qpn)
-            .map(|_| ())
-            .ok_or(EngineError::UnknownQp(qpn))
+        self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        self.timers.set(qpn, None);
+        Ok(())
     }
 
     /// The attributes in force and the capabilities of a QP.

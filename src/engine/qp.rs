@@ -1,10 +1,10 @@
 //! Queue pair state: the send and receive queues, the requester's PSN bookkeeping, the
 //! responder's expected PSN, MSN and saved READ/ATOMIC resources.
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use crate::wire::Psn;
 
+use super::time::Instant;
 use super::types::{AddressVector, CqId, PdId, QpAttr, QpCaps, QpState, QpType, Sge, UdDest, WrOp};
 
 /// A WQE's scatter/gather list. Nearly every WR has one SGE; keeping that one inline means
@@ -92,9 +92,9 @@ pub(crate) struct Requester {
     /// RNR retries left (rnr_retry; 7 = infinite).
     pub rnr_left: u8,
     /// Local ACK timer deadline.
-    pub retrans_deadline: Option<Duration>,
+    pub retrans_deadline: Option<Instant>,
     /// RNR wait: transmission resumes at this time.
-    pub rnr_deadline: Option<Duration>,
+    pub rnr_deadline: Option<Instant>,
     /// A retry from this PSN was started by a gap in the responses (or an implied NAK);
     /// further evidence of the same gap does not start another (as rxe's `started_retry`).
     pub gap_retry_at: Option<Psn>,
@@ -104,6 +104,17 @@ pub(crate) struct Requester {
     /// requests whose answers would queue behind it and be discarded (IBTA 9.7 allows
     /// resending them later).
     pub retry_hold: Option<Psn>,
+}
+
+impl Requester {
+    /// The earlier of the local ACK timer and the RNR wait: when `handle_timeout` has work
+    /// for this QP (the deadline the engine's [`TimerQueue`](super::timers::TimerQueue) holds).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match (self.retrans_deadline, self.rnr_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// An operation in the middle of a multi-packet message at the responder.

@@ -1,8 +1,8 @@
 //! The receive demultiplexer: parse a frame, check its addresses, P_Key, QP and transport,
 //! and hand it to the responder (requests) or the completer (responses).
 use std::net::IpAddr;
-use std::time::Duration;
 
+use super::time::Instant;
 use super::transmit::schedule;
 use super::types::QpType;
 use super::{completer, responder, DropCounters, Engine, DEFAULT_PKEY};
@@ -10,18 +10,18 @@ use crate::wire::{self, IpRepr, WireError};
 
 impl Engine {
     /// Process one received Ethernet frame; the ICRC is verified.
-    pub fn handle_frame(&mut self, now: Duration, frame: &[u8]) {
+    pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) {
         self.receive(now, frame, true)
     }
 
     /// Process one received frame without checking its ICRC: for drivers that do not see
     /// the real IP header (the kernel UDP socket driver synthesizes one). Corruption that
     /// the ICRC would catch goes unnoticed; say so where such a driver is offered.
-    pub fn handle_frame_unverified(&mut self, now: Duration, frame: &[u8]) {
+    pub fn handle_frame_unverified(&mut self, now: Instant, frame: &[u8]) {
         self.receive(now, frame, false)
     }
 
-    fn receive(&mut self, now: Duration, frame: &[u8], verify: bool) {
+    fn receive(&mut self, now: Instant, frame: &[u8], verify: bool) {
         let drops = &mut self.sh.counters.drops;
         let repr = if verify {
             match wire::parse_frame_verified(frame) {
@@ -97,6 +97,7 @@ impl Engine {
                 responder::handle_ud(qp, &mut self.sh, &repr, src_ip, ip_header);
             }
         }
+        Engine::sync_timer(&mut self.timers, qp);
         schedule(&mut self.tx_list, qp);
     }
 }

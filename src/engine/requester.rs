@@ -5,12 +5,11 @@
 //! window, at `max_rd_atomic` outstanding READ/ATOMICs, at a fence, or during an RNR wait.
 //! A retry (completer) only rewinds `send_idx`/`send_pkt`/`next_psn`: the same WQE then
 //! yields the same PSNs again.
-use std::time::Duration;
-
 use crate::wire::{AtomicEthRepr, DethRepr, Opcode, Psn, RethRepr};
 
 use super::modify::fail_qp;
 use super::qp::{Qp, SendWqe};
+use super::time::Instant;
 use super::timers::local_ack_timeout;
 use super::transmit::OutPacket;
 use super::types::{
@@ -135,7 +134,7 @@ fn position(k: u32, n: u32) -> (bool, bool) {
 }
 
 /// Produce the next request packet of this QP, if any may be sent now.
-pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Duration) -> Option<OutPacket> {
+pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> Option<OutPacket> {
     let state = qp.state();
     if !matches!(state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
         return None;
@@ -354,7 +353,7 @@ fn atomic_request(wqe: &SendWqe, pkt: &mut OutPacket) {
 fn record_sent(
     qp: &mut Qp,
     sh: &mut DeviceState,
-    now: Duration,
+    now: Instant,
     psn: Psn,
     consumed: u32,
     npkts: u32,

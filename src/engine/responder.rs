@@ -32,7 +32,7 @@ const MAX_QUEUED_RESPONSES: usize = 1024;
 /// listed for that completion status (vendor manuals quote it, e.g. Marvell FastLinQ's RoCE
 /// error table); rxe checks the same
 /// (`check_length`, class C, NAK Invalid Request).
-pub(crate) const MAX_MESSAGE_LEN: u64 = 1 << 31;
+pub(crate) const MAX_MESSAGE_LEN: u64 = super::limits::MAX_MSG_SZ as u64;
 
 /// The receive completion for a WQE.
 pub(crate) fn recv_wc(qp: &Qp, wqe: &RecvWqe, status: WcStatus, byte_len: u32) -> Wc {

@@ -17,15 +17,15 @@ const fn m(bits: &[M]) -> M {
     let mut v = 0;
     let mut i = 0;
     while i < bits.len() {
-        v |= bits[i].0;
+        v |= bits[i].bits();
         i += 1;
     }
-    M(v)
+    M::from_bits_retain(v)
 }
 
 const NONE: TransitionRule = TransitionRule {
-    required: M(0),
-    optional: M(0),
+    required: M::empty(),
+    optional: M::empty(),
 };
 
 /// The rule for `from -> to` and `qp_type`, or `None` if the transition does not exist.
@@ -38,16 +38,16 @@ pub fn transition_rule(from: QpState, to: QpState, qp_type: QpType) -> Option<Tr
         (_, Reset) | (_, Err) => Some(NONE),
         (Reset, Init) => {
             if rc {
-                rule(m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]), M(0))
+                rule(m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]), M::empty())
             } else {
-                rule(m(&[M::PKEY_INDEX, M::PORT, M::QKEY]), M(0))
+                rule(m(&[M::PKEY_INDEX, M::PORT, M::QKEY]), M::empty())
             }
         }
         (Init, Init) => {
             if rc {
-                rule(M(0), m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]))
+                rule(M::empty(), m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]))
             } else {
-                rule(M(0), m(&[M::PKEY_INDEX, M::PORT, M::QKEY]))
+                rule(M::empty(), m(&[M::PKEY_INDEX, M::PORT, M::QKEY]))
             }
         }
         (Init, Rtr) => {
@@ -64,7 +64,7 @@ pub fn transition_rule(from: QpState, to: QpState, qp_type: QpType) -> Option<Tr
                     m(&[M::ALT_PATH, M::ACCESS_FLAGS, M::PKEY_INDEX]),
                 )
             } else {
-                rule(M(0), m(&[M::PKEY_INDEX, M::QKEY]))
+                rule(M::empty(), m(&[M::PKEY_INDEX, M::QKEY]))
             }
         }
         (Rtr, Rts) => {
@@ -92,7 +92,7 @@ pub fn transition_rule(from: QpState, to: QpState, qp_type: QpType) -> Option<Tr
         (Rts, Rts) | (Sqd, Rts) => {
             if rc {
                 rule(
-                    M(0),
+                    M::empty(),
                     m(&[
                         M::CUR_STATE,
                         M::ACCESS_FLAGS,
@@ -102,14 +102,14 @@ pub fn transition_rule(from: QpState, to: QpState, qp_type: QpType) -> Option<Tr
                     ]),
                 )
             } else {
-                rule(M(0), m(&[M::CUR_STATE, M::QKEY]))
+                rule(M::empty(), m(&[M::CUR_STATE, M::QKEY]))
             }
         }
-        (Rts, Sqd) => rule(M(0), M::EN_SQD_ASYNC_NOTIFY),
+        (Rts, Sqd) => rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
         (Sqd, Sqd) => {
             if rc {
                 rule(
-                    M(0),
+                    M::empty(),
                     m(&[
                         M::PORT,
                         M::AV,
@@ -126,15 +126,15 @@ pub fn transition_rule(from: QpState, to: QpState, qp_type: QpType) -> Option<Tr
                     ]),
                 )
             } else {
-                rule(M(0), m(&[M::PKEY_INDEX, M::QKEY]))
+                rule(M::empty(), m(&[M::PKEY_INDEX, M::QKEY]))
             }
         }
         // SQE exists only for UD/UC in Linux's table; for RC it carries no attributes.
         (Sqe, Rts) => {
             if rc {
-                rule(M(0), M(0))
+                rule(M::empty(), M::empty())
             } else {
-                rule(M(0), m(&[M::CUR_STATE, M::QKEY]))
+                rule(M::empty(), m(&[M::CUR_STATE, M::QKEY]))
             }
         }
         _ => None,
@@ -164,12 +164,14 @@ pub fn check_transition(
     }
     let rule =
         transition_rule(from, to, qp_type).ok_or(EngineError::InvalidTransition { from, to })?;
-    let missing = M(rule.required.0 & !mask.0);
-    if missing.0 != 0 {
+    // On raw bits, so that a bit without a name is refused too.
+    let missing = M::from_bits_retain(rule.required.bits() & !mask.bits());
+    if !missing.is_empty() {
         return Err(EngineError::MissingAttribute { from, to, missing });
     }
-    let extra = M(mask.0 & !(rule.required.0 | rule.optional.0 | M::STATE.0));
-    if extra.0 != 0 {
+    let allowed = rule.required | rule.optional | M::STATE;
+    let extra = M::from_bits_retain(mask.bits() & !allowed.bits());
+    if !extra.is_empty() {
         return Err(EngineError::AttributeNotAllowed { from, to, extra });
     }
     Ok(())

@@ -2,15 +2,12 @@
 //! (responses before requests on each QP), and building the frame of each packet.
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::time::Duration;
 
 use super::modify::{fail_qp, flush_qp};
 use super::qp::Qp;
+use super::time::Instant;
 use super::types::{AddressVector, Event, QpState, Wc, WcStatus};
-use super::{
-    cq, requester, responder, rxe_udp_src_port, DeviceState, Engine, DEFAULT_PKEY,
-    MAX_FRAME_OVERHEAD,
-};
+use super::{cq, requester, responder, DeviceState, Engine, DEFAULT_PKEY, MAX_FRAME_OVERHEAD};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, EthRepr, FrameRepr, IpRepr,
     Opcode, PacketRepr, Psn, RethRepr, VlanTag,
@@ -69,7 +66,7 @@ impl Engine {
     /// [`MAX_FRAME_LEN`](super::MAX_FRAME_LEN) bytes, or the QP's path MTU plus 132) and
     /// return its length, or `None` if nothing is to be sent.
     #[must_use]
-    pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<usize> {
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.last_tx = None;
         let mut budget = self.tx_list.len();
         while budget > 0 {
@@ -88,7 +85,10 @@ impl Engine {
                 Some(p) => (p, false),
                 None => match requester::next_request(qp, &mut self.sh, now) {
                     Some(p) => (p, true),
-                    None => continue,
+                    None => {
+                        Engine::sync_timer(&mut self.timers, qp);
+                        continue;
+                    }
                 },
             };
             let written = emit_packet(qp, &mut self.sh, &pkt, buf);
@@ -101,6 +101,7 @@ impl Engine {
                         cq::post(qp, &mut self.sh, cq, wc, false);
                     }
                     self.last_tx = Some((qpn, pkt.ud_completion));
+                    Engine::sync_timer(&mut self.timers, qp);
                     if has_tx_work(qp) {
                         schedule(&mut self.tx_list, qp);
                     }
@@ -116,6 +117,7 @@ impl Engine {
                     if is_request {
                         fail_unemitted_request(qp, &mut self.sh, pkt.ud_completion);
                     }
+                    Engine::sync_timer(&mut self.timers, qp);
                     if has_tx_work(qp) {
                         schedule(&mut self.tx_list, qp);
                     }
@@ -151,6 +153,7 @@ impl Engine {
             }
         }
         fail_unemitted_request(qp, &mut self.sh, ud_completion);
+        Engine::sync_timer(&mut self.timers, qp);
         schedule(&mut self.tx_list, qp);
     }
 }
@@ -239,7 +242,7 @@ fn emit_packet(
     };
     let udp_src_port = av
         .udp_src_port
-        .unwrap_or_else(|| rxe_udp_src_port(qp.qpn, pkt.dest_qp));
+        .unwrap_or_else(|| crate::wire::rxe_udp_source_port(qp.qpn, pkt.dest_qp));
     let frame = FrameRepr {
         eth: EthRepr {
             dst: av.dest_mac,

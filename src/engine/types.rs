@@ -11,80 +11,91 @@ pub struct PdId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CqId(pub u32);
 
-/// Memory region and QP access flags, with the bit values of `ibv_access_flags`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct Access(pub u32);
+bitflags::bitflags! {
+    /// Memory region and QP access flags, with the bit values of `ibv_access_flags`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct Access: u32 {
+        /// The local HCA may write (receive buffers, READ and atomic results).
+        const LOCAL_WRITE = 1;
+        /// A remote peer may RDMA WRITE.
+        const REMOTE_WRITE = 1 << 1;
+        /// A remote peer may RDMA READ.
+        const REMOTE_READ = 1 << 2;
+        /// A remote peer may run atomics.
+        const REMOTE_ATOMIC = 1 << 3;
+    }
+}
 
 impl Access {
     /// No access beyond local read.
-    pub const NONE: Access = Access(0);
-    /// The local HCA may write (receive buffers, READ and atomic results).
-    pub const LOCAL_WRITE: Access = Access(1);
-    /// A remote peer may RDMA WRITE.
-    pub const REMOTE_WRITE: Access = Access(2);
-    /// A remote peer may RDMA READ.
-    pub const REMOTE_READ: Access = Access(4);
-    /// A remote peer may run atomics.
-    pub const REMOTE_ATOMIC: Access = Access(8);
+    pub const NONE: Access = Access::empty();
     /// Everything.
-    pub const ALL: Access = Access(15);
-
-    /// True if every bit of `other` is set in `self`.
-    pub fn contains(self, other: Access) -> bool {
-        self.0 & other.0 == other.0
-    }
+    pub const ALL: Access = Access::all();
 }
 
-impl std::ops::BitOr for Access {
-    type Output = Access;
-    fn bitor(self, rhs: Access) -> Access {
-        Access(self.0 | rhs.0)
-    }
-}
-
-/// Path MTU of a QP (IB MTU enum: the payload bytes a packet may carry).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+/// An InfiniBand path MTU: the largest payload one packet carries (headers excluded). The
+/// discriminants are the `ibv_mtu` values (1 = 256 .. 5 = 4096), which perftest exchanges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum Mtu {
     /// 256 bytes.
-    Mtu256,
+    Mtu256 = 1,
     /// 512 bytes.
-    Mtu512,
+    Mtu512 = 2,
     /// 1024 bytes (rxe on a 1500-byte link).
     #[default]
-    Mtu1024,
+    Mtu1024 = 3,
     /// 2048 bytes.
-    Mtu2048,
+    Mtu2048 = 4,
     /// 4096 bytes.
-    Mtu4096,
+    Mtu4096 = 5,
 }
 
+/// Bytes of headers a RoCE v2 packet may add on top of its payload, subtracted from the link
+/// MTU before choosing the IB MTU (rxe: `eth_mtu_int(mtu - 80)`: 20 IPv4 or 40 IPv6 + 8 UDP +
+/// 12 BTH + up to 28 of extension headers + 4 ICRC, rounded up).
+pub const ROCE_HEADER_ALLOWANCE: u32 = 80;
+
 impl Mtu {
+    /// All values, smallest first.
+    pub const ALL: [Mtu; 5] = [
+        Mtu::Mtu256,
+        Mtu::Mtu512,
+        Mtu::Mtu1024,
+        Mtu::Mtu2048,
+        Mtu::Mtu4096,
+    ];
+
     /// The payload size in bytes.
     pub fn bytes(self) -> u32 {
-        match self {
-            Mtu::Mtu256 => 256,
-            Mtu::Mtu512 => 512,
-            Mtu::Mtu1024 => 1024,
-            Mtu::Mtu2048 => 2048,
-            Mtu::Mtu4096 => 4096,
-        }
+        256 << (self as u32 - 1)
     }
 
     /// The MTU for a byte count, if it is one of the five IB MTUs.
     pub fn from_bytes(bytes: u32) -> Option<Mtu> {
-        Some(match bytes {
-            256 => Mtu::Mtu256,
-            512 => Mtu::Mtu512,
-            1024 => Mtu::Mtu1024,
-            2048 => Mtu::Mtu2048,
-            4096 => Mtu::Mtu4096,
-            _ => return None,
-        })
+        Mtu::ALL.into_iter().find(|m| m.bytes() == bytes)
     }
 
     /// The `ibv_mtu` enum value (1 = 256 .. 5 = 4096).
     pub fn ibv_value(self) -> u8 {
-        self.bytes().trailing_zeros() as u8 - 7
+        self as u8
+    }
+
+    /// The MTU of an `ibv_mtu` enum value (1..=5).
+    pub fn from_ibv_value(value: u32) -> Option<Mtu> {
+        Mtu::ALL.into_iter().find(|m| *m as u32 == value)
+    }
+
+    /// The largest IB MTU whose packets fit a link of `link_mtu` bytes (IP MTU), or `None`
+    /// when even 256 does not fit.
+    pub fn for_link_mtu(link_mtu: u32) -> Option<Mtu> {
+        let room = link_mtu.checked_sub(ROCE_HEADER_ALLOWANCE)?;
+        Mtu::ALL.into_iter().rev().find(|m| m.bytes() <= room)
+    }
+}
+
+impl fmt::Display for Mtu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.bytes())
     }
 }
 
@@ -129,83 +140,71 @@ impl QpState {
     ];
 }
 
-/// Which QP attributes a `modify_qp` call sets (bit values of `ibv_qp_attr_mask`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct QpAttrMask(pub u32);
-
-macro_rules! attr_bits {
-    ($($name:ident = $bit:expr, $text:expr;)*) => {
-        impl QpAttrMask {
-            $(
-                #[doc = concat!("`IBV_QP_", $text, "`")]
-                pub const $name: QpAttrMask = QpAttrMask(1 << $bit);
-            )*
-            /// Every named bit with its libibverbs name, for error messages.
-            pub const NAMED: &'static [(QpAttrMask, &'static str)] = &[
-                $((QpAttrMask(1 << $bit), $text),)*
-            ];
-        }
-    };
-}
-
-attr_bits! {
-    STATE = 0, "STATE";
-    CUR_STATE = 1, "CUR_STATE";
-    EN_SQD_ASYNC_NOTIFY = 2, "EN_SQD_ASYNC_NOTIFY";
-    ACCESS_FLAGS = 3, "ACCESS_FLAGS";
-    PKEY_INDEX = 4, "PKEY_INDEX";
-    PORT = 5, "PORT";
-    QKEY = 6, "QKEY";
-    AV = 7, "AV";
-    PATH_MTU = 8, "PATH_MTU";
-    TIMEOUT = 9, "TIMEOUT";
-    RETRY_CNT = 10, "RETRY_CNT";
-    RNR_RETRY = 11, "RNR_RETRY";
-    RQ_PSN = 12, "RQ_PSN";
-    MAX_QP_RD_ATOMIC = 13, "MAX_QP_RD_ATOMIC";
-    ALT_PATH = 14, "ALT_PATH";
-    MIN_RNR_TIMER = 15, "MIN_RNR_TIMER";
-    SQ_PSN = 16, "SQ_PSN";
-    MAX_DEST_RD_ATOMIC = 17, "MAX_DEST_RD_ATOMIC";
-    PATH_MIG_STATE = 18, "PATH_MIG_STATE";
-    CAP = 19, "CAP";
-    DEST_QPN = 20, "DEST_QPN";
+bitflags::bitflags! {
+    /// Which QP attributes a `modify_qp` call sets (bit values of `ibv_qp_attr_mask`; the
+    /// flag names are the libibverbs names without `IBV_QP_`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct QpAttrMask: u32 {
+        /// `IBV_QP_STATE`
+        const STATE = 1 << 0;
+        /// `IBV_QP_CUR_STATE`
+        const CUR_STATE = 1 << 1;
+        /// `IBV_QP_EN_SQD_ASYNC_NOTIFY`
+        const EN_SQD_ASYNC_NOTIFY = 1 << 2;
+        /// `IBV_QP_ACCESS_FLAGS`
+        const ACCESS_FLAGS = 1 << 3;
+        /// `IBV_QP_PKEY_INDEX`
+        const PKEY_INDEX = 1 << 4;
+        /// `IBV_QP_PORT`
+        const PORT = 1 << 5;
+        /// `IBV_QP_QKEY`
+        const QKEY = 1 << 6;
+        /// `IBV_QP_AV`
+        const AV = 1 << 7;
+        /// `IBV_QP_PATH_MTU`
+        const PATH_MTU = 1 << 8;
+        /// `IBV_QP_TIMEOUT`
+        const TIMEOUT = 1 << 9;
+        /// `IBV_QP_RETRY_CNT`
+        const RETRY_CNT = 1 << 10;
+        /// `IBV_QP_RNR_RETRY`
+        const RNR_RETRY = 1 << 11;
+        /// `IBV_QP_RQ_PSN`
+        const RQ_PSN = 1 << 12;
+        /// `IBV_QP_MAX_QP_RD_ATOMIC`
+        const MAX_QP_RD_ATOMIC = 1 << 13;
+        /// `IBV_QP_ALT_PATH`
+        const ALT_PATH = 1 << 14;
+        /// `IBV_QP_MIN_RNR_TIMER`
+        const MIN_RNR_TIMER = 1 << 15;
+        /// `IBV_QP_SQ_PSN`
+        const SQ_PSN = 1 << 16;
+        /// `IBV_QP_MAX_DEST_RD_ATOMIC`
+        const MAX_DEST_RD_ATOMIC = 1 << 17;
+        /// `IBV_QP_PATH_MIG_STATE`
+        const PATH_MIG_STATE = 1 << 18;
+        /// `IBV_QP_CAP`
+        const CAP = 1 << 19;
+        /// `IBV_QP_DEST_QPN`
+        const DEST_QPN = 1 << 20;
+    }
 }
 
 impl QpAttrMask {
     /// No attribute.
-    pub const EMPTY: QpAttrMask = QpAttrMask(0);
+    pub const EMPTY: QpAttrMask = QpAttrMask::empty();
 
-    /// True if every bit of `other` is set.
-    pub fn contains(self, other: QpAttrMask) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// The libibverbs names of the bits set, e.g. `"AV|PATH_MTU"`.
+    /// The libibverbs names of the bits set, e.g. `"AV|PATH_MTU"`; unnamed bits follow in hex.
     pub fn names(self) -> String {
-        let mut out = String::new();
-        for (bit, name) in QpAttrMask::NAMED {
-            if self.0 & bit.0 != 0 {
-                if !out.is_empty() {
-                    out.push('|');
-                }
-                out.push_str(name);
-            }
+        let mut parts: Vec<String> = self
+            .iter_names()
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let unnamed = self.bits() & !QpAttrMask::all().bits();
+        if unnamed != 0 {
+            parts.push(format!("{unnamed:#x}"));
         }
-        if self.0 >> 21 != 0 {
-            if !out.is_empty() {
-                out.push('|');
-            }
-            out.push_str(&format!("0x{:x}", self.0 & !((1 << 21) - 1)));
-        }
-        out
-    }
-}
-
-impl std::ops::BitOr for QpAttrMask {
-    type Output = QpAttrMask;
-    fn bitor(self, rhs: QpAttrMask) -> QpAttrMask {
-        QpAttrMask(self.0 | rhs.0)
+        parts.join("|")
     }
 }
 
@@ -230,7 +229,8 @@ pub struct AddressVector {
     pub traffic_class: u8,
     /// IPv6 flow label, 20 bits (ignored for IPv4).
     pub flow_label: u32,
-    /// UDP source port; `None` = rxe's rule from the two QPNs (see `rxe_udp_src_port`).
+    /// UDP source port; `None` = rxe's rule from the two QPNs
+    /// ([`crate::wire::rxe_udp_source_port`]).
     pub udp_src_port: Option<u16>,
     /// 802.1Q VLAN id (0..=4094), if the port is on a VLAN.
     pub vlan_id: Option<u16>,
@@ -374,30 +374,18 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// Send WR flags (`ibv_send_flags` values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct SendFlags(pub u32);
-
-impl SendFlags {
-    /// Wait for every earlier READ/ATOMIC to complete first.
-    pub const FENCE: SendFlags = SendFlags(1);
-    /// Produce a completion on success.
-    pub const SIGNALED: SendFlags = SendFlags(2);
-    /// Set the BTH SE bit on the last packet.
-    pub const SOLICITED: SendFlags = SendFlags(4);
-    /// Copy the data at post time (the SGEs may be reused at once).
-    pub const INLINE: SendFlags = SendFlags(8);
-
-    /// True if every bit of `other` is set.
-    pub fn contains(self, other: SendFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl std::ops::BitOr for SendFlags {
-    type Output = SendFlags;
-    fn bitor(self, rhs: SendFlags) -> SendFlags {
-        SendFlags(self.0 | rhs.0)
+bitflags::bitflags! {
+    /// Send WR flags (`ibv_send_flags` values).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// Wait for every earlier READ/ATOMIC to complete first.
+        const FENCE = 1;
+        /// Produce a completion on success.
+        const SIGNALED = 1 << 1;
+        /// Set the BTH SE bit on the last packet.
+        const SOLICITED = 1 << 2;
+        /// Copy the data at post time (the SGEs may be reused at once).
+        const INLINE = 1 << 3;
     }
 }
 
@@ -523,7 +511,7 @@ pub struct RecvWr {
 }
 
 /// Completion status (`ibv_wc_status`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WcStatus {
     /// Success.
     Success,
@@ -572,7 +560,7 @@ impl WcStatus {
 }
 
 /// Completion opcode (`ibv_wc_opcode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WcOpcode {
     /// A SEND finished.
     Send,
@@ -730,4 +718,61 @@ pub enum EngineError {
         /// Why.
         reason: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_values_are_the_libibverbs_ones() {
+        // ibv_access_flags
+        assert_eq!(Access::LOCAL_WRITE.bits(), 1);
+        assert_eq!(Access::REMOTE_WRITE.bits(), 2);
+        assert_eq!(Access::REMOTE_READ.bits(), 4);
+        assert_eq!(Access::REMOTE_ATOMIC.bits(), 8);
+        assert_eq!(Access::ALL.bits(), 15);
+        assert_eq!(Access::NONE.bits(), 0);
+        // ibv_send_flags
+        assert_eq!(SendFlags::FENCE.bits(), 1);
+        assert_eq!(SendFlags::SIGNALED.bits(), 2);
+        assert_eq!(SendFlags::SOLICITED.bits(), 4);
+        assert_eq!(SendFlags::INLINE.bits(), 8);
+        // ibv_qp_attr_mask: IBV_QP_STATE = 1 << 0 .. IBV_QP_DEST_QPN = 1 << 20, in order.
+        let names: Vec<_> = QpAttrMask::all().iter_names().map(|(n, _)| n).collect();
+        assert_eq!(names.len(), 21);
+        for (bit, (name, flag)) in QpAttrMask::all().iter_names().enumerate() {
+            assert_eq!(flag.bits(), 1 << bit, "{name}");
+        }
+        assert_eq!(QpAttrMask::AV.bits(), 1 << 7);
+        assert_eq!(QpAttrMask::MIN_RNR_TIMER.bits(), 1 << 15);
+        assert_eq!(QpAttrMask::DEST_QPN.bits(), 1 << 20);
+    }
+
+    #[test]
+    fn attr_mask_names() {
+        assert_eq!(
+            (QpAttrMask::AV | QpAttrMask::PATH_MTU).names(),
+            "AV|PATH_MTU"
+        );
+        assert_eq!(QpAttrMask::EMPTY.names(), "");
+        let odd = QpAttrMask::STATE | QpAttrMask::from_bits_retain(1 << 22);
+        assert_eq!(odd.to_string(), "STATE|0x400000");
+    }
+
+    #[test]
+    fn mtu_values() {
+        for (i, m) in Mtu::ALL.into_iter().enumerate() {
+            assert_eq!(m.bytes(), 256 << i);
+            assert_eq!(m.ibv_value() as usize, i + 1);
+            assert_eq!(Mtu::from_ibv_value(i as u32 + 1), Some(m));
+            assert_eq!(Mtu::from_bytes(m.bytes()), Some(m));
+        }
+        assert_eq!(Mtu::from_bytes(1500), None);
+        assert_eq!(Mtu::from_ibv_value(0), None);
+        assert_eq!(Mtu::from_ibv_value(6), None);
+        assert_eq!(Mtu::default(), Mtu::Mtu1024);
+        assert_eq!(Mtu::Mtu2048.to_string(), "2048");
+        assert!(Mtu::Mtu256 < Mtu::Mtu4096);
+    }
 }

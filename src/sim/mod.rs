@@ -19,7 +19,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::capture::EthernetPcapWriter;
-use crate::engine::{Engine, MAX_FRAME_LEN};
+use crate::engine::{Engine, Instant, MAX_FRAME_LEN};
 use crate::wire::{self, IpRepr, Opcode, Psn, Syndrome};
 
 /// Properties of the simulated link (the same in both directions).
@@ -113,7 +113,7 @@ impl FrameInfo<'_> {
 pub type Filter = Box<dyn FnMut(&FrameInfo<'_>) -> Verdict>;
 
 struct InFlight {
-    at: Duration,
+    at: Instant,
     seq: u64,
     to: usize,
     frame: Vec<u8>,
@@ -140,11 +140,11 @@ impl Ord for InFlight {
 pub struct Network {
     /// Endpoint A (index 0) and B (index 1).
     pub engines: [Engine; 2],
-    now: Duration,
+    now: Instant,
     link: LinkConfig,
     rng: ChaCha8Rng,
     in_flight: BinaryHeap<Reverse<InFlight>>,
-    busy_until: [Duration; 2],
+    busy_until: [Instant; 2],
     seq: u64,
     stats: LinkStats,
     pcap: Option<EthernetPcapWriter<BufWriter<File>>>,
@@ -168,11 +168,11 @@ impl Network {
     pub fn new(a: Engine, b: Engine, link: LinkConfig, seed: u64) -> Network {
         Network {
             engines: [a, b],
-            now: Duration::ZERO,
+            now: Instant::ZERO,
             link,
             rng: ChaCha8Rng::seed_from_u64(seed),
             in_flight: BinaryHeap::new(),
-            busy_until: [Duration::ZERO; 2],
+            busy_until: [Instant::ZERO; 2],
             seq: 0,
             stats: LinkStats::default(),
             pcap: None,
@@ -223,7 +223,7 @@ impl Network {
     }
 
     /// Virtual time now.
-    pub fn now(&self) -> Duration {
+    pub fn now(&self) -> Instant {
         self.now
     }
 
@@ -271,14 +271,14 @@ impl Network {
     }
 
     /// The next time something happens (a frame arrives or a timer fires).
-    pub fn next_event(&self) -> Option<Duration> {
+    pub fn next_event(&self) -> Option<Instant> {
         let link = self.in_flight.peek().map(|r| r.0.at);
         let mut timers = self.engines.iter().filter_map(|e| e.poll_timeout()).min();
         if let Some(limit) = self.tx_queue_limit {
             // A blocked transmit queue has room again once it drained below the bound.
             for from in 0..2 {
                 if self.tx_blocked[from] {
-                    let room = self.busy_until[from].saturating_sub(limit);
+                    let room = self.busy_until[from] - limit;
                     timers = Some(timers.map_or(room, |t| t.min(room)));
                 }
             }
@@ -333,7 +333,7 @@ impl Network {
     /// Returns true if `done()` held.
     pub fn run_until(
         &mut self,
-        limit: Duration,
+        limit: Instant,
         mut done: impl FnMut(&mut Network) -> bool,
     ) -> bool {
         loop {
@@ -418,7 +418,7 @@ impl Network {
         };
         self.busy_until[from] = start + tx_time;
         if let Some(p) = self.pcap.as_mut() {
-            let _ = p.write_frame(start, &frame);
+            let _ = p.write_frame(start.since_epoch(), &frame);
         }
         if self.trace.is_some() {
             let retx = self.is_retransmission(from, &frame);
@@ -458,7 +458,7 @@ impl Network {
         }
     }
 
-    fn trace_frame(&mut self, now: Duration, from: usize, frame: &[u8], tag: &str, retx: bool) {
+    fn trace_frame(&mut self, now: Instant, from: usize, frame: &[u8], tag: &str, retx: bool) {
         let Some(t) = self.trace.as_mut() else {
             return;
         };
@@ -475,9 +475,8 @@ impl Network {
 }
 
 /// Virtual time as microseconds with nanosecond digits, e.g. `1234.567us`.
-pub fn fmt_time(t: Duration) -> String {
-    let ns = t.as_nanos();
-    format!("{}.{:03}us", ns / 1000, ns % 1000)
+pub fn fmt_time(t: Instant) -> String {
+    t.to_string()
 }
 
 /// One line describing a RoCE frame, e.g. `RC_SEND_FIRST qp 0x000012 psn 7 len 1024 ackreq`.
@@ -512,7 +511,7 @@ pub fn describe_frame(frame: &[u8]) -> String {
             Syndrome::Ack { credit } => format!("ACK credit {credit:#x}"),
             Syndrome::RnrNak { timer } => format!(
                 "RNR-NAK timer {timer} ({}us)",
-                crate::engine::timers::RNR_TIMER_US[(timer & 31) as usize]
+                wire::rnr_timer(timer).as_micros()
             ),
             Syndrome::Nak(code) => format!("NAK {code:?}"),
             Syndrome::Reserved(b) => format!("reserved syndrome {b:#x}"),

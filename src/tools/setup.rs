@@ -114,7 +114,7 @@ pub fn pick_mtu(dev: &NetdevInfo, requested: Option<u32>) -> anyhow::Result<u32>
     match requested {
         None => Ok(active.bytes()),
         Some(m) => {
-            if netdev::IbMtu::from_bytes(m).is_none() {
+            if crate::engine::Mtu::from_bytes(m).is_none() {
                 anyhow::bail!("-m {m}: path MTU must be 256, 512, 1024, 2048 or 4096");
             }
             if m > active.bytes() {

@@ -1,5 +1,6 @@
 //! Device and port attributes: what `ibv_query_device` / `ibv_query_port` report.
-use crate::netdev::{IbMtu, MacAddr, NetdevInfo};
+use crate::engine::Mtu;
+use crate::netdev::{MacAddr, NetdevInfo};
 
 /// Limits and identity of an xroce device (`struct ibv_device_attr`). The limits are the ones
 /// the verbs layer enforces; asking for more is a typed error naming the limit.
@@ -56,33 +57,8 @@ pub enum AtomicCap {
     Hca,
 }
 
-/// The limits xroce enforces (comparable to rxe's `rxe_param.h`).
-pub mod limits {
-    /// Queue pairs per device.
-    pub const MAX_QP: u32 = 1024;
-    /// Work requests per queue.
-    pub const MAX_QP_WR: u32 = 16 * 1024;
-    /// SGEs per work request.
-    pub const MAX_SGE: u32 = 32;
-    /// Completion queues per device.
-    pub const MAX_CQ: u32 = 1024;
-    /// Entries per completion queue.
-    pub const MAX_CQE: u32 = 64 * 1024;
-    /// Memory regions per device.
-    pub const MAX_MR: u32 = 4096;
-    /// Protection domains per device.
-    pub const MAX_PD: u32 = 1024;
-    /// Largest memory region (1 GiB: MRs are owned, heap-allocated buffers).
-    pub const MAX_MR_SIZE: u64 = 1 << 30;
-    /// Outstanding READ/ATOMIC per QP, each direction (rxe: 128).
-    pub const MAX_RD_ATOMIC: u32 = 128;
-    /// Inline data per send WR.
-    pub const MAX_INLINE_DATA: u32 = 256;
-    /// Address handles per device.
-    pub const MAX_AH: u32 = 4096;
-    /// Largest message (2 GiB, the IB limit of a DMA length).
-    pub const MAX_MSG_SZ: u32 = 1 << 31;
-}
+/// The limits xroce enforces: the engine's, which this layer checks first and reports.
+pub use crate::engine::limits;
 
 impl DeviceAttr {
     /// The attributes of a device on interface `net`.
@@ -154,9 +130,9 @@ pub struct PortAttr {
     /// Logical port state, from the interface's operational state.
     pub state: PortState,
     /// Largest IB MTU the port supports.
-    pub max_mtu: IbMtu,
+    pub max_mtu: Mtu,
     /// IB MTU in use: the largest that fits the link MTU minus 80 bytes.
-    pub active_mtu: IbMtu,
+    pub active_mtu: Mtu,
     /// The link (IP) MTU of the interface.
     pub link_mtu: u32,
     /// Entries in the GID table.
@@ -188,8 +164,8 @@ impl PortAttr {
                 PortState::Down
             },
             // Like rxe: the port supports 4096; the link MTU decides the active one.
-            max_mtu: IbMtu::Mtu4096,
-            active_mtu: active.unwrap_or(IbMtu::Mtu256),
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: active.unwrap_or(Mtu::Mtu256),
             link_mtu: net.mtu,
             gid_tbl_len: net.gid_table().len() as u32,
             pkey_tbl_len: 1,

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::driver::mem::{MemDriver, MemLink, MemLinkConfig};
 use crate::driver::{Driver, DriverInfo, XdpStats};
+use crate::engine::Mtu;
 use crate::engine::{Engine, EngineConfig, Event};
-use crate::netdev::{self, Gid, GidEntry, IbMtu, IfAddr, MacAddr, NetdevInfo, OperState};
+use crate::netdev::{self, Gid, GidEntry, IfAddr, MacAddr, NetdevInfo, OperState};
 
 use super::attr::{DeviceAttr, PortAttr};
 use super::cq::{ChannelShared, CompletionChannel, Cq};
@@ -206,9 +207,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl DeviceState {
-    /// Time since the device was opened: the engine's clock.
-    pub fn now(&self) -> Duration {
-        self.start.elapsed()
+    /// The engine's clock: time since the device was opened.
+    pub fn now(&self) -> crate::engine::Instant {
+        crate::engine::Instant::from_elapsed(self.start.elapsed())
     }
 
     /// Runs `f` on the engine, then delivers the events it raised and, if `wake`, wakes the
@@ -275,7 +276,7 @@ impl DeviceState {
             trace.pop_front();
         }
         trace.push_back(TracedFrame {
-            at: self.now(),
+            at: self.start.elapsed(),
             outgoing,
             bytes: bytes.to_vec(),
         });
@@ -569,8 +570,8 @@ impl Device {
     }
 
     /// The active path MTU of port 1 (largest IB MTU fitting the link MTU minus 80).
-    pub fn active_mtu(&self) -> IbMtu {
-        self.shared().netdev.active_mtu().unwrap_or(IbMtu::Mtu256)
+    pub fn active_mtu(&self) -> Mtu {
+        self.shared().netdev.active_mtu().unwrap_or(Mtu::Mtu256)
     }
 
     /// `ibv_query_gid` on port 1.

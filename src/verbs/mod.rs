@@ -79,4 +79,4 @@ pub use crate::engine::{
     Access, AddressVector, CqId, Event, Mtu, QpAttr, QpAttrMask, QpCaps, QpState, QpType, RecvWr,
     SendFlags, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus, WrOp,
 };
-pub use crate::netdev::{Gid, GidEntry, GidType, IbMtu, MacAddr};
+pub use crate::netdev::{Gid, GidEntry, GidType, MacAddr};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::driver::{wait_readable, Driver, DriverError};
-use crate::engine::MAX_FRAME_LEN;
+use crate::engine::{Instant, MAX_FRAME_LEN};
 
 use super::device::{drain, lock, DeviceState, ProgressMode};
 
@@ -36,7 +36,7 @@ const STATS_PERIOD: Duration = Duration::from_millis(100);
 pub(crate) fn run(shared: Arc<DeviceState>, mut driver: Box<dyn Driver>, waker: UnixDatagram) {
     let mut buf = vec![0u8; MAX_FRAME_LEN.max(driver.info().max_frame)];
     let mut backlog: VecDeque<Vec<u8>> = VecDeque::new();
-    let mut last_stats = Duration::ZERO;
+    let mut last_stats = Instant::ZERO;
     let verify = driver.info().icrc_verifiable;
     while !shared.stop.load(Ordering::SeqCst) {
         let now = shared.now();
@@ -119,7 +119,7 @@ pub(crate) fn run(shared: Arc<DeviceState>, mut driver: Box<dyn Driver>, waker: 
             }
         }
         let wanted = shared.xdp_stats_wanted.swap(false, Ordering::SeqCst);
-        if wanted || now.saturating_sub(last_stats) >= STATS_PERIOD {
+        if wanted || now - last_stats >= STATS_PERIOD {
             last_stats = now;
             if let Some(stats) = driver.xdp_stats() {
                 *lock(&shared.xdp_stats) = Some(stats);
@@ -132,7 +132,7 @@ pub(crate) fn run(shared: Arc<DeviceState>, mut driver: Box<dyn Driver>, waker: 
         match shared.progress_mode {
             ProgressMode::BusyPoll => std::hint::spin_loop(),
             ProgressMode::Wakeup => {
-                let mut timeout = next_timer.map(|t| t.saturating_sub(shared.now()));
+                let mut timeout = next_timer.map(|t: Instant| t - shared.now());
                 let mut fds = vec![waker.as_fd()];
                 match driver.wait_fd() {
                     Some(fd) => fds.push(fd),

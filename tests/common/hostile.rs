@@ -328,9 +328,9 @@ fn emit(to_b: bool, roce: PacketRepr<'_>) -> Option<Vec<u8>> {
 /// one (it is received, or dropped for a named reason).
 pub fn receive_trace(c: &Counters) -> u64 {
     c.rcvd_pkts
-        + c.to_pairs()
-            .iter()
-            .filter(|(name, _)| name.starts_with("drop_") && name != "drop_tx_buffer_too_small")
+        + c.drops
+            .fields()
+            .filter(|&(name, _)| name != "tx_buffer_too_small")
             .map(|(_, v)| v)
             .sum::<u64>()
 }

@@ -238,9 +238,7 @@ impl From<&DeviceAttr> for ibv_device_attr {
 
 impl From<&PortAttr> for ibv_port_attr {
     fn from(attr: &PortAttr) -> ibv_port_attr {
-        let mtu = |m: xroce::netdev::IbMtu| {
-            ibv_mtu::from_bytes(m.bytes()).expect("every IB MTU is an ibv_mtu")
-        };
+        let mtu = |m: Mtu| ibv_mtu::from_bytes(m.bytes()).expect("every IB MTU is an ibv_mtu");
         ibv_port_attr {
             state: attr.state.into(),
             max_mtu: mtu(attr.max_mtu),
@@ -525,8 +523,8 @@ mod tests {
     fn port_attr_translates() {
         let attr = PortAttr {
             state: PortState::Active,
-            max_mtu: xroce::netdev::IbMtu::Mtu4096,
-            active_mtu: xroce::netdev::IbMtu::Mtu1024,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: Mtu::Mtu1024,
             link_mtu: 1500,
             gid_tbl_len: 2,
             pkey_tbl_len: 1,

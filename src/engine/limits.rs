@@ -1,0 +1,30 @@
+//! The device limits: what the engine enforces and the verbs layer reports
+//! (`ibv_query_device`, `xroce devinfo`), comparable to rxe's `rxe_param.h`. One set: verbs
+//! checks the same constants before it calls the engine, so its errors can name the limit.
+
+/// Queue pairs per device (counted by the verbs layer).
+pub const MAX_QP: u32 = 1024;
+/// Work requests per send or receive queue.
+pub const MAX_QP_WR: u32 = 16 * 1024;
+/// SGEs per work request.
+pub const MAX_SGE: u32 = 32;
+/// Completion queues per device (counted by the verbs layer).
+pub const MAX_CQ: u32 = 1024;
+/// Entries per completion queue.
+pub const MAX_CQE: u32 = 64 * 1024;
+/// Memory regions per device (counted by the verbs layer).
+pub const MAX_MR: u32 = 4096;
+/// Protection domains per device (counted by the verbs layer).
+pub const MAX_PD: u32 = 1024;
+/// Largest memory region (1 GiB: MRs are owned, heap-allocated buffers).
+pub const MAX_MR_SIZE: u64 = 1 << 30;
+/// Outstanding READ/ATOMIC per QP, each direction (`max_rd_atomic`, `max_dest_rd_atomic`;
+/// rxe: 128).
+pub const MAX_RD_ATOMIC: u32 = 128;
+/// Inline data per send WR.
+pub const MAX_INLINE_DATA: u32 = 256;
+/// Address handles per device (counted by the verbs layer).
+pub const MAX_AH: u32 = 4096;
+/// Largest message (2 GiB, the IB limit of a DMA length: a longer one is a Remote Invalid
+/// Request).
+pub const MAX_MSG_SZ: u32 = 1 << 31;
