@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 
-use xroce::tools::demo::{self as story, device_config};
+use xroce::tools::demo::{self as story, device_config, Side};
 use xroce::tools::setup;
 use xroce::tools::verbs_endpoint::DriverChoice;
 use xroce::verbs::{mem_link_config, Device, DeviceConfig};
@@ -263,8 +263,7 @@ fn run_in_process(args: &Args, driver: DemoDriver) -> anyhow::Result<bool> {
     let server = std::thread::spawn(move || -> anyhow::Result<String> {
         let mut log = Vec::new();
         let (mut stream, _) = listener.accept()?;
-        story::server(&server_dev, &mut stream, size, &mut log)?;
-        story::server_counters(&server_dev, &mut log)?;
+        server(&server_dev, &mut stream, size, &mut log)?;
         Ok(String::from_utf8_lossy(&log).into_owned())
     });
     let mut stream = TcpStream::connect(addr)?;
@@ -293,6 +292,18 @@ fn run_in_process(args: &Args, driver: DemoDriver) -> anyhow::Result<bool> {
     Ok(client_ok)
 }
 
+/// The server's whole part: the story, then the counters.
+fn server(
+    dev: &Device,
+    stream: &mut TcpStream,
+    size: usize,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let mut ep = story::open_endpoint(dev, Side::Server, size)?;
+    story::server(ep.as_mut(), stream, size, dev.name(), out)?;
+    story::server_counters(dev, out)
+}
+
 /// The client's whole part: the story, then the packet trace and the counters.
 fn client(
     dev: &Device,
@@ -301,7 +312,9 @@ fn client(
     trace: usize,
     out: &mut dyn Write,
 ) -> anyhow::Result<bool> {
-    let ok = story::client(dev, stream, size, out)?;
+    let mut ep = story::open_endpoint(dev, Side::Client, size)?;
+    let driver = dev.driver_info().mode.as_str();
+    let ok = story::client(ep.as_mut(), stream, size, dev.name(), driver, out)?;
     let frames = dev.take_trace();
     if trace > 0 {
         story::print_trace(&frames, trace, out)?;
@@ -329,8 +342,7 @@ pub fn run_peer(args: PeerArgs) -> anyhow::Result<i32> {
                 .with_context(|| format!("listening on {}", args.addr))?;
             let (mut stream, _) = listener.accept()?;
             stream.set_nodelay(true)?;
-            story::server(&dev, &mut stream, size, &mut out)?;
-            story::server_counters(&dev, &mut out)?;
+            server(&dev, &mut stream, size, &mut out)?;
             Ok(0)
         }
         "client" => {

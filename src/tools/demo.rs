@@ -166,9 +166,28 @@ impl Layout {
     }
 }
 
-/// The client's buffer: [data sent, or READ destination | READ destination | atomic result].
+/// The client's buffer: [data sent | READ destination | atomic result].
 fn client_len(size: usize) -> usize {
     2 * size + 8
+}
+
+/// Which side of the demo an endpoint plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Runs the operations ([`client`]).
+    Client,
+    /// Is their target and checks what arrived ([`server`]).
+    Server,
+}
+
+impl Side {
+    /// Bytes of the side's registered buffer for `size`-byte messages.
+    pub fn buf_len(self, size: usize) -> usize {
+        match self {
+            Side::Client => client_len(size),
+            Side::Server => Layout { size }.len(),
+        }
+    }
 }
 
 /// The bytes numbered `seed`: every step carries a different pattern, so a stale buffer
@@ -351,14 +370,19 @@ pub fn story(size: usize, remote_addr: u64, rkey: u32) -> Vec<Step> {
 /// Pattern seed of the server's read source.
 const READ_SEED: u8 = 4;
 
-/// One RC endpoint with a `buf_len`-byte buffer on `dev`, addressed by its IPv4 GID.
-fn open_endpoint(dev: &Device, buf_len: usize) -> anyhow::Result<Box<dyn ToolEndpoint>> {
+/// The endpoint `side` needs for `size`-byte messages: one RC QP on `dev`, addressed by its
+/// IPv4 GID, with a completion channel so that waiting for a completion sleeps.
+pub fn open_endpoint(
+    dev: &Device,
+    side: Side,
+    size: usize,
+) -> anyhow::Result<Box<dyn ToolEndpoint>> {
     let gid_index = dev
         .ipv4_gid_index()
         .ok_or_else(|| anyhow!("{} has no IPv4 address (no IPv4 GID)", dev.name()))?;
     let spec = EndpointSpec {
         rc: true,
-        buf_len,
+        buf_len: side.buf_len(size),
         max_send_wr: 4,
         max_recv_wr: 4,
         // The device is open already: `open_on` does not look at the driver.
@@ -441,16 +465,17 @@ fn mark(ok: bool) -> &'static str {
     }
 }
 
-/// The server: answers RDMA from its progress thread; checks what the client asks it to.
-/// Returns after the client's "done"; the caller then shows [`server_counters`].
+/// The server on `ep` (from [`open_endpoint`] with [`Side::Server`]) of device `device`:
+/// answers RDMA from its progress thread; checks what the client asks it to. Returns after
+/// the client's "done"; the caller then shows [`server_counters`].
 pub fn server<S: OobStream>(
-    dev: &Device,
+    ep: &mut dyn ToolEndpoint,
     oob: &mut S,
     size: usize,
+    device: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let layout = Layout { size };
-    let mut ep = open_endpoint(dev, layout.len())?;
     ep.write_local(layout.read_src(), &pattern(size, READ_SEED))?;
     ep.write_local(layout.atomic(), &ATOMIC_INITIAL.to_ne_bytes())?;
     // Receives for SEND, SEND_WITH_IMM (data into the receive area) and WRITE_WITH_IMM (no
@@ -462,16 +487,14 @@ pub fn server<S: OobStream>(
     ep.post_recv(3, 0, 0)?;
     oob.bound_reads(Some(SETUP_TIMEOUT))?;
     let client: Hello = recv_json(oob, "client hello")?;
-    let me = hello_of(ep.as_ref(), random_psn(), layout.len());
-    connect(ep.as_mut(), &me, &client)?;
+    let me = hello_of(ep, random_psn(), layout.len());
+    connect(ep, &me, &client)?;
     send_json(oob, &me)?;
     writeln!(
         out,
         "server {}: QP {:#x} connected to client QP {:#x}; it never polls for RDMA READ, WRITE \
          or atomics: its progress thread answers them",
-        dev.name(),
-        me.qpn,
-        client.qpn
+        device, me.qpn, client.qpn
     )?;
     loop {
         let request: Request = recv_json(oob, "request")?;
@@ -486,7 +509,7 @@ pub fn server<S: OobStream>(
                 )?;
                 return Ok(());
             }
-            request => check_request(ep.as_mut(), &layout, &request)?,
+            request => check_request(ep, &layout, &request)?,
         };
         writeln!(out, "  server check: {} {}", mark(reply.ok), reply.detail)?;
         send_json(oob, &reply)?;
@@ -546,16 +569,17 @@ fn check_request(
     })
 }
 
-/// The client: runs every step of the [`story`], explains it, verifies it. True when every
-/// check passed; the caller then shows [`print_trace`] and [`client_counters`].
+/// The client on `ep` (from [`open_endpoint`] with [`Side::Client`]) of device `device`
+/// with driver `driver`: runs every step of the [`story`], explains it, verifies it. True
+/// when every check passed; the caller then shows [`print_trace`] and [`client_counters`].
 pub fn client<S: OobStream>(
-    dev: &Device,
+    ep: &mut dyn ToolEndpoint,
     oob: &mut S,
     size: usize,
+    device: &str,
+    driver: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<bool> {
-    let mut endpoint = open_endpoint(dev, client_len(size))?;
-    let ep = endpoint.as_mut();
     oob.bound_reads(Some(SETUP_TIMEOUT))?;
     let me = hello_of(ep, random_psn(), client_len(size));
     send_json(oob, &me)?;
@@ -567,8 +591,8 @@ pub fn client<S: OobStream>(
         "client {} (driver {}): QP {:#x}, GID {}\n\
          server: QP {:#x}, GID {}, memory region {:#x} (+{} bytes), R_Key {:#x}\n\
          connected: path MTU {} bytes, so a {}-byte message travels as {} packet(s)\n",
-        dev.name(),
-        dev.driver_info().mode,
+        device,
+        driver,
         me.qpn,
         gid(&me),
         server.qpn,
@@ -695,7 +719,11 @@ pub fn server_counters(dev: &Device, out: &mut dyn Write) -> anyhow::Result<()> 
 }
 
 /// The client's packet trace, at most `limit` lines, with a key to what it shows.
-pub fn print_trace(frames: &[TracedFrame], limit: usize, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn print_trace(
+    frames: &[TracedFrame],
+    limit: usize,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     writeln!(out, "\nPacket trace (client side; → sent, ← received):")?;
     writeln!(
         out,
@@ -874,6 +902,9 @@ mod tests {
             line,
             r#"{"cmd":"check_recv","seed":5,"len":8,"imm":7,"opcode":"recv_rdma_with_imm","offset":16}"#
         );
-        assert_eq!(serde_json::to_string(&Request::Done).unwrap(), r#"{"cmd":"done"}"#);
+        assert_eq!(
+            serde_json::to_string(&Request::Done).unwrap(),
+            r#"{"cmd":"done"}"#
+        );
     }
 }
