@@ -156,13 +156,9 @@ impl Layout {
     pub fn atomic(&self) -> usize {
         (3 * self.size).div_ceil(8) * 8
     }
-    /// The whole buffer.
-    pub fn len(&self) -> usize {
+    /// Bytes of the whole buffer.
+    pub fn total(&self) -> usize {
         self.atomic() + 8
-    }
-    /// Never empty: the atomic target is always there.
-    pub fn is_empty(&self) -> bool {
-        false
     }
 }
 
@@ -185,7 +181,7 @@ impl Side {
     pub fn buf_len(self, size: usize) -> usize {
         match self {
             Side::Client => client_len(size),
-            Side::Server => Layout { size }.len(),
+            Side::Server => Layout { size }.total(),
         }
     }
 }
@@ -487,7 +483,7 @@ pub fn server<S: OobStream>(
     ep.post_recv(3, 0, 0)?;
     oob.bound_reads(Some(SETUP_TIMEOUT))?;
     let client: Hello = recv_json(oob, "client hello")?;
-    let me = hello_of(ep, random_psn(), layout.len());
+    let me = hello_of(ep, random_psn(), layout.total());
     connect(ep, &me, &client)?;
     send_json(oob, &me)?;
     writeln!(
@@ -846,7 +842,7 @@ mod tests {
             assert!(l.write() + size <= l.read_src());
             assert!(l.read_src() + size <= l.atomic());
             assert_eq!(l.atomic() % 8, 0, "size {size}");
-            assert_eq!(l.len(), l.atomic() + 8);
+            assert_eq!(l.total(), l.atomic() + 8);
         }
     }
 
@@ -881,7 +877,7 @@ mod tests {
                         (remote_addr, 8)
                     }
                 };
-                assert!(remote >= base && remote - base + len as u64 <= server.len() as u64);
+                assert!(remote >= base && remote - base + len as u64 <= server.total() as u64);
             }
         }
     }
