@@ -247,6 +247,35 @@ fn driver_values_come_from_the_library() {
     assert!(stderr.contains("-d xrnosuchif0"), "{stderr}");
 }
 
+/// The library takes no part in parsing the command line: clap is named only in `src/cli`
+/// and `src/main.rs` (the library's types parse themselves with `FromStr`).
+#[test]
+fn clap_stays_in_the_cli() {
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("reading src") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 20, "found only {files:?}");
+    let offenders: Vec<_> = files
+        .iter()
+        .filter(|f| !f.starts_with(src.join("cli")) && **f != src.join("main.rs"))
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains("clap"))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "clap named outside the CLI: {offenders:?}"
+    );
+}
+
 #[test]
 fn file_and_mr_check_options_are_bounded() {
     // 64 MiB x 1024 slots = 64 GiB: was a max_mr_size error naming no option.
