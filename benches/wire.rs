@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use xroce::wire::capture::read_capture;
+use xroce::capture::read_capture;
 use xroce::wire::{icrc_ipv4, parse_frame_verified, Opcode};
 
 fn frames() -> (Vec<u8>, Vec<u8>) {

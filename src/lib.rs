@@ -2,6 +2,8 @@
 //!
 //! Layers, bottom up (see `docs/architecture.md`):
 //! - [`wire`]: zero-copy views and `Repr` structs for every RoCEv2 header, ICRC, whole frames.
+//! - [`capture`]: reading and writing pcap/pcapng files around the wire layer.
+//! - [`analysis`]: what `xroce dump` makes of a capture (lines, JSON, explanations, summary).
 //! - [`engine`]: the sans-IO RC/UD transport (requester, responder, completer); time is an argument.
 //! - [`sim`]: a deterministic simulated network that drives engines on a virtual clock.
 //! - [`driver`]: moving frames: AF_XDP, kernel UDP socket, in-memory. All `unsafe` lives here.
@@ -10,6 +12,8 @@
 //! - [`tools`]: out-of-band exchanges of ibv_rc_pingpong and perftest, and the tool logic.
 #![forbid(unsafe_op_in_unsafe_fn)]
 
+pub mod analysis;
+pub mod capture;
 pub mod driver;
 pub mod engine;
 pub mod netdev;

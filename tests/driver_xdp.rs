@@ -3,6 +3,9 @@
 //! Each endpoint runs as a child process inside its namespace (`ip netns exec`), because
 //! setns would only move one thread: the child is this same test binary, re-run with
 //! `XROCE_DRIVER_HELPER=<role>` on its `helper` test (see the bottom of the file).
+//!
+//! Built only with the `xdp` feature (`required-features` in Cargo.toml): every test here
+//! opens `driver::xdp`, which does not exist without it.
 mod common;
 
 use common::{hex, unhex, Helper};

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use xroce::wire::capture::read_capture;
+use xroce::capture::read_capture;
 use xroce::wire::parse_frame;
 
 fn fixture(name: &str) -> PathBuf {

@@ -5,8 +5,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use xroce::capture::read_capture;
 use xroce::engine::*;
-use xroce::wire::{self, capture::read_capture, IpRepr, Opcode};
+use xroce::wire::{self, IpRepr, Opcode};
 
 struct Frame {
     ts: Duration,

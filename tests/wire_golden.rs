@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use xroce::wire::capture::{read_capture, LINKTYPE_ETHERNET};
+use xroce::capture::{read_capture, LINKTYPE_ETHERNET};
 use xroce::wire::{parse_frame, parse_frame_verified, NakCode, Opcode, Syndrome, WireError};
 
 fn fixture(name: &str) -> PathBuf {

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use proptest::prelude::*;
-use xroce::wire::capture::read_capture;
+use xroce::capture::read_capture;
 use xroce::wire::*;
 
 // ---------------------------------------------------------------------------------------

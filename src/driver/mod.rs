@@ -29,6 +29,7 @@ pub mod packet;
 pub mod sigpipe;
 pub mod tap;
 pub mod udp;
+#[cfg(feature = "xdp")]
 pub mod xdp;
 
 use std::fmt;
@@ -308,6 +309,12 @@ pub enum DriverError {
     /// The other end of an in-process loopback pair is gone.
     #[error("the peer of this loopback driver was dropped")]
     PeerGone,
+    /// AF_XDP was asked for, but this build has no AF_XDP driver.
+    #[error(
+        "the AF_XDP driver is not available: xroce was built without the `xdp` feature \
+         (rebuild with default features for AF_XDP, or use the UDP driver: --driver udp)"
+    )]
+    XdpNotBuilt,
     /// Loading or attaching the XDP program failed for another reason.
     #[error("XDP program: {reason}")]
     Bpf {

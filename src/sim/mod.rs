@@ -16,12 +16,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::time::Duration;
 
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-use pcap_file::DataLink;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::capture::EthernetPcapWriter;
 use crate::engine::{Engine, MAX_FRAME_LEN};
 use crate::wire::{self, IpRepr, Opcode, Psn, Syndrome};
 
@@ -150,7 +149,7 @@ pub struct Network {
     busy_until: [Duration; 2],
     seq: u64,
     stats: LinkStats,
-    pcap: Option<PcapWriter<BufWriter<File>>>,
+    pcap: Option<EthernetPcapWriter<BufWriter<File>>>,
     trace: Option<Box<dyn Write>>,
     filter: Option<Filter>,
     /// Per direction and destination QP: one past the highest request PSN seen (marks
@@ -193,12 +192,7 @@ impl Network {
     pub fn set_pcap(&mut self, path: &std::path::Path) -> anyhow::Result<()> {
         let file = File::create(path)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
-        let header = PcapHeader {
-            datalink: DataLink::ETHERNET,
-            snaplen: 65535,
-            ..Default::default()
-        };
-        self.pcap = Some(PcapWriter::with_header(BufWriter::new(file), header)?);
+        self.pcap = Some(EthernetPcapWriter::new(BufWriter::new(file), 65535)?);
         Ok(())
     }
 
@@ -243,7 +237,7 @@ impl Network {
     /// Flush the pcap writer and the trace.
     pub fn finish(&mut self) {
         if let Some(p) = self.pcap.take() {
-            let _ = p.into_writer().flush();
+            let _ = p.into_inner().flush();
         }
         if let Some(t) = self.trace.as_mut() {
             let _ = t.flush();
@@ -426,7 +420,7 @@ impl Network {
         };
         self.busy_until[from] = start + tx_time;
         if let Some(p) = self.pcap.as_mut() {
-            let _ = p.write_packet(&PcapPacket::new(start, frame.len() as u32, &frame));
+            let _ = p.write_frame(start, &frame);
         }
         if self.trace.is_some() {
             let retx = self.is_retransmission(from, &frame);

@@ -343,6 +343,9 @@ impl Device {
             .into());
         }
         let (driver, fixed_ip_ident): (Box<dyn Driver>, Option<u16>) = match config.driver {
+            #[cfg(not(feature = "xdp"))]
+            DriverKind::Xdp => return Err(crate::driver::DriverError::XdpNotBuilt.into()),
+            #[cfg(feature = "xdp")]
             DriverKind::Xdp => {
                 let mut xcfg = crate::driver::xdp::XdpConfig::new(ifname);
                 xcfg.queue = config.xdp_queue;

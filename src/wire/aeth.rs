@@ -19,6 +19,7 @@ use core::time::Duration;
 
 use super::bytes::{get_u24, set_u24};
 use super::error::{check_len, Layer, Result};
+use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 
 /// Byte offsets of the AETH fields.
 pub mod field {
@@ -260,6 +261,44 @@ impl AethRepr {
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Aeth<T>) {
         v.set_syndrome(self.syndrome);
         v.set_msn(self.msn);
+    }
+}
+
+impl PrettyPrint for AethRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        out.heading(format_args!("AETH [{at}..{}]  ACK ETH", at + AETH_LEN))?;
+        let meaning = match self.syndrome {
+            Syndrome::Ack { credit: 0x1F } => {
+                "ACK; credit code 31 = the responder does not limit by receive credits (what rxe sends)".into()
+            }
+            Syndrome::Ack { credit } => format!(
+                "ACK; credit code {credit} = {} receive WQEs available at the responder",
+                credit_count(credit).map_or("?".to_string(), |n| n.to_string())
+            ),
+            Syndrome::RnrNak { timer } => format!(
+                "RNR NAK: receiver not ready (no receive WQE); retry this PSN after {:?} (timer code {timer})",
+                rnr_timer(timer)
+            ),
+            Syndrome::Nak(code) => {
+                format!("NAK: {code}; the requester must act on the PSN in this BTH")
+            }
+            Syndrome::Reserved(b) => format!("reserved syndrome 0x{b:02x}"),
+        };
+        out.field(
+            at,
+            1,
+            format_args!("syndrome 0x{:02x}: {meaning}", self.syndrome.to_byte()),
+            IcrcRole::Covered,
+        )?;
+        out.field(
+            at + 1,
+            3,
+            format_args!(
+                "MSN {}: messages the responder has completed (mod 2^24)",
+                self.msn
+            ),
+            IcrcRole::Covered,
+        )
     }
 }
 

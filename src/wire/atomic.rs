@@ -15,8 +15,11 @@
 //! ```
 //! The virtual address must be 8-byte aligned; a responder NAKs a misaligned one.
 
+use std::fmt;
+
 use super::bytes::{get_u32, get_u64, set_u32, set_u64};
 use super::error::{check_len, Layer, Result};
+use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 
 /// Byte offsets of the AtomicETH fields.
 pub mod field {
@@ -198,6 +201,47 @@ impl AtomicAckEthRepr {
     /// Writes the field.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut AtomicAckEth<T>) {
         v.set_orig_data(self.orig_data);
+    }
+}
+
+impl PrettyPrint for AtomicEthRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        let covered = IcrcRole::Covered;
+        out.heading(format_args!("AtomicETH [{at}..{}]", at + ATOMIC_ETH_LEN))?;
+        out.field(
+            at,
+            8,
+            format_args!("virtual address 0x{:x} (8-byte aligned)", self.va),
+            covered,
+        )?;
+        out.field(at + 8, 4, format_args!("R_Key 0x{:x}", self.rkey), covered)?;
+        out.field(
+            at + 12,
+            8,
+            format_args!("swap/add data 0x{:x}", self.swap_add),
+            covered,
+        )?;
+        out.field(
+            at + 20,
+            8,
+            format_args!("compare data 0x{:x}", self.compare),
+            covered,
+        )
+    }
+}
+
+impl PrettyPrint for AtomicAckEthRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        out.heading(format_args!(
+            "AtomicAckETH [{at}..{}]",
+            at + ATOMIC_ACK_ETH_LEN
+        ))?;
+        out.field(
+            at,
+            8,
+            format_args!("original remote data 0x{:x}", self.orig_data),
+            IcrcRole::Covered,
+        )
     }
 }
 

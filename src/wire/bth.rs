@@ -16,9 +16,12 @@
 //! Byte 4 (F, B, resv6) is a *variant* field: switches may change it, so the ICRC covers it
 //! as all ones.
 
+use std::fmt;
+
 use super::bytes::{get_u16, get_u24, set_u16, set_u24};
 use super::error::{check_len, Layer, Result, WireError};
 use super::opcode::Opcode;
+use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 use super::psn::Psn;
 
 /// Byte offsets of the BTH fields.
@@ -234,6 +237,92 @@ impl BthRepr {
         bth.set_dest_qp(self.dest_qp);
         bth.set_ack_req(self.ack_req);
         bth.set_psn(self.psn);
+    }
+}
+
+impl PrettyPrint for BthRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        use super::opcode::{Position, Transport};
+        let covered = IcrcRole::Covered;
+        out.heading(format_args!(
+            "BTH [{at}..{}]  Base Transport Header",
+            at + BTH_LEN
+        ))?;
+        let info = self.opcode.info();
+        let meaning = info.map_or("", |i| i.meaning);
+        let op = self.opcode;
+        out.field(
+            at,
+            1,
+            format_args!("opcode 0x{:02x} {op}: {meaning}", op.0),
+            covered,
+        )?;
+        out.field(
+            at + 1,
+            1,
+            format_args!(
+                "SE {} (solicited event), M {} (MigReq), PadCnt {} (pad bytes before the ICRC), TVer {}",
+                u8::from(self.solicited),
+                u8::from(self.migreq),
+                self.pad_count,
+                self.tver
+            ),
+            covered,
+        )?;
+        let default_partition = if self.pkey == 0xFFFF {
+            " (default partition, full member)"
+        } else {
+            ""
+        };
+        out.field(
+            at + 2,
+            2,
+            format_args!("P_Key 0x{:04x}{default_partition}", self.pkey),
+            covered,
+        )?;
+        out.field(
+            at + 4,
+            1,
+            format_args!(
+                "FECN {}, BECN {}, reserved (congestion marks; switches may set them)",
+                u8::from(self.fecn),
+                u8::from(self.becn)
+            ),
+            IcrcRole::Masked,
+        )?;
+        out.field(
+            at + 5,
+            3,
+            format_args!("destination QP 0x{:x}", self.dest_qp),
+            covered,
+        )?;
+        let ack_req = u8::from(self.ack_req);
+        let ack_meaning = match info {
+            None => format!("AckReq {ack_req}"),
+            Some(i) if i.is_response || !i.is_request => {
+                format!("AckReq {ack_req} (responses and CNPs are never acknowledged)")
+            }
+            Some(i) if self.ack_req => {
+                let why = if matches!(i.position, Position::Last | Position::Only) {
+                    "the last packet of a message: the requester needs the ACK to complete the work request"
+                } else {
+                    "a periodic request inside a long message, so the window keeps moving"
+                };
+                format!("AckReq 1: the responder must acknowledge this packet; {why}")
+            }
+            Some(i) if i.transport == Transport::Rc => {
+                "AckReq 0: no ACK needed now; a later ACK will cover this PSN too (ACKs are cumulative)"
+                    .to_string()
+            }
+            Some(_) => "AckReq 0 (unreliable service: never acknowledged)".to_string(),
+        };
+        out.field(at + 8, 1, ack_meaning, covered)?;
+        out.field(
+            at + 9,
+            3,
+            format_args!("PSN {} (24-bit packet sequence number)", self.psn),
+            covered,
+        )
     }
 }
 

@@ -10,8 +10,11 @@
 //! A Q_Key with the high bit set is a controlled Q_Key (IBTA 10.2.5): the sender's QP may
 //! use it only if privileged, and the sender substitutes its own QP's Q_Key.
 
+use std::fmt;
+
 use super::bytes::{get_u24, get_u32, set_u24, set_u32};
 use super::error::{check_len, Layer, Result};
+use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 
 /// Byte offsets of the DETH fields.
 pub mod field {
@@ -99,6 +102,34 @@ impl DethRepr {
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Deth<T>) {
         v.set_qkey(self.qkey);
         v.set_src_qp(self.src_qp);
+    }
+}
+
+impl PrettyPrint for DethRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        let covered = IcrcRole::Covered;
+        out.heading(format_args!("DETH [{at}..{}]  Datagram ETH", at + DETH_LEN))?;
+        let controlled = if self.qkey & 0x8000_0000 != 0 {
+            " (high bit set: a controlled Q_Key)"
+        } else {
+            ""
+        };
+        out.field(
+            at,
+            4,
+            format_args!(
+                "Q_Key 0x{:08x}: must match the receiving UD QP's Q_Key{controlled}",
+                self.qkey
+            ),
+            covered,
+        )?;
+        out.field(at + 4, 1, "reserved", covered)?;
+        out.field(
+            at + 5,
+            3,
+            format_args!("source QP 0x{:x}: where a reply goes", self.src_qp),
+            covered,
+        )
     }
 }
 

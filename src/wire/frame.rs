@@ -17,6 +17,7 @@
 //! Ethernet, VLAN, IP and UDP headers are parsed and written with `etherparse`; the RoCE
 //! headers with the views in this module's siblings.
 
+use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use etherparse::{
@@ -27,8 +28,9 @@ use etherparse::{
 
 use super::bth::BTH_LEN;
 use super::error::{Layer, Result, WireError};
-use super::icrc::{self, ICRC_LEN};
+use super::icrc::{self, IcrcCheck, ICRC_LEN};
 use super::packet::PacketRepr;
+use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 
 /// The IANA UDP port of RoCEv2.
 pub const ROCEV2_UDP_PORT: u16 = 4791;
@@ -732,6 +734,240 @@ pub fn rxe_udp_source_port(src_qpn: u32, dst_qpn: u32) -> u16 {
     v ^= v >> 40;
     let fl = (v & 0xF_FFFF) as u32;
     (0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14))) as u16
+}
+
+impl PrettyPrint for EthRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        let mac = |m: &[u8; 6]| {
+            let [a, b, c, d, e, f] = *m;
+            format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
+        };
+        let none = IcrcRole::Outside;
+        out.heading(format_args!("Ethernet [{at}..{}]", at + self.buffer_len()))?;
+        out.field(
+            at,
+            6,
+            format_args!("destination MAC {}", mac(&self.dst)),
+            none,
+        )?;
+        out.field(
+            at + 6,
+            6,
+            format_args!("source MAC {}", mac(&self.src)),
+            none,
+        )?;
+        if let Some(v) = self.vlan {
+            out.field(at + 12, 2, "TPID 0x8100: an 802.1Q VLAN tag follows", none)?;
+            out.field(
+                at + 14,
+                2,
+                format_args!(
+                    "PCP {} (priority; PFC class), DEI {}, VLAN {}",
+                    v.pcp,
+                    u8::from(v.dei),
+                    v.vid
+                ),
+                none,
+            )?;
+        }
+        let ether_type_at = at + self.buffer_len() - 2;
+        let name = match EtherType(out.be16(ether_type_at)) {
+            EtherType::IPV4 => "IPv4".to_string(),
+            EtherType::IPV6 => "IPv6".to_string(),
+            other => format!("0x{:04x}", other.0),
+        };
+        out.field(ether_type_at, 2, format_args!("EtherType = {name}"), none)
+    }
+}
+
+/// The IP header; what the repr does not hold (lengths, checksum, options) is read from the
+/// explainer's frame.
+impl PrettyPrint for IpRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        let (covered, masked) = (IcrcRole::Covered, IcrcRole::Masked);
+        match *self {
+            IpRepr::V4 {
+                src,
+                dst,
+                tos,
+                ttl,
+                ident,
+                dont_fragment,
+            } => {
+                let header_len = usize::from(out.bytes(at, 1).first().map_or(5, |b| b & 0xF)) * 4;
+                let header = out.bytes(at, header_len);
+                out.heading(format_args!(
+                    "IPv4 [{at}..{}]  (the ICRC covers it, but sees the variant fields as 0xFF)",
+                    at + header_len
+                ))?;
+                let ihl = if header_len == IPV4_LEN {
+                    "version 4, IHL 5 (20-byte header, no options)".to_string()
+                } else {
+                    format!(
+                        "version 4, IHL {} ({header_len}-byte header with options)",
+                        header_len / 4
+                    )
+                };
+                out.field(at, 1, ihl, covered)?;
+                out.field(
+                    at + 1,
+                    1,
+                    format_args!(
+                        "TOS: DSCP {}, ECN {} (routers may rewrite it)",
+                        tos >> 2,
+                        tos & 3
+                    ),
+                    masked,
+                )?;
+                let total = out.be16(at + 2);
+                out.field(at + 2, 2, format_args!("total length {total}"), covered)?;
+                out.field(
+                    at + 4,
+                    2,
+                    format_args!("identification 0x{ident:04x}"),
+                    covered,
+                )?;
+                let df = if dont_fragment {
+                    "DF set (RoCE is never fragmented)"
+                } else {
+                    "DF clear"
+                };
+                out.field(
+                    at + 6,
+                    2,
+                    format_args!("flags: {df}, fragment offset 0"),
+                    covered,
+                )?;
+                out.field(
+                    at + 8,
+                    1,
+                    format_args!("TTL {ttl} (decremented per hop)"),
+                    masked,
+                )?;
+                out.field(at + 9, 1, "protocol 17 = UDP", covered)?;
+                let checksum = out.be16(at + 10);
+                let ok = if checksum == ipv4_checksum_any(header) {
+                    "ok"
+                } else {
+                    "WRONG"
+                };
+                out.field(
+                    at + 10,
+                    2,
+                    format_args!("header checksum 0x{checksum:04x} ({ok}; recomputed per hop)"),
+                    masked,
+                )?;
+                out.field(at + 12, 4, format_args!("source {src}"), covered)?;
+                out.field(at + 16, 4, format_args!("destination {dst}"), covered)?;
+                if header_len > IPV4_LEN {
+                    let options = header_len - IPV4_LEN;
+                    out.field(
+                        at + IPV4_LEN,
+                        options,
+                        format_args!("{options} bytes of IPv4 options"),
+                        covered,
+                    )?;
+                }
+                Ok(())
+            }
+            IpRepr::V6 {
+                src,
+                dst,
+                traffic_class,
+                flow_label,
+                hop_limit,
+            } => {
+                out.heading(format_args!(
+                    "IPv6 [{at}..{}]  (the ICRC covers it, but sees the variant fields as ones)",
+                    at + IPV6_LEN
+                ))?;
+                out.field(
+                    at,
+                    4,
+                    format_args!(
+                        "version 6, traffic class 0x{traffic_class:02x}, flow label 0x{flow_label:05x}"
+                    ),
+                    IcrcRole::Partly("TC and flow label masked"),
+                )?;
+                let payload_len = out.be16(at + 4);
+                out.field(
+                    at + 4,
+                    2,
+                    format_args!("payload length {payload_len}"),
+                    covered,
+                )?;
+                out.field(at + 6, 1, "next header 17 = UDP", covered)?;
+                out.field(at + 7, 1, format_args!("hop limit {hop_limit}"), masked)?;
+                out.field(at + 8, 16, format_args!("source {src}"), covered)?;
+                out.field(at + 24, 16, format_args!("destination {dst}"), covered)
+            }
+        }
+    }
+}
+
+/// The UDP header of a RoCEv2 frame (port 4791; the ICRC protects the packet, so the
+/// checksum may be 0).
+impl PrettyPrint for UdpHeader {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        let covered = IcrcRole::Covered;
+        out.heading(format_args!("UDP [{at}..{}]", at + UDP_LEN))?;
+        out.field(
+            at,
+            2,
+            format_args!(
+                "source port {} (any value; rxe hashes the QP numbers into it for ECMP)",
+                self.source_port
+            ),
+            covered,
+        )?;
+        let dst = if self.destination_port == ROCEV2_UDP_PORT {
+            "destination port 4791 = RoCEv2".to_string()
+        } else {
+            format!("destination port {}", self.destination_port)
+        };
+        out.field(at + 2, 2, dst, covered)?;
+        out.field(
+            at + 4,
+            2,
+            format_args!("length {} (UDP header + RoCE packet + ICRC)", self.length),
+            covered,
+        )?;
+        let checksum = if self.checksum == 0 {
+            "checksum 0 = not used (the ICRC protects the packet)".to_string()
+        } else {
+            format!("checksum 0x{:04x} (not validated)", self.checksum)
+        };
+        out.field(at + 6, 2, checksum, IcrcRole::Masked)
+    }
+}
+
+/// Every header of the frame in wire order, then the ICRC and any Ethernet padding.
+impl PrettyPrint for ParsedFrame<'_> {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        let o = &self.offsets;
+        self.repr.eth.pretty_print(at, out)?;
+        self.repr.ip.pretty_print(at + o.ip, out)?;
+        let udp = UdpHeader {
+            source_port: self.repr.udp_src_port,
+            destination_port: ROCEV2_UDP_PORT,
+            length: out.be16(at + o.udp + 4),
+            checksum: self.udp_checksum,
+        };
+        udp.pretty_print(at + o.udp, out)?;
+        self.repr.roce.pretty_print(at + o.bth, out)?;
+        let icrc = IcrcCheck {
+            received: self.icrc_received,
+            computed: self.icrc_computed,
+        };
+        icrc.pretty_print(at + o.icrc, out)?;
+        if self.trailer_len > 0 {
+            out.heading(format_args!(
+                "Ethernet padding: {} bytes after the IP packet",
+                self.trailer_len
+            ))?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

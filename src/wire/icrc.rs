@@ -1,5 +1,6 @@
-//! The invariant CRC (IBTA 14.x / RoCEv2 Annex A17.3.3): a CRC-32 over the parts of a
-//! packet that no switch or router may change.
+//! The invariant CRC (IBTA Vol. 1 7.8.1 "Invariant CRC", as RoCEv2 Annex A17.3.3 "ICRC for
+//! RoCEv2 packets" applies it to IP/UDP): a CRC-32 over the parts of a packet that no switch
+//! or router may change.
 //!
 //! Input, in order:
 //! 1. eight `0xFF` bytes, standing in for the InfiniBand LRH that RoCEv2 does not have;
@@ -16,7 +17,11 @@
 //! Masking copies the headers (and, for a small packet, all of it: at most 128 bytes) to the
 //! stack; the rest of the payload is hashed in place, so computing an ICRC never allocates.
 
+use std::fmt;
+
 use crc32fast::Hasher;
+
+use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 
 /// Length of the ICRC trailer.
 pub const ICRC_LEN: usize = 4;
@@ -137,6 +142,39 @@ pub const fn to_wire(icrc: u32) -> [u8; 4] {
 /// Reads a wire ICRC (least significant byte first).
 pub const fn from_wire(bytes: [u8; 4]) -> u32 {
     u32::from_le_bytes(bytes)
+}
+
+/// A packet's ICRC as received, with the one computed over it: the trailer explaining
+/// itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcrcCheck {
+    /// The ICRC the frame carries.
+    pub received: u32,
+    /// The ICRC computed over the frame.
+    pub computed: u32,
+}
+
+impl PrettyPrint for IcrcCheck {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        out.heading(format_args!("ICRC [{at}..{}]", at + ICRC_LEN))?;
+        let verdict = if self.received == self.computed {
+            "matches".to_string()
+        } else {
+            format!(
+                "DOES NOT MATCH the computed 0x{:08x}: the packet was damaged",
+                self.computed
+            )
+        };
+        out.field(
+            at,
+            ICRC_LEN,
+            format_args!(
+                "ICRC 0x{:08x}, sent least significant byte first; {verdict}. Computed as CRC-32 over 8 x 0xFF, then IP header .. pad with the [masked] bytes set to 0xFF",
+                self.received
+            ),
+            IcrcRole::Outside,
+        )
+    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,11 @@
 //! ImmDt is opaque data handed to the receiver's completion; IETH is the R_Key the
 //! receiver must invalidate.
 
+use std::fmt;
+
 use super::bytes::{get_u32, set_u32};
 use super::error::{check_len, Layer, Result};
+use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 
 /// Length of ImmDt and of IETH in bytes.
 pub const IMM_LEN: usize = 4;
@@ -48,6 +51,42 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ImmDt<T> {
     /// Sets the 32-bit value.
     pub fn set_value(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), 0, v);
+    }
+}
+
+/// The ImmDt of a packet as a header of its own (a [`PacketRepr`](super::PacketRepr) holds
+/// the bare value), so that it can explain itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImmDtRepr(pub u32);
+
+/// The IETH of a packet as a header of its own: the R_Key to invalidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IethRepr(pub u32);
+
+impl PrettyPrint for ImmDtRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        out.heading(format_args!("ImmDt [{at}..{}]", at + IMM_LEN))?;
+        out.field(
+            at,
+            IMM_LEN,
+            format_args!(
+                "immediate data 0x{:08x}: delivered in the receiver's completion",
+                self.0
+            ),
+            IcrcRole::Covered,
+        )
+    }
+}
+
+impl PrettyPrint for IethRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        out.heading(format_args!("IETH [{at}..{}]", at + IMM_LEN))?;
+        out.field(
+            at,
+            IMM_LEN,
+            format_args!("R_Key 0x{:08x} the receiver must invalidate", self.0),
+            IcrcRole::Covered,
+        )
     }
 }
 

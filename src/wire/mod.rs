@@ -21,7 +21,6 @@ mod bytes;
 pub mod aeth;
 pub mod atomic;
 pub mod bth;
-pub mod capture;
 pub mod deth;
 pub mod error;
 pub mod frame;
@@ -29,6 +28,7 @@ pub mod icrc;
 pub mod imm;
 pub mod opcode;
 pub mod packet;
+pub mod pretty;
 pub mod psn;
 pub mod reth;
 
@@ -43,9 +43,10 @@ pub use frame::{
     frame_icrc, parse_frame, parse_frame_verified, rxe_udp_source_port, EthRepr, FrameOffsets,
     FrameRepr, IpRepr, ParsedFrame, VlanTag, ROCEV2_UDP_PORT,
 };
-pub use icrc::{icrc_ipv4, icrc_ipv6, ICRC_LEN};
-pub use imm::{Ieth, ImmDt, IMM_LEN};
+pub use icrc::{icrc_ipv4, icrc_ipv6, IcrcCheck, ICRC_LEN};
+pub use imm::{Ieth, IethRepr, ImmDt, ImmDtRepr, IMM_LEN};
 pub use opcode::{known_opcodes, Opcode, OpcodeInfo, Position, Transport};
 pub use packet::{pad_for, PacketRepr, CNP_BODY_LEN};
+pub use pretty::{Explainer, IcrcRole, PrettyPrint};
 pub use psn::Psn;
 pub use reth::{Reth, RethRepr, RETH_LEN};

@@ -7,6 +7,8 @@
 //! opcode alone ([`OpcodeInfo`]). The payload is padded with PadCnt zero bytes to a multiple
 //! of 4, because IBA packets are whole 32-bit words.
 
+use std::fmt;
+
 use super::aeth::{Aeth, AethRepr, AETH_LEN};
 use super::atomic::{
     AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr, ATOMIC_ACK_ETH_LEN, ATOMIC_ETH_LEN,
@@ -14,8 +16,9 @@ use super::atomic::{
 use super::bth::{Bth, BthRepr, BTH_LEN};
 use super::deth::{Deth, DethRepr, DETH_LEN};
 use super::error::{Layer, Result, WireError};
-use super::imm::{ImmDt, IMM_LEN};
+use super::imm::{IethRepr, ImmDt, ImmDtRepr, IMM_LEN};
 use super::opcode::{Opcode, OpcodeInfo, Transport};
+use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 use super::reth::{Reth, RethRepr, RETH_LEN};
 
 /// Length of a CNP's body: 16 reserved bytes (RoCEv2 Annex A17.9.2).
@@ -352,6 +355,57 @@ impl<'a> PacketRepr<'a> {
         let pad = next(usize::from(self.pad_count()));
         buf[pad].fill(0);
         Ok(len)
+    }
+}
+
+/// The BTH, then each extension header in wire order, then payload and pad (the ICRC after
+/// them is the frame's).
+impl PrettyPrint for PacketRepr<'_> {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        self.bth.pretty_print(at, out)?;
+        let mut at = at + BTH_LEN;
+        let mut header = |h: Option<&dyn PrettyPrint>, len: usize| -> fmt::Result {
+            if let Some(h) = h {
+                h.pretty_print(at, out)?;
+                at += len;
+            }
+            Ok(())
+        };
+        header(self.deth.as_ref().map(|h| h as _), DETH_LEN)?;
+        header(self.reth.as_ref().map(|h| h as _), RETH_LEN)?;
+        header(self.atomic_eth.as_ref().map(|h| h as _), ATOMIC_ETH_LEN)?;
+        header(self.aeth.as_ref().map(|h| h as _), AETH_LEN)?;
+        header(
+            self.atomic_ack_eth.as_ref().map(|h| h as _),
+            ATOMIC_ACK_ETH_LEN,
+        )?;
+        header(self.immdt.map(ImmDtRepr).as_ref().map(|h| h as _), IMM_LEN)?;
+        header(self.ieth.map(IethRepr).as_ref().map(|h| h as _), IMM_LEN)?;
+
+        let payload_len = self.payload.len();
+        let pad_at = at + payload_len;
+        out.heading(format_args!(
+            "payload [{at}..{pad_at}]  {payload_len} bytes"
+        ))?;
+        if payload_len > 0 {
+            let what = if payload_len > 16 {
+                "first 16 bytes ..."
+            } else {
+                "data"
+            };
+            out.field(at, payload_len.min(16), what, IcrcRole::Covered)?;
+        }
+        let pad = usize::from(self.bth.pad_count);
+        if pad > 0 {
+            out.heading(format_args!("pad [{pad_at}..{}]", pad_at + pad))?;
+            out.field(
+                pad_at,
+                pad,
+                format_args!("{pad} zero bytes: the packet must be whole 32-bit words"),
+                IcrcRole::Covered,
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -11,8 +11,11 @@
 //! +---------------------------------------------------------------+
 //! ```
 
+use std::fmt;
+
 use super::bytes::{get_u32, get_u64, set_u32, set_u64};
 use super::error::{check_len, Layer, Result};
+use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 
 /// Byte offsets of the RETH fields.
 pub mod field {
@@ -111,6 +114,37 @@ impl RethRepr {
         v.set_va(self.va);
         v.set_rkey(self.rkey);
         v.set_dma_len(self.dma_len);
+    }
+}
+
+impl PrettyPrint for RethRepr {
+    fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+        let covered = IcrcRole::Covered;
+        out.heading(format_args!("RETH [{at}..{}]  RDMA ETH", at + RETH_LEN))?;
+        out.field(
+            at,
+            8,
+            format_args!(
+                "virtual address 0x{:x} in the responder's memory region",
+                self.va
+            ),
+            covered,
+        )?;
+        out.field(
+            at + 8,
+            4,
+            format_args!(
+                "R_Key 0x{:x}: the key that grants access to that region",
+                self.rkey
+            ),
+            covered,
+        )?;
+        out.field(
+            at + 12,
+            4,
+            format_args!("DMA length {} bytes for the whole message", self.dma_len),
+            covered,
+        )
     }
 }
 

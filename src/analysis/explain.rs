@@ -1,0 +1,50 @@
+//! `xroce dump --explain`: a heading per frame, then every header explaining itself
+//! ([`PrettyPrint`]).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::capture::{link_type_name, CapturedFrame};
+use crate::wire::frame::ETH_LEN;
+use crate::wire::{ParsedFrame, PrettyPrint};
+
+use super::addresses;
+
+/// Frame `f`, `rel` after the capture's first, field by field. `ethernet` is the frame as
+/// Ethernet (see [`crate::capture::to_ethernet`]) and `p` its parse.
+pub fn explain_frame(
+    f: &CapturedFrame,
+    ethernet: &[u8],
+    rel: Duration,
+    p: &ParsedFrame<'_>,
+) -> String {
+    let mut t = String::new();
+    let (src, dst) = addresses(p);
+    let _ = writeln!(
+        t,
+        "=== frame #{} at {:.6} s: {} bytes, {} > {}, {} ===",
+        f.number,
+        rel.as_secs_f64(),
+        f.data.len(),
+        src,
+        dst,
+        p.repr.roce.bth.opcode
+    );
+    if ethernet != &f.data[..] {
+        let link_len = f.data.len() + ETH_LEN - ethernet.len();
+        let what = if link_len == 0 {
+            "no link header; a stand-in Ethernet header is shown".to_string()
+        } else {
+            format!("its {link_len}-byte link header is shown as the Ethernet header it stands for")
+        };
+        let _ = writeln!(
+            t,
+            "  (link type {} {}: {what}; offsets count from that)",
+            f.link_type,
+            link_type_name(f.link_type),
+        );
+    }
+    t.push_str(&p.explain(ethernet, 0, 1));
+    t.push('\n');
+    t
+}
