@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::frame_line;
 use crate::netdev::{Gid, IbMtu};
 use crate::tools::endpoint::{
     poll_one, ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
@@ -36,6 +37,7 @@ use crate::tools::json_line::{gid_from_hex, gid_hex, recv_json, send_json};
 use crate::tools::setup::{random_psn, OobStream, SETUP_TIMEOUT};
 use crate::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
 use crate::verbs::{Device, DeviceConfig, TracedFrame};
+use crate::wire::parse_frame;
 
 /// How long one operation, or one of the server's receive completions, may take.
 const WAIT: Duration = Duration::from_secs(10);
@@ -714,7 +716,9 @@ pub fn server_counters(dev: &Device, out: &mut dyn Write) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// The client's packet trace, at most `limit` lines, with a key to what it shows.
+/// The client's packet trace, at most `limit` lines, with a key to what it shows. Each frame
+/// is the line `xroce dump` prints for it ([`frame_line`]), numbered as `xroce dump` numbers
+/// the frames of the demo's `--pcap` file and timed from the first.
 pub fn print_trace(
     frames: &[TracedFrame],
     limit: usize,
@@ -723,11 +727,13 @@ pub fn print_trace(
     writeln!(out, "\nPacket trace (client side; → sent, ← received):")?;
     writeln!(
         out,
-        "  Every packet carries a PSN (packet sequence number, 24 bits). A message longer than\n  \
-         the path MTU is split into FIRST, MIDDLE..., LAST packets; AckReq asks the responder\n  \
-         to acknowledge. The ACK's AETH says ACK (or NAK) and the MSN, the count of messages\n  \
-         the responder has completed. RETH carries the remote address, R_Key and length of an\n  \
-         RDMA WRITE or READ; AtomicETH the operands of an atomic."
+        "  Each line is what `xroce dump` shows of the frame: number, seconds since the first,\n  \
+         addresses, opcode, destination QP and PSN (packet sequence number, 24 bits). A message\n  \
+         longer than the path MTU is split into FIRST, MIDDLE..., LAST packets; flags=A (AckReq)\n  \
+         asks the responder to acknowledge. The ACK's AETH says ACK (or NAK) and the MSN, the\n  \
+         count of messages the responder has completed. A RETH (va, rkey, dma_len) carries the\n  \
+         remote address, R_Key and length of an RDMA WRITE or READ; an AtomicETH the operands\n  \
+         of an atomic, orig_data the value it found."
     )?;
     let lines = trace_lines(frames);
     let shown = lines.len().min(limit);
@@ -745,89 +751,55 @@ pub fn print_trace(
     Ok(())
 }
 
-/// One line per frame, runs of MIDDLE packets folded into one.
+/// One line per frame, each run of MIDDLE packets in one direction folded into one line.
 fn trace_lines(frames: &[TracedFrame]) -> Vec<String> {
-    let mut lines: Vec<String> = Vec::new();
+    let first_at = frames.first().map_or(Duration::ZERO, |f| f.at);
+    let middle_name = |f: &TracedFrame| {
+        parse_frame(&f.bytes)
+            .ok()
+            .map(|p| p.repr.roce.bth.opcode.name())
+            .filter(|name| name.contains("MIDDLE"))
+    };
+    let mut lines = Vec::new();
     let mut i = 0;
     while i < frames.len() {
         let f = &frames[i];
         let arrow = if f.outgoing { "→" } else { "←" };
-        let Ok(parsed) = crate::wire::parse_frame(&f.bytes) else {
+        let number = i + 1;
+        let Ok(parsed) = parse_frame(&f.bytes) else {
             lines.push(format!(
-                "{:>9.3} ms {arrow} (not a RoCE frame, {} bytes)",
-                ms(f.at),
+                "{arrow} #{number:<5} (not a RoCE frame, {} bytes)",
                 f.bytes.len()
             ));
             i += 1;
             continue;
         };
-        let roce = &parsed.repr.roce;
-        let name = roce.bth.opcode.name();
-        if name.contains("MIDDLE") {
-            let mut j = i + 1;
-            while j < frames.len()
-                && frames[j].outgoing == f.outgoing
-                && crate::wire::parse_frame(&frames[j].bytes)
-                    .map(|p| p.repr.roce.bth.opcode.name() == name)
-                    .unwrap_or(false)
-            {
-                j += 1;
-            }
-            if j - i > 1 {
+        let bth = &parsed.repr.roce.bth;
+        if let Some(name) = middle_name(f) {
+            let run = frames[i..]
+                .iter()
+                .take_while(|g| g.outgoing == f.outgoing && middle_name(g) == Some(name))
+                .count();
+            if run > 1 {
+                let last = &frames[i + run - 1];
+                let last_psn = parse_frame(&last.bytes).map_or(bth.psn, |p| p.repr.roce.bth.psn);
+                let numbers = format!("#{number}..#{}", number + run - 1);
                 lines.push(format!(
-                    "{:>9.3} ms {arrow} {} x {name} (PSN {:#08x} ..), {} bytes each",
-                    ms(f.at),
-                    j - i,
-                    roce.bth.psn.value(),
-                    roce.payload.len()
+                    "{arrow} {numbers:<6} {:>10.6}  {run} x {name}  qp=0x{:x} psn={}..{last_psn} payload={} each",
+                    f.at.saturating_sub(first_at).as_secs_f64(),
+                    bth.dest_qp,
+                    bth.psn,
+                    parsed.repr.roce.payload.len()
                 ));
-                i = j;
+                i += run;
                 continue;
             }
         }
-        let mut extra = String::new();
-        if let Some(reth) = &roce.reth {
-            extra += &format!(
-                " RETH va {:#x} rkey {:#x} len {}",
-                reth.va, reth.rkey, reth.dma_len
-            );
-        }
-        if let Some(aeth) = &roce.aeth {
-            extra += &format!(" AETH {} msn {}", aeth.syndrome, aeth.msn);
-        }
-        if let Some(imm) = roce.immdt {
-            extra += &format!(" imm {imm:#x}");
-        }
-        if let Some(a) = &roce.atomic_eth {
-            extra += &format!(
-                " AtomicETH va {:#x} add/swap {:#x} compare {:#x}",
-                a.va, a.swap_add, a.compare
-            );
-        }
-        if let Some(a) = &roce.atomic_ack_eth {
-            extra += &format!(" original value {:#x}", a.orig_data);
-        }
-        lines.push(format!(
-            "{:>9.3} ms {arrow} {name} QP {:#x} PSN {:#08x}{}{} {} B payload{}",
-            ms(f.at),
-            roce.bth.dest_qp,
-            roce.bth.psn.value(),
-            if roce.bth.ack_req { " AckReq" } else { "" },
-            extra,
-            roce.payload.len(),
-            if parsed.icrc_ok() {
-                ""
-            } else {
-                " (ICRC not checkable here)"
-            }
-        ));
+        let line = frame_line(number, f.at.saturating_sub(first_at), &parsed);
+        lines.push(format!("{arrow} {}", line.trim_end()));
         i += 1;
     }
     lines
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 #[cfg(test)]
@@ -880,6 +852,69 @@ mod tests {
                 assert!(remote >= base && remote - base + len as u64 <= server.total() as u64);
             }
         }
+    }
+
+    #[test]
+    fn trace_lines_are_dump_lines_with_middle_runs_folded() {
+        // rxe's ib_write_bw: TCP set-up frames, then 4 KiB WRITEs as FIRST, 2 x MIDDLE, LAST.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/rxe_write_bw.pcap"
+        );
+        let captured = crate::capture::read_capture(path).unwrap();
+        let sender = "198.18.0.12";
+        let t0 = captured[0].timestamp;
+        let frames: Vec<TracedFrame> = captured
+            .iter()
+            .map(|c| TracedFrame {
+                at: c.timestamp - t0 + Duration::from_secs(5),
+                outgoing: parse_frame(&c.data).map_or(true, |p| match p.repr.ip {
+                    crate::wire::IpRepr::V4 { src, .. } => src.to_string() == sender,
+                    crate::wire::IpRepr::V6 { .. } => false,
+                }),
+                bytes: c.data.clone(),
+            })
+            .collect();
+        let lines = trace_lines(&frames);
+        let mut number = 1;
+        let mut folded = 0;
+        for line in &lines {
+            let (arrow, rest) = line.split_once(' ').unwrap();
+            let f = &frames[number - 1];
+            assert_eq!(arrow, if f.outgoing { "→" } else { "←" }, "{line}");
+            if let Some((range, _)) = rest.split_once(' ').filter(|(r, _)| r.contains("..")) {
+                let run = number..=(number + 1);
+                assert_eq!(range, format!("#{}..#{}", run.start(), run.end()), "{line}");
+                assert!(
+                    rest.contains(" 2 x RC_RDMA_WRITE_MIDDLE  qp=0x13 psn="),
+                    "{line}"
+                );
+                folded += 1;
+                number += 2;
+                continue;
+            }
+            match parse_frame(&f.bytes) {
+                Ok(p) => {
+                    let rel = f.at - frames[0].at;
+                    assert_eq!(rest, frame_line(number, rel, &p).trim_end());
+                }
+                Err(_) => assert_eq!(
+                    rest,
+                    format!("#{number:<5} (not a RoCE frame, {} bytes)", f.bytes.len())
+                ),
+            }
+            number += 1;
+        }
+        assert_eq!(number - 1, frames.len(), "every frame is on a line");
+        // 20 WRITEs of two MIDDLEs each; in 4 of them an ACK or a TCP segment comes between
+        // the two (as `xroce dump` of the file shows), so those stay two lines.
+        assert_eq!(folded, 16);
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("← ") && l.contains("RC_ACKNOWLEDGE")));
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("→ ") && l.contains("RC_RDMA_WRITE_FIRST")));
     }
 
     #[test]
