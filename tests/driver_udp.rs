@@ -2,6 +2,8 @@
 //! wire carries a correct ICRC (checked on frames captured off a veth, and by the AF_XDP
 //! driver receiving them).
 mod common;
+#[path = "common/packet.rs"]
+mod packet;
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
@@ -10,7 +12,7 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "xdp")]
 use common::Helper;
 use common::{hex, unhex};
-use xroce::driver::packet::{Direction, PacketSocket};
+use packet::{Direction, PacketSocket};
 use xroce::driver::udp::{unique_loopback_v4, UdpConfig, UdpDriver};
 #[cfg(feature = "xdp")]
 use xroce::driver::xdp::{XdpConfig, XdpDriver};

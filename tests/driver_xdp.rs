@@ -7,6 +7,8 @@
 //! Built only with the `xdp` feature (`required-features` in Cargo.toml): every test here
 //! opens `driver::xdp`, which does not exist without it.
 mod common;
+#[path = "common/packet.rs"]
+mod packet;
 
 use common::{hex, unhex, Helper};
 
@@ -16,7 +18,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use etherparse::{PacketBuilder, VlanId};
-use xroce::driver::packet::{Direction, PacketSocket};
+use packet::{Direction, PacketSocket};
 use xroce::driver::xdp::{AttachMode, XdpConfig, XdpDriver, ZeroCopy};
 use xroce::driver::{poll_readable, Driver, DriverError};
 use xroce::netns::{LinkConfig, VethLink};

@@ -2,11 +2,16 @@
 //! lengths beyond 2^31, VAs near u64::MAX in retries, memory that goes away under a
 //! streaming READ, misaligned atomics, and completion queues that overflow. Run with overflow
 //! checks (the dev profile): an arithmetic overflow on a peer's value is a panic here.
+#[path = "common/hostile.rs"]
+mod hostile;
+#[path = "common/pair.rs"]
+mod pair;
+
 use std::time::Duration;
 
+use hostile::Forged;
+use pair::{drain, Pair, PairOptions};
 use xroce::engine::*;
-use xroce::sim::hostile::Forged;
-use xroce::sim::pair::{drain, Pair, PairOptions};
 use xroce::sim::workload::{connect, WorkloadConfig, IP_A, IP_B, MAC_A, MAC_B};
 use xroce::wire::{self, NakCode, Opcode, Syndrome};
 
@@ -68,7 +73,7 @@ fn state(e: &Engine, qpn: u32) -> QpState {
 }
 
 /// Issue 10 item 5, the exact scenario: a zero-length READ with a VA near u64::MAX (and a
-/// wrong R_Key: with length 0 neither is checked, IBTA 9.4.3) is answered with one empty
+/// wrong R_Key: with length 0 neither is checked, IBTA 9.4) is answered with one empty
 /// READ RESPONSE ONLY. A duplicate with the same PSN and a non-zero length is not a replay of
 /// what was accepted: it is dropped and counted (never a panic, never an access), while an
 /// exact duplicate is replayed, and the QP goes on serving.
@@ -356,7 +361,7 @@ fn mr_deregistered_mid_stream_over_the_link() {
     assert_eq!(p.a().counters().retry_exceeded_err, 0);
 }
 
-/// Issue 10 item 11: a misaligned atomic is NAKed Invalid Request (IBTA 9.4.5 with the
+/// Issue 10 item 11: a misaligned atomic is NAKed Invalid Request (IBTA 9.4 with the
 /// responder's class C errors; rxe does the same), so the requester sees REM_INV_REQ_ERR, and
 /// memory is untouched.
 #[test]
@@ -438,7 +443,7 @@ fn events(e: &mut Engine) -> Vec<Event> {
 
 /// Issue 10 item 12, send side: the second signaled WRITE cannot be completed into a CQ of
 /// depth 1. The CQ raises a CQ error event and takes nothing more, the QP enters ERR with a
-/// QP fatal event (IBTA 11.6.3.2), and what the CQ already held can still be polled.
+/// QP fatal event (IBTA 10.10.2.3), and what the CQ already held can still be polled.
 #[test]
 fn send_cq_overflow_moves_the_qp_to_error() {
     let mut p = Pair::new(PairOptions::default());

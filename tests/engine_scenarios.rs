@@ -1,13 +1,16 @@
 //! Deterministic scenario tests of the RC/UD transport: each test provokes one behaviour
 //! with an exact frame filter on the simulated link and checks completions, memory and
 //! counters.
+#[path = "common/pair.rs"]
+mod pair;
+
 use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
+use pair::{drain, Pair, PairOptions};
 use xroce::engine::*;
-use xroce::sim::pair::{drain, Pair, PairOptions};
 use xroce::sim::{FrameInfo, Verdict};
 use xroce::wire::{self, Opcode, Syndrome};
 
@@ -272,7 +275,7 @@ fn local_ack_timeout_exhaustion() {
     assert!(matches!(p.a().poll_event(), Some(Event::QpFatal(q)) if q == qa));
 }
 
-/// retry_cnt 7 is seven retries (IBTA Vol. 1 9.7.5.2.8), not "forever" as rxe makes it
+/// retry_cnt 7 is seven retries (IBTA Vol. 1 9.7), not "forever" as rxe makes it
 /// (docs/interop.md, observed with `rxe_blackout_retry_cnt_7`): eight sends, then RETRY_EXC_ERR.
 #[test]
 fn retry_cnt_7_is_finite() {

@@ -80,7 +80,7 @@ enum Recovery {
     NaksAndRetransmitsBothSides,
     /// One packet sent at least 9 times by the client (the original and 8 retries): more
     /// than `retry_cnt` 7 allows, which the spec makes the largest finite limit (IBTA Vol. 1
-    /// 9.7.5.2.8) and rxe treats as "retry forever".
+    /// 9.7) and rxe treats as "retry forever".
     RetriesPastSeven,
 }
 use Recovery::*;
@@ -418,7 +418,7 @@ const CASES: &[Case] = &[
         opcodes: MR_ALL, loss_evidence: None, state: State::Runs },
     // The rest of the matrix under loss and reordering: every tool, both roles, completes;
     // pingpong -c and mr-check check the data. UD pingpong is left out on purpose: UD has no
-    // recovery (IBTA 9.8.4), so a lost datagram leaves ibv_ud_pingpong waiting forever.
+    // recovery (IBTA 9.8), so a lost datagram leaves ibv_ud_pingpong waiting forever.
     Case { name: "xroce_srv_loss_mr_read_write_1m", mtu: 1500, netem: Some(LOSS),
         server: (HOST, "{xroce} mr-check server -d eth0 -g 1 --size 1048576"),
         client: (G1, "timeout 150 lab-mr.py client --size 1048576 {srv}"),
@@ -776,7 +776,7 @@ fn decode(frame: &[u8]) -> Option<RoceFrame> {
     let syndrome = matches!(opcode, 0x0d | 0x0f | 0x10 | 0x11 | 0x12)
         .then(|| bth.get(12).copied())
         .flatten();
-    // ICRC (IBTA Annex A17, RoCEv2): CRC-32 over 8 bytes of 0xFF, then IP/UDP/BTH/payload with the
+    // ICRC (IBTA Annex A17.3.3): CRC-32 over 8 bytes of 0xFF, then IP/UDP/BTH/payload with the
     // variant fields (TOS, TTL, IP checksum, UDP checksum, BTH FECN/BECN/resv byte) set to 1s;
     // sent least-significant byte first.
     let mut masked = ip.to_vec();

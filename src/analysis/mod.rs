@@ -339,7 +339,7 @@ fn summary_text(s: &CaptureSummary) -> String {
     for (op, n) in &s.per_opcode {
         let _ = writeln!(t, "  {n:>6}  0x{op:02x} {}", Opcode(*op));
     }
-    // Loss recovery as each side performed it (IBTA Vol. 1 9.7.5: NAK a gap, go back, retry).
+    // Loss recovery as each side performed it (IBTA Vol. 1 9.7: NAK a gap, go back, retry).
     let _ = writeln!(t, "per sender:");
     for (src, st) in &s.senders {
         let _ = write!(

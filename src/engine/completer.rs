@@ -28,7 +28,7 @@ pub(crate) fn handle_response(
     }
     let psn = pkt.bth.psn;
     if !psn.is_before(qp.req.high_psn) {
-        // Ghost or out-of-window: acknowledges something never sent (9.7.5.2.1 C9-171).
+        // Ghost or out-of-window: acknowledges something never sent (IBTA 9.7).
         sh.counters.drops.ghost_ack += 1;
         return;
     }
@@ -163,8 +163,8 @@ fn advance_una(qp: &mut Qp, to: Psn) -> bool {
 }
 
 /// Complete every SEND/WRITE WQE whose last PSN is at or before `p` (ACK coalescing,
-/// 9.7.5.1.6). A READ or ATOMIC covered by `p` whose response never came is an implied NAK
-/// (9.7.5.2.4 / C9-178): its responses were lost, so it is retried. Returns false if a
+/// 9.7.5.1.2). A READ or ATOMIC covered by `p` whose response never came is an implied NAK
+/// (IBTA 9.7): its responses were lost, so it is retried. Returns false if a
 /// retry started or the QP failed.
 fn ack_through(qp: &mut Qp, sh: &mut DeviceState, now: Duration, p: Psn) -> bool {
     if p.is_before(qp.req.una) {
@@ -335,7 +335,7 @@ fn gap_retry(qp: &mut Qp, sh: &mut DeviceState, now: Duration, psn: Psn) {
 }
 
 /// After a retry that resumes inside a READ or ATOMIC whose responses broke off, hold back
-/// the WQEs behind it. The responder answers strictly in PSN order (IBTA 9.7.5.1.5, as rxe
+/// the WQEs behind it. The responder answers strictly in PSN order (IBTA 9.7, as rxe
 /// does): whatever it still owes for the later requests comes before the replay and is
 /// discarded here, and duplicates of the later requests sent now would only queue more
 /// responses to discard. They are resent once the retried operation's responses flow
@@ -354,7 +354,7 @@ fn hold_behind_retried_read(qp: &mut Qp) {
 }
 
 /// Go-back-N from `psn`, spending one transport retry. retry_cnt 7 is seven retries, as the
-/// spec has it (IBTA Vol. 1 9.7.5.2.8; only rnr_retry has an "infinite" 7). rxe retries
+/// spec has it (IBTA Vol. 1 9.7; only rnr_retry has an "infinite" 7). rxe retries
 /// forever at 7 (docs/interop.md); hardware HCAs and xroce do not, so a vanished peer ends
 /// in RETRY_EXC_ERR instead of a hang.
 fn retry(qp: &mut Qp, sh: &mut DeviceState, now: Duration, psn: Psn) {

@@ -14,7 +14,7 @@ pub(crate) struct Cq {
     pub armed: Option<bool>,
     pub overruns: u64,
     /// The CQ overflowed: it is in the error state and takes no more completions (IBTA
-    /// 11.6.3.2 "CQ Error": CQEs can no longer be posted to it). What it holds can still be
+    /// 10.10.2.3, "CQ Error": CQEs can no longer be posted to it). What it holds can still be
     /// polled.
     pub error: bool,
 }
@@ -54,7 +54,7 @@ impl CqTable {
     }
 
     /// Add a completion. Returns false if it was lost: the CQ is full (the first time, it
-    /// enters the error state and raises [`Event::CqError`], IBTA 11.6.3.2 affiliated
+    /// enters the error state and raises [`Event::CqError`], IBTA 10.10.2.3 affiliated
     /// asynchronous error "CQ Error", caused by a CQ overrun) or already in error. The caller
     /// decides what that means for its QP; live paths use [`post`].
     pub fn push(
@@ -91,7 +91,7 @@ impl CqTable {
 /// Post a completion of `qp` to `cq`. If the CQ cannot take it (overrun, or in error since an
 /// earlier overrun), the completion is lost and the QP cannot report its work any more: it
 /// enters the error state with [`Event::QpFatal`] ("Local Work Queue Catastrophic Error",
-/// IBTA 11.6.3.2; rxe's RESPST_ERR_CQ_OVERFLOW moves the QP to error the same way), its
+/// IBTA 10.10.2.3; rxe's RESPST_ERR_CQ_OVERFLOW moves the QP to error the same way), its
 /// other WRs are flushed. Returns false in that case, so the caller stops (no ACK for a
 /// message whose completion was lost).
 pub(crate) fn post(qp: &mut Qp, sh: &mut DeviceState, cq: CqId, wc: Wc, solicited: bool) -> bool {

@@ -95,7 +95,7 @@ fn validate_values(attr: &QpAttr, mask: QpAttrMask, cfg: &EngineConfig) -> Resul
 }
 
 /// In SQD with `en_sqd_async_notify`: raise `Event::SqDrained` once no started WQE is left
-/// outstanding (IBTA 10.3.1 "SQ Drain").
+/// outstanding (IBTA 10.3.1, "SQ Drain").
 pub(crate) fn check_sq_drained(qp: &mut Qp, sh: &mut DeviceState) {
     if qp.state() == QpState::Sqd
         && qp.attr.en_sqd_async_notify
@@ -108,7 +108,7 @@ pub(crate) fn check_sq_drained(qp: &mut Qp, sh: &mut DeviceState) {
 }
 
 /// Move a QP to the error state: every outstanding WR completes with WR_FLUSH_ERR, in order
-/// (IBTA 10.3.1 "Error state"); queued NAKs are still sent.
+/// (IBTA 10.3.1, the Error state); queued NAKs are still sent.
 pub(crate) fn flush_qp(qp: &mut Qp, sh: &mut DeviceState) {
     qp.attr.qp_state = QpState::Err;
     qp.attr.cur_qp_state = QpState::Err;

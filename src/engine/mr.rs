@@ -3,7 +3,7 @@
 //! `Engine::mr_read` / `mr_write`.
 //!
 //! Keys are `index << 8 | tag`: the low byte changes each time a slot is reused, so a stale
-//! key of a deregistered MR does not match its successor (IBTA 10.6.3.1 "key" portion).
+//! key of a deregistered MR does not match its successor (IBTA 10.6.3, the "key" portion).
 use super::types::{Access, PdId, Sge};
 
 /// One registered memory region.
@@ -119,7 +119,7 @@ impl MrTable {
         self.slots.iter().flatten().any(|m| m.pd == pd)
     }
 
-    /// Check a remote access through an R_Key (responder side, IBTA 9.7.5.1.3 / C9-88).
+    /// Check a remote access through an R_Key (responder side, IBTA 9.7.4.1.5).
     pub fn check_remote(
         &self,
         rkey: u32,

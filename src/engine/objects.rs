@@ -60,7 +60,7 @@ impl Engine {
     /// Register a zero-filled memory region of `len` bytes that the engine owns.
     pub fn reg_mr(&mut self, pd: PdId, len: usize, access: Access) -> Result<MrInfo, EngineError> {
         self.check_pd(pd)?;
-        // Remote write/atomic access requires local write (IBTA 10.6.3.1; ibv_reg_mr(3)).
+        // Remote write/atomic access requires local write (ibv_reg_mr(3); IBTA 10.6).
         if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
             && !access.contains(Access::LOCAL_WRITE)
         {

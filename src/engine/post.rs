@@ -32,7 +32,7 @@ impl Engine {
         }
         let wqe = requester::make_wqe(qp, &self.sh, wr)?;
         if state == QpState::Err {
-            // IBTA 10.8.3.3: WRs posted in the error state complete with a flush error.
+            // IBTA 10.3.1 (Error state): WRs posted in the error state complete with a flush error.
             let wc = requester::wc_for(qp, &wqe, WcStatus::WrFlushErr);
             self.sh.cqs.push(qp.send_cq, wc, false, &mut self.sh.events);
             return Ok(());

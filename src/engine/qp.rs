@@ -101,8 +101,8 @@ pub(crate) struct Requester {
     /// A READ/ATOMIC is being retried after its responses broke off: request packets at or
     /// after this PSN (the WQEs behind it, already sent once) wait until the retried
     /// operation's responses flow again, so the responder is not handed a flood of duplicate
-    /// requests whose answers would queue behind it and be discarded (IBTA 9.7.5.1.5 and
-    /// C9-178 allow resending them later).
+    /// requests whose answers would queue behind it and be discarded (IBTA 9.7 allows
+    /// resending them later).
     pub retry_hold: Option<Psn>,
 }
 
@@ -124,7 +124,7 @@ pub(crate) enum InProgress {
     },
 }
 
-/// A saved READ or ATOMIC so a duplicate request can be answered (IBTA 9.7.5.1.5).
+/// A saved READ or ATOMIC so a duplicate request can be answered (IBTA 9.7).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SavedResource {
     Read {

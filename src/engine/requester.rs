@@ -1,4 +1,4 @@
-//! The requester: turns send WQEs into request packets (IBTA 9.7.1–9.7.4).
+//! The requester: turns send WQEs into request packets (IBTA 9.7, reliable service).
 //!
 //! Each call of [`next_request`] produces at most one packet of the WQE at `send_idx`,
 //! segmented by the path MTU, and moves `next_psn` on. Transmission stops at the 128-PSN
@@ -53,7 +53,7 @@ pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe
     if wr.op.is_atomic() && len != 8 {
         return bad(format!("atomic needs an 8-byte SGE list, got {len} bytes"));
     }
-    // A misaligned atomic is still posted: the responder NAKs it (C9-163), which is the
+    // A misaligned atomic is still posted: the responder NAKs it (class C), which is the
     // behaviour a conformance test wants to see on the wire.
     if qp.qp_type == QpType::Ud && len > qp.mtu() {
         return bad(format!(
@@ -199,7 +199,7 @@ fn may_send(qp: &Qp, idx: usize) -> bool {
                 .filter(|w| w.op.is_read_or_atomic())
                 .count()
         };
-        // Fence (IBTA 10.8.3.3): wait for every earlier READ/ATOMIC to complete.
+        // Fence (IBTA 10.8.3, ordering rules): wait for every earlier READ/ATOMIC to complete.
         if wqe.fence && rd_atomic_before() > 0 {
             return false;
         }
@@ -308,7 +308,7 @@ fn read_request(wqe: &SendWqe, k: u32, npkts: u32, mtu: u32, pkt: &mut OutPacket
     let WrOp::Read { remote_addr, rkey } = wqe.op else {
         return 1;
     };
-    // A retried READ asks only for the part not yet received (IBTA 9.7.4.1.4).
+    // A retried READ asks only for the part not yet received (IBTA 9.4.4).
     // k < npkts, so k * mtu < len + mtu: computed in u64 it cannot overflow.
     let offset = k as u64 * mtu as u64;
     pkt.opcode = Opcode::RC_RDMA_READ_REQUEST;
@@ -434,7 +434,7 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
         _ => Opcode::UD_SEND_ONLY,
     };
     let mut pkt = OutPacket::new(dest.av, dest.remote_qpn, opcode, psn);
-    // IBTA 10.2.4 (C10-15): a Q_Key with the top bit set means "use the QP's own Q_Key".
+    // IBTA 3.5.3: a Q_Key with the top bit set means "use the QP's own Q_Key".
     let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
         qp.attr.qkey
     } else {

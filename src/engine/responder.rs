@@ -29,7 +29,8 @@ const MAX_QUEUED_RESPONSES: usize = 1024;
 /// The largest message a request may carry or ask for: 2^31 bytes, what `max_msg_sz`
 /// announces. A longer RETH DMA length is an invalid request: "the length specified in an
 /// RDMA request is greater than 2^31 bytes" is one of the causes of a Remote Invalid Request
-/// the IBTA lists for that completion status (ibv_poll_cq(3) quotes it); rxe checks the same
+/// listed for that completion status (vendor manuals quote it, e.g. Marvell FastLinQ's RoCE
+/// error table); rxe checks the same
 /// (`check_length`, class C, NAK Invalid Request).
 pub(crate) const MAX_MESSAGE_LEN: u64 = 1 << 31;
 
@@ -89,8 +90,8 @@ fn ack(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) {
     );
 }
 
-/// A class A or C responder error (IBTA 9.9.3.1.1, 9.9.3.1.3): NAK `code` at `psn`; the
-/// receive WQE in use (if any) completes with `status`; the QP goes to ERR.
+/// A class A or C responder error (IBTA 9.9.3.1, Table 63; class C: 9.9.3.1.3): NAK `code`
+/// at `psn`; the receive WQE in use (if any) completes with `status`; the QP goes to ERR.
 fn fatal(qp: &mut Qp, sh: &mut DeviceState, psn: Psn, code: NakCode, status: WcStatus) {
     let msn = qp.resp.msn;
     queue(
@@ -134,10 +135,10 @@ pub(crate) enum ResponderError {
     UnsupportedOpcode,
     /// The RETH or AtomicETH the opcode needs is missing. Silent drop.
     MissingHeader,
-    /// The PSN is ahead of the expected PSN: packets were lost (IBTA 9.7.5.1.1). Class B
-    /// (9.9.3.1.2): one PSN sequence error NAK per gap, the QP state does not change.
+    /// The PSN is ahead of the expected PSN: packets were lost (IBTA 9.7, RC responder). Class B
+    /// (9.9.3.1, Table 63): one PSN sequence error NAK per gap, the QP state does not change.
     PsnAhead,
-    /// The PSN is behind the expected PSN: a duplicate (IBTA 9.7.5.1.5, C9-105). Not
+    /// The PSN is behind the expected PSN: a duplicate (IBTA 9.7, C9-105). Not
     /// executed again; re-acknowledged or answered from a saved resource.
     Duplicate,
     /// A MIDDLE/LAST that continues no message of its kind, or a FIRST/ONLY/READ/ATOMIC in
@@ -148,8 +149,8 @@ pub(crate) enum ResponderError {
     /// receive WQE in use completes with LOC_LEN_ERR.
     PacketLength,
     /// A SEND (FIRST/ONLY) or a WRITE with immediate (LAST/ONLY) finds no receive WQE (IBTA
-    /// 9.7.5.1.4). RNR NAK; the PSN is not consumed. A WRITE without immediate consumes no
-    /// WQE (C10-87, IBTA 10.7.2.2).
+    /// 9.7, RC responder). RNR NAK (9.7.5.2.8); the PSN is not consumed. A WRITE without
+    /// immediate consumes no WQE (C10-87, IBTA 10.7.2.2).
     ReceiverNotReady,
     /// The RETH DMA length is over 2^31 bytes ([`MAX_MESSAGE_LEN`]). Class C: NAK Invalid
     /// Request.
@@ -159,19 +160,19 @@ pub(crate) enum ResponderError {
     /// Invalid Request.
     WriteLength,
     /// The R_Key, PD, access rights or bounds refuse the access, or the memory went away
-    /// (IBTA 9.7.5.1.3, C9-88). Class C (Table 63 lists R_Key violations there): NAK Remote
-    /// Access Error.
+    /// (IBTA 9.7.4.1.5, R_Key validation). Class C (Table 63 lists R_Key violations there):
+    /// NAK Remote Access Error.
     RemoteAccess,
-    /// The AtomicETH VA is not 8-byte aligned (IBTA 9.4.5). Class C: NAK Invalid Request, as
+    /// The AtomicETH VA is not 8-byte aligned (IBTA 9.4). Class C: NAK Invalid Request, as
     /// rxe (RESPST_ERR_MISALIGNED_ATOMIC) and qib/hfi1 do.
     MisalignedAtomic,
     /// The SEND is longer than its receive WQE (or than any message may be, so its byte count
     /// would not fit a completion). Class C length error: NAK Invalid Request, LOC_LEN_ERR.
     ReceiveBufferTooSmall,
-    /// The receive WQE's buffers could not be written. Class A (9.9.3.1.1, a malformed WQE):
-    /// NAK Remote Operational Error, LOC_PROT_ERR.
+    /// The receive WQE's buffers could not be written. Class A (9.9.3.1, Table 63: a malformed
+    /// WQE): NAK Remote Operational Error, LOC_PROT_ERR.
     ReceiveBufferFault,
-    /// SEND with invalidate names an R_Key that is not an MR of the QP's PD (IBTA 10.6.7.2).
+    /// SEND with invalidate names an R_Key that is not an MR of the QP's PD (IBTA 10.6).
     /// Class C: NAK Invalid Request.
     InvalidateRkey,
 }
@@ -218,7 +219,7 @@ impl ResponderError {
 /// How a request that passed its checks ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Executed {
-    /// It consumed its PSN: move the expected PSN on, ACK if it asks (IBTA 9.7.5.1.6).
+    /// It consumed its PSN: move the expected PSN on, ACK if it asks (IBTA 9.7.5.1).
     Acknowledge,
     /// A READ or ATOMIC: its response is queued and the expected PSN is past it already.
     Responded,
@@ -482,7 +483,7 @@ fn check_receive_space(end: u64, wqe_len: u64) -> Result<(), ResponderError> {
     Ok(())
 }
 
-/// SEND with invalidate: the R_Key stops working (IBTA 10.6.7.2); it must name an MR of
+/// SEND with invalidate: the R_Key stops working (IBTA 10.6); it must name an MR of
 /// the QP's PD.
 fn invalidate_rkey(mrs: &mut MrTable, pd: PdId, rkey: u32) -> Result<(), ResponderError> {
     match mrs.get_mut(rkey) {
@@ -615,7 +616,7 @@ fn execute_read(
     let reth = check_reth(pkt)?;
     let len = reth.dma_len;
     check_message_length(len as u64)?;
-    // IBTA 9.4.3: a zero-length READ needs no R_Key or address check; it is answered with
+    // IBTA 9.4 (rxe alike): a zero-length READ needs no R_Key or address check; it is answered with
     // one empty READ RESPONSE ONLY. Its VA stays unchecked (it may be anything, u64::MAX
     // included): the saved resource has length 0, so no later duplicate can reach memory
     // through it (`replay_fits`).
@@ -696,7 +697,7 @@ fn save_resource(qp: &mut Qp, r: SavedResource) {
     qp.resp.resources.push_back(r);
 }
 
-/// A request with a PSN before the expected one (9.7.5.1.1 "duplicate").
+/// A request with a PSN before the expected one: a duplicate (IBTA 9.7, C9-105).
 fn duplicate(qp: &mut Qp, sh: &mut DeviceState, pkt: &PacketRepr<'_>, kind: Kind) {
     sh.counters.duplicate_request += 1;
     let psn = pkt.bth.psn;
@@ -732,7 +733,7 @@ fn duplicate(qp: &mut Qp, sh: &mut DeviceState, pkt: &PacketRepr<'_>, kind: Kind
                 return;
             };
             // The retried request may ask for a sub-range; it must lie inside the original
-            // and start where its PSN says (9.7.5.1.5). Anything else (a longer range, another
+            // and start where its PSN says (9.4.4). Anything else (a longer range, another
             // R_Key, a non-zero length against a zero-length original) is not a replay of what
             // was accepted and is dropped, as rxe does; it is never executed as a new READ.
             if reth.rkey != rkey || !replay_fits(va, len, k, mtu, reth.va, reth.dma_len) {
@@ -759,7 +760,7 @@ fn duplicate(qp: &mut Qp, sh: &mut DeviceState, pkt: &PacketRepr<'_>, kind: Kind
                 _ => None,
             });
             match found {
-                // Return the saved result; never execute an atomic twice (C9-152).
+                // Return the saved result; never execute an atomic twice (IBTA 9.7).
                 Some((orig, msn)) => {
                     abandon_responses_from(qp, psn);
                     queue(qp, sh, Response::AtomicAck { psn, orig, msn })
@@ -788,7 +789,7 @@ fn replay_fits(va: u64, len: u32, k: u32, mtu: u32, dup_va: u64, dup_len: u32) -
 /// everything before and will discard every response at or after it that is still queued
 /// here (the rest of the same READ, later READs, later atomic ACKs). Drop those so the
 /// replay goes out at once; the requester resends the later requests it still needs and
-/// they are answered again from the saved resources (IBTA 9.7.5.1.5, C9-178). ACKs and
+/// they are answered again from the saved resources (IBTA 9.7). ACKs and
 /// NAKs stay (they are small and acknowledge the SEND/WRITEs before them).
 fn abandon_responses_from(qp: &mut Qp, psn: Psn) {
     let mtu = qp.mtu();
@@ -909,7 +910,8 @@ fn read_fault(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) {
     flush_qp(qp, sh);
 }
 
-/// UD receive (IBTA 9.8.3 / 10.2.4): Q_Key check, receive WQE, 40-byte GRH before the data.
+/// UD receive (IBTA 9.8): Q_Key check, receive WQE, 40-byte GRH area before the data (IBTA
+/// 11.4.1.2, Annex A17.4.5.2).
 pub(crate) fn handle_ud(
     qp: &mut Qp,
     sh: &mut DeviceState,

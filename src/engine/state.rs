@@ -1,5 +1,5 @@
-//! The QP state transition table (IBTA Vol. 1 10.3.1 and table 91 "QP state transition
-//! properties"), as Linux checks it in `ib_modify_qp_is_ok` (drivers/infiniband/core/verbs.c):
+//! The QP state transition table (IBTA Vol. 1 10.3.1, QP state transitions), as Linux checks it
+//! in `ib_modify_qp_is_ok` (drivers/infiniband/core/verbs.c):
 //! for each (current, next) state pair, whether the transition exists and which attributes
 //! are required and which optional, per QP type. `STATE` is always allowed.
 use super::types::{EngineError, QpAttrMask as M, QpState, QpType};

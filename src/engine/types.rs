@@ -494,7 +494,7 @@ pub struct UdDest {
     pub av: AddressVector,
     /// Remote QPN.
     pub remote_qpn: u32,
-    /// Remote Q_Key; if its top bit is set the QP's own Q_Key is sent (IBTA 10.2.4 C10-15).
+    /// Remote Q_Key; if its top bit is set the QP's own Q_Key is sent (IBTA 3.5.3).
     pub remote_qkey: u32,
 }
 
@@ -623,7 +623,7 @@ pub enum Event {
     /// A completion was added to a CQ armed with `req_notify_cq`.
     CqNotify(CqId),
     /// A CQ overflowed and lost a completion: it is in the error state and takes no more
-    /// completions (IBTA 11.6.3.2 "CQ Error", `IBV_EVENT_CQ_ERR`). Each QP that loses a
+    /// completions (IBTA 10.10.2.3 "CQ Error", `IBV_EVENT_CQ_ERR`). Each QP that loses a
     /// completion to it enters the error state and raises [`Event::QpFatal`].
     CqError(CqId),
     /// A QP entered the error state by itself (retry exhaustion, remote error, ...).

@@ -15,7 +15,7 @@
 //! ```
 //!
 //! RC delivers in order, so when the WRITE_WITH_IMM completes at the receiver, the WRITE
-//! before it has been placed (IBTA 9.5 ordering rules). The credit SEND flows back on the
+//! before it has been placed (the IBTA ch. 9 ordering rules). The credit SEND flows back on the
 //! same QP, so the sender never overwrites a slot the receiver has not saved.
 //!
 //! A receiver that fails after the QPs are connected (the destination exists, the disk is
@@ -236,7 +236,7 @@ pub fn send<S: OobStream, R: Read>(
             let slot = (k % slots as u64) as usize;
             ep.write_local(slot * chunk, &buf[..this])?;
             // The receiver's VA is opaque to us (any u64 is a valid VA); its responder's
-            // R_Key and bounds check decides (IBTA 9.7.5.1.3), so wrap rather than panic.
+            // R_Key and bounds check decides (IBTA 9.7.4.1.5), so wrap rather than panic.
             let remote_addr = hello.addr.wrapping_add((slot * chunk) as u64);
             ep.post_send(&ToolWr {
                 wr_id: WR_DATA,

@@ -214,7 +214,7 @@ fn transfer(
             let offset = posted * opts.chunk;
             let len = opts.chunk.min(opts.size - offset);
             // The peer's VA is opaque (any u64 is valid); its responder's R_Key and
-            // bounds check decides (IBTA 9.7.5.1.3), so wrap rather than overflow.
+            // bounds check decides (IBTA 9.7.4.1.5), so wrap rather than overflow.
             let remote_addr = peer.addr.wrapping_add(offset as u64);
             let op = if write {
                 ToolOp::Write {

@@ -127,7 +127,7 @@ impl PerfOptions {
     /// perftest's depth rules for the receive queue (`force_dependecies`): a SEND test never
     /// posts more receives than it has iterations, and UD with the default `-r` posts one
     /// per iteration (up to 16000) so that no datagram finds the queue empty (a UD message
-    /// without a receive is dropped, and UD never resends it: IBTA Vol. 1 9.8.4).
+    /// without a receive is dropped, and UD never resends it: IBTA Vol. 1 9.8).
     pub fn settle_depths(&mut self) {
         if self.kind.verb() != enums::VERB_SEND || self.duration.is_some() {
             return;
@@ -607,7 +607,7 @@ impl<'a> PerfRunner<'a> {
     /// worth waiting for: the CQ is drained for a moment and then the run ends. Over RC every
     /// message it sent was acknowledged, so a shortfall means the peer did not SEND (it runs
     /// another test). Over UD a shortfall is datagrams lost on the way, which UD does not
-    /// recover (IBTA Vol. 1 9.8.4: no ACKs, no retries); perftest waits for them
+    /// recover (IBTA Vol. 1 9.8: no ACKs, no retries); perftest waits for them
     /// for up to two minutes (`check_alive`), we report what arrived and say how many did not.
     fn run_send_bw_server(
         &mut self,

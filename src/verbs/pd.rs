@@ -71,7 +71,7 @@ impl Pd {
                 max: limits::MAX_MR_SIZE,
             });
         }
-        // IBTA 10.6.3.1 (and libibverbs): remote write or atomic access needs local write.
+        // ibv_reg_mr(3) (IBTA 10.6): remote write or atomic access needs local write.
         if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
             && !access.contains(Access::LOCAL_WRITE)
         {

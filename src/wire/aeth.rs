@@ -1,5 +1,5 @@
-//! ACK Extended Transport Header (IBTA 9.3.5, 4 bytes) and its syndrome (IBTA 9.7.5.2,
-//! Table 42 "AETH syndrome field").
+//! ACK Extended Transport Header (IBTA 9.3, 4 bytes) and its syndrome (ACKs and NAKs:
+//! IBTA 9.7.5.1-9.7.5.2).
 //!
 //! ```text
 //! +---------------+-----------------------------------------------+
@@ -156,7 +156,7 @@ impl fmt::Display for Syndrome {
     }
 }
 
-/// Receive WQEs advertised by credit codes 0..=30 (IBTA 9.7.7.2.6, Table 44). Code 31
+/// Receive WQEs advertised by credit codes 0..=30 (IBTA 9.7.7.2). Code 31
 /// means the responder does not limit by credits.
 const CREDITS: [u32; 31] = [
     0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,

@@ -1,5 +1,5 @@
-//! Atomic Extended Transport Header (IBTA 9.3.6.1, 28 bytes) on COMPARE_SWAP / FETCH_ADD,
-//! and the Atomic Acknowledge ETH (IBTA 9.3.6.2, 8 bytes) on ATOMIC_ACKNOWLEDGE.
+//! Atomic Extended Transport Header (IBTA 9.3, 28 bytes) on COMPARE_SWAP / FETCH_ADD,
+//! and the Atomic Acknowledge ETH (IBTA 9.3, 8 bytes) on ATOMIC_ACKNOWLEDGE.
 //!
 //! ```text
 //! AtomicETH:                              AtomicAckETH:

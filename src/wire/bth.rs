@@ -196,7 +196,7 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
-    /// Reads a BTH. Rejects TVer != 0 (IBTA 9.2.4: only version 0 is defined; rxe drops others). Reserved bits
+    /// Reads a BTH. Rejects TVer != 0 (IBTA 9.2: only version 0 is defined; rxe drops others). Reserved bits
     /// are ignored.
     pub fn parse<T: AsRef<[u8]>>(bth: &Bth<T>) -> Result<BthRepr> {
         bth.check_len()?;

@@ -7,7 +7,7 @@
 //! |   reserved    |             Source QP (24 bits)               |
 //! +---------------+-----------------------------------------------+
 //! ```
-//! A Q_Key with the high bit set is a controlled Q_Key (IBTA 10.2.5): the sender's QP may
+//! A Q_Key with the high bit set is a controlled Q_Key (IBTA 3.5.3): the sender's QP may
 //! use it only if privileged, and the sender substitutes its own QP's Q_Key.
 
 use std::fmt;

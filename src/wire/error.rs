@@ -189,7 +189,7 @@ pub enum WireError {
         /// Bytes found after the headers (payload + pad).
         len: usize,
     },
-    /// A CNP whose body is not the 16 reserved bytes of RoCEv2 Annex A17.9.
+    /// A CNP whose body is not the 16 reserved bytes of RoCEv2 Annex A17.9.3.
     #[error("CNP body is {len} bytes, expected 16")]
     BadCnpLength {
         /// Body length found.

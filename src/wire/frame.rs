@@ -1,5 +1,5 @@
 //! Whole RoCEv2 frames: Ethernet (optionally one 802.1Q tag), IPv4 or IPv6, UDP to port
-//! 4791, the RoCE packet, pad and ICRC (RoCEv2 Annex A17.2).
+//! 4791, the RoCE packet, pad and ICRC (RoCEv2 Annex A17.3).
 //!
 //! ```text
 //! | Ethernet 14 | [802.1Q 4] | IPv4 20-60 / IPv6 40 | UDP 8 | BTH 12 | ext hdrs | payload | pad 0-3 | ICRC 4 |
@@ -1152,7 +1152,7 @@ mod tests {
         let mut out = [0u8; 128];
         let n = p.emit_as_received(&mut out).unwrap();
         assert_eq!(&out[..n], &f[..], "re-emitted with the options");
-        // The ICRC covers the options (IBTA A17: the whole IPv4 header, only TOS, TTL and
+        // The ICRC covers the options (Annex A17.3.3: the whole IPv4 header, only TOS, TTL and
         // the checksum masked), so a changed option is caught.
         let mut bad = f.clone();
         bad[36] ^= 0x01;

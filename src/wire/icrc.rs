@@ -1,4 +1,4 @@
-//! The invariant CRC (IBTA Vol. 1 7.8.1 "Invariant CRC", as RoCEv2 Annex A17.3.3 "ICRC for
+//! The invariant CRC (IBTA Vol. 1 7.8.1, as RoCEv2 Annex A17.3.3 "ICRC for
 //! RoCEv2 packets" applies it to IP/UDP): a CRC-32 over the parts of a packet that no switch
 //! or router may change.
 //!

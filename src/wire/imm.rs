@@ -1,5 +1,5 @@
-//! Immediate Data (ImmDt, IBTA 9.3.4) and the Invalidate Extended Transport Header (IETH,
-//! IBTA 9.3.7): each is one 32-bit big-endian word, so one view serves both.
+//! Immediate Data (ImmDt, IBTA 9.3) and the Invalidate Extended Transport Header (IETH,
+//! IBTA 9.3): each is one 32-bit big-endian word, so one view serves both.
 //!
 //! ImmDt is opaque data handed to the receiver's completion; IETH is the R_Key the
 //! receiver must invalidate.

@@ -1,5 +1,5 @@
-//! The BTH opcode and the one table that says what each opcode carries (IBTA 9.2.1,
-//! Table 38 "OpCode field"; RoCEv2 CNP: Annex A17.9.2).
+//! The BTH opcode and the one table that says what each opcode carries (IBTA 9.2,
+//! Table 38; RoCEv2 CNP: Annex A17.9.3, Figure 6).
 //!
 //! The opcode's top three bits select the transport (RC `000`, UC `001`, RD `010`, UD `011`,
 //! CNP `100`), the low five bits the operation. Parsing a packet is driven by
@@ -197,7 +197,7 @@ impl Opcode {
     /// UD SEND Only with Immediate.
     pub const UD_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(UD | 0x05);
 
-    /// RoCEv2 Congestion Notification Packet (Annex A17.9.2), opcode `1000_0001`.
+    /// RoCEv2 Congestion Notification Packet (Annex A17.9.3), opcode `1000_0001`.
     pub const CNP: Opcode = Opcode(0x81);
 
     /// The table entry for this opcode, or `None` for a reserved, RD or unsupported one.
@@ -286,7 +286,7 @@ use Position::{First, Last, Middle, Only};
 use Transport::{Cnp, Rc, Uc, Ud};
 
 /// Every opcode xroce knows, in opcode order (IBTA Table 38; the extension headers of each
-/// are listed in IBTA 9.2 "Base transport header", Table 39 "Packet header fields by opcode").
+/// are those IBTA 9.2-9.3 give it).
 #[rustfmt::skip]
 pub static TABLE: [OpcodeInfo; 38] = [
     entry(Opcode::RC_SEND_FIRST, "RC_SEND_FIRST", "first packet of a multi-packet SEND; consumes a receive WQE at the responder", Rc, First, PAYLOAD | REQ),

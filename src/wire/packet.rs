@@ -2,7 +2,7 @@
 //! pad (IBTA 9.2-9.3). The ICRC after it, and everything before the BTH, belong to
 //! [`frame`](super::frame).
 //!
-//! Extension headers follow the BTH in this fixed order (IBTA 9.2, Figure 37): DETH, RETH,
+//! Extension headers follow the BTH in this fixed order (IBTA 9.2-9.3): DETH, RETH,
 //! AtomicETH, AETH, AtomicAckETH, ImmDt, IETH. Which ones are present is decided by the
 //! opcode alone ([`OpcodeInfo`]). The payload is padded with PadCnt zero bytes to a multiple
 //! of 4, because IBA packets are whole 32-bit words.
@@ -21,7 +21,7 @@ use super::opcode::{Opcode, OpcodeInfo, Transport};
 use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 use super::reth::{Reth, RethRepr, RETH_LEN};
 
-/// Length of a CNP's body: 16 reserved bytes (RoCEv2 Annex A17.9.2).
+/// Length of a CNP's body: 16 reserved bytes (RoCEv2 Annex A17.9.3, Figure 6).
 pub const CNP_BODY_LEN: usize = 16;
 
 /// Pad bytes that bring `payload_len` to a multiple of 4: `(-len) & 3`.
@@ -82,7 +82,7 @@ impl<'a> PacketRepr<'a> {
         }
     }
 
-    /// A CNP telling the sender's QP `dest_qp` to slow down (Annex A17.9.2): BTH with opcode
+    /// A CNP telling the sender's QP `dest_qp` to slow down (Annex A17.9.3): BTH with opcode
     /// 0x81, PSN 0 and BECN set, then 16 reserved zero bytes (the ICRC follows in the frame).
     pub fn cnp(dest_qp: u32, pkey: u16) -> PacketRepr<'static> {
         static BODY: [u8; CNP_BODY_LEN] = [0; CNP_BODY_LEN];

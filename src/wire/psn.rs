@@ -1,4 +1,5 @@
-//! Packet Sequence Numbers: 24-bit serial numbers (IBTA 9.7.1).
+//! Packet Sequence Numbers: 24-bit serial numbers (the BTH PSN, IBTA 9.2; used by
+//! the reliable service, 9.7).
 //!
 //! A PSN wraps from `0xFF_FFFF` to `0`. Two PSNs are compared by the sign of their 24-bit
 //! difference, so "after" is only meaningful within half the space (2^23). That is why `Psn`

@@ -1,4 +1,4 @@
-//! RDMA Extended Transport Header (IBTA 9.3.3, 16 bytes): names the remote buffer of an
+//! RDMA Extended Transport Header (IBTA 9.3, 16 bytes): names the remote buffer of an
 //! RDMA WRITE (FIRST/ONLY) or READ request.
 //!
 //! ```text

@@ -7,9 +7,11 @@
 use xroce::engine::{Mtu, QpState, Wc, WcOpcode, WcStatus};
 use xroce::netdev::{Gid, GidEntry, GidType};
 use xroce::verbs::attr::AtomicCap;
-use xroce::verbs::{DeviceAttr, LinkLayer, PortAttr, PortState};
+use xroce::verbs::{AhAttr, DeviceAttr, LinkLayer, PortAttr, PortState};
 
-use crate::structs::{ibv_device_attr, ibv_gid, ibv_gid_entry, ibv_port_attr, ibv_wc};
+use crate::structs::{
+    ibv_ah_attr, ibv_device_attr, ibv_gid, ibv_gid_entry, ibv_global_route, ibv_port_attr, ibv_wc,
+};
 use crate::values::{
     ibv_atomic_cap, ibv_gid_type, ibv_mtu, ibv_port_state, ibv_qp_state, ibv_wc_opcode,
     ibv_wc_status, link_layer, wc_flags,
@@ -127,6 +129,42 @@ pub fn gid_entry(entry: &GidEntry, port_num: u32, ndev_ifindex: u32) -> ibv_gid_
         port_num,
         gid_type: entry.gid_type.into(),
         ndev_ifindex,
+    }
+}
+
+impl From<AhAttr> for ibv_ah_attr {
+    fn from(ah: AhAttr) -> ibv_ah_attr {
+        let mut c = ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: ah.dgid.into(),
+                flow_label: ah.flow_label,
+                sgid_index: ah.sgid_index,
+                hop_limit: ah.hop_limit,
+                traffic_class: ah.traffic_class,
+                _pad: [0],
+            },
+            ..ibv_ah_attr::default()
+        };
+        // RoCE addresses by GID: every xroce address has a GRH.
+        c.is_global = 1;
+        c
+    }
+}
+
+/// A C address without a GRH (`is_global == 0`) names a LID, which RoCE does not have.
+impl TryFrom<ibv_ah_attr> for AhAttr {
+    type Error = ibv_ah_attr;
+    fn try_from(c: ibv_ah_attr) -> Result<AhAttr, ibv_ah_attr> {
+        if c.is_global == 0 {
+            return Err(c);
+        }
+        Ok(AhAttr {
+            dgid: c.grh.dgid.into(),
+            sgid_index: c.grh.sgid_index,
+            hop_limit: c.grh.hop_limit,
+            traffic_class: c.grh.traffic_class,
+            flow_label: c.grh.flow_label,
+        })
     }
 }
 
@@ -354,6 +392,37 @@ mod tests {
             ),
             (1, 1, ibv_gid_type::ROCE_V2, 7)
         );
+    }
+
+    #[test]
+    fn ah_attr_both_ways() {
+        let ah = AhAttr {
+            dgid: Gid::from_ip(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2))),
+            sgid_index: 1,
+            hop_limit: 63,
+            traffic_class: 0x28,
+            flow_label: 0xabcde,
+        };
+        let c = ibv_ah_attr::from(ah);
+        assert_eq!(c.is_global, 1);
+        assert_eq!(c.grh.dgid.raw, ah.dgid.0);
+        assert_eq!(
+            (
+                c.grh.sgid_index,
+                c.grh.hop_limit,
+                c.grh.traffic_class,
+                c.grh.flow_label
+            ),
+            (1, 63, 0x28, 0xabcde)
+        );
+        assert_eq!((c.dlid, c.sl, c.port_num), (0, 0, 0));
+        assert_eq!(AhAttr::try_from(c), Ok(ah));
+        let lid_only = ibv_ah_attr {
+            is_global: 0,
+            dlid: 7,
+            ..c
+        };
+        assert_eq!(AhAttr::try_from(lid_only), Err(lid_only));
     }
 
     fn engine_wc() -> Wc {
