@@ -196,6 +196,86 @@ fn pingpong_options_are_bounded() {
     assert_refused(&["pingpong", "-s", "2000000000"], "-s/--size 2000000000");
 }
 
+/// `--driver` is parsed in the CLI from the library's driver names: a bad value gets clap's
+/// message listing the names, `--help` lists each with its help line, and a good one passes.
+#[test]
+fn driver_values_come_from_the_library() {
+    for command in [
+        &["pingpong"][..],
+        &["perf", "write_bw"],
+        &["file", "recv"],
+        &["file", "send", "198.18.0.1", "x"],
+        &["mr-check", "server"],
+        &["mr-check", "client", "198.18.0.1"],
+    ] {
+        let out = xroce()
+            .args(command)
+            .args(["--driver", "nope"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("running xroce");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "xroce {command:?}: {stderr}");
+        assert!(
+            stderr.starts_with(
+                "error: invalid value 'nope' for '--driver <DRIVER>'\n  [possible values: xdp, udp]\n"
+            ),
+            "xroce {command:?}: {stderr}"
+        );
+        let help = xroce()
+            .args(command)
+            .arg("--help")
+            .output()
+            .expect("running xroce --help");
+        let help = String::from_utf8_lossy(&help.stdout);
+        for line in [
+            "- xdp: AF_XDP (needs root / CAP_NET_ADMIN + CAP_BPF)",
+            "- udp: A kernel UDP socket on port 4791 (no privileges; the ICRC of received packets cannot be checked)",
+            "[default: xdp]",
+        ] {
+            assert!(help.contains(line), "xroce {command:?} --help lacks {line:?}: {help}");
+        }
+    }
+    // A good value is taken: the run gets as far as the interface (which does not exist).
+    let out = xroce()
+        .args(["pingpong", "--driver", "udp", "-d", "xrnosuchif0"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running xroce");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("-d xrnosuchif0"), "{stderr}");
+}
+
+/// The library takes no part in parsing the command line: clap is named only in `src/cli`
+/// and `src/main.rs` (the library's types parse themselves with `FromStr`).
+#[test]
+fn clap_stays_in_the_cli() {
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("reading src") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 20, "found only {files:?}");
+    let offenders: Vec<_> = files
+        .iter()
+        .filter(|f| !f.starts_with(src.join("cli")) && **f != src.join("main.rs"))
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains("clap"))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "clap named outside the CLI: {offenders:?}"
+    );
+}
+
 #[test]
 fn file_and_mr_check_options_are_bounded() {
     // 64 MiB x 1024 slots = 64 GiB: was a max_mr_size error naming no option.

@@ -1,9 +1,10 @@
-//! The tools' loops (pingpong, all eight perf tests, file transfer) run end to end, both
-//! roles in two threads, over an in-process model of two connected RC/UD QPs.
+//! The tools' loops (pingpong, all eight perf tests, file transfer, the demo's story) run end
+//! to end, both roles in two threads, over an in-process model of two connected RC/UD QPs.
 //!
 //! The model (`ModelEndpoint`) executes each work request at once against the peer's
 //! memory: SEND/WRITE_WITH_IMM consume the peer's oldest receive (or wait for one, like
-//! `rnr_retry = 7`), WRITE/READ copy after checking the R_Key and bounds, atomics act on
+//! `rnr_retry = 7`; a WRITE_WITH_IMM's completion counts the bytes written, as in verbs),
+//! WRITE/READ copy after checking the R_Key and bounds, atomics act on
 //! little-endian u64s, unsignaled WRs complete silently. It is a test double for the tool
 //! logic; the real transport is tested over AF_XDP in `tests/tools_netns.rs`.
 
@@ -12,6 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use xroce::tools::demo::{self, Side as DemoSide};
 use xroce::tools::endpoint::{
     ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
 };
@@ -80,7 +82,7 @@ fn deliver(peer: &mut Side, data: Vec<u8>, imm: Option<u32>, write_imm: bool) {
             } else {
                 WcKind::Recv
             },
-            byte_len: if write_imm { 0 } else { data.len() as u32 },
+            byte_len: data.len() as u32,
             imm,
         });
     } else {
@@ -161,7 +163,8 @@ impl ToolEndpoint for ModelEndpoint {
                 let r = remote_range(remote_addr, rkey, wr.len, peer)?;
                 peer.mem[r].copy_from_slice(&local);
                 if imm.is_some() {
-                    deliver(peer, Vec::new(), imm, true);
+                    // The receive gets no data, only the length written and the immediate.
+                    deliver(peer, local, imm, true);
                 }
                 WcKind::Write
             }
@@ -587,4 +590,137 @@ fn send_bw_server_reports_no_peak() {
     assert!(s[3] > 0.0, "server average\n{server}");
     let c = row(&client);
     assert!(c[2] >= c[3], "client peak >= average\n{client}");
+}
+
+/// A model endpoint whose own CPU reads byte `flip_at` of its buffer wrong, or whose
+/// atomics return a wrong old value: the demo must notice either.
+struct Lying {
+    inner: ModelEndpoint,
+    flip_at: Option<usize>,
+    wrong_atomic_result_at: Option<usize>,
+}
+
+impl ToolEndpoint for Lying {
+    fn local(&self) -> LocalInfo {
+        self.inner.local()
+    }
+    fn connect(&mut self, remote: &RemoteInfo, params: &ConnectParams) -> anyhow::Result<()> {
+        self.inner.connect(remote, params)
+    }
+    fn post_send(&mut self, wr: &ToolWr) -> anyhow::Result<()> {
+        self.inner.post_send(wr)
+    }
+    fn post_recv(&mut self, wr_id: u64, offset: usize, len: usize) -> anyhow::Result<()> {
+        self.inner.post_recv(wr_id, offset, len)
+    }
+    fn poll(&mut self, out: &mut Vec<ToolWc>, max: usize) -> anyhow::Result<usize> {
+        self.inner.poll(out, max)
+    }
+    fn write_local(&mut self, offset: usize, data: &[u8]) -> anyhow::Result<()> {
+        self.inner.write_local(offset, data)
+    }
+    fn read_local(&self, offset: usize, out: &mut [u8]) -> anyhow::Result<()> {
+        self.inner.read_local(offset, out)?;
+        for at in [self.flip_at, self.wrong_atomic_result_at]
+            .into_iter()
+            .flatten()
+        {
+            if (offset..offset + out.len()).contains(&at) {
+                out[at - offset] ^= 0x01;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the demo's story between `client` and `server`; returns whether the client saw every
+/// check pass, and both sides' narration.
+fn demo_pair(
+    client: &mut (dyn ToolEndpoint + Send),
+    server: &mut (dyn ToolEndpoint + Send),
+    size: usize,
+) -> (bool, String, String) {
+    let (mut a, mut b) = UnixStream::pair().unwrap();
+    std::thread::scope(|scope| {
+        let server = scope.spawn(move || {
+            let mut log = Vec::new();
+            demo::server(server, &mut b, size, "model1", &mut log).unwrap();
+            String::from_utf8(log).unwrap()
+        });
+        let mut log = Vec::new();
+        let ok = demo::client(client, &mut a, size, "model0", "model", &mut log).unwrap();
+        let server_log = server.join().unwrap();
+        (ok, String::from_utf8(log).unwrap(), server_log)
+    })
+}
+
+#[test]
+fn demo_story_verifies_every_operation() {
+    for size in [0, 1, 4096, 20000] {
+        let len = DemoSide::Server.buf_len(size);
+        assert!(DemoSide::Client.buf_len(size) <= len);
+        let (mut client, mut server) = pair(len, false);
+        let (ok, client_log, server_log) = demo_pair(&mut client, &mut server, size);
+        assert!(ok, "size {size}:\n{client_log}\n{server_log}");
+        assert_eq!(
+            client_log.matches("  ✓ completed").count(),
+            7,
+            "{client_log}"
+        );
+        assert_eq!(
+            server_log.matches("server check: ✓").count(),
+            6,
+            "{server_log}"
+        );
+        assert!(!client_log.contains('✗') && !server_log.contains('✗'));
+        assert!(
+            client_log
+                .starts_with("client model0 (driver model): QP 0x11, GID ::ffff:198.18.0.11\n"),
+            "{client_log}"
+        );
+        assert!(
+            server_log.starts_with("server model1: QP 0x12 connected to client QP 0x11;"),
+            "{server_log}"
+        );
+        assert!(client_log.contains("returned old value 100 (expected 100)"));
+        assert!(client_log.contains("atomic target now holds 0xc0ffee (expected 0xc0ffee)"));
+    }
+}
+
+#[test]
+fn demo_story_catches_a_wrong_byte_on_either_side() {
+    let size = 4096;
+    let len = DemoSide::Server.buf_len(size);
+    let layout = demo::Layout { size };
+    // The server reads one byte of the RDMA WRITE area wrong: its check of RDMA_WRITE fails.
+    let (mut client, server) = pair(len, false);
+    let mut server = Lying {
+        inner: server,
+        flip_at: Some(layout.write() + 100),
+        wrong_atomic_result_at: None,
+    };
+    let (ok, client_log, server_log) = demo_pair(&mut client, &mut server, size);
+    assert!(!ok, "{client_log}");
+    assert!(
+        server_log.contains("server check: ✗ 4096 bytes at offset 4096 DIFFER"),
+        "{server_log}"
+    );
+    assert!(client_log.contains("  ✗ completed"), "{client_log}");
+    // The client reads its READ destination wrong (one step fails), then the slot both
+    // atomics return their old value into (both fail).
+    for (at, what, failed) in [
+        (size + 7, "4096 bytes read DIFFER", 1),
+        (2 * size, "returned old value 101 (expected 100)", 2),
+    ] {
+        let (client, mut server) = pair(len, false);
+        let mut client = Lying {
+            inner: client,
+            flip_at: None,
+            wrong_atomic_result_at: Some(at),
+        };
+        let (ok, client_log, _) = demo_pair(&mut client, &mut server, size);
+        assert!(!ok, "{client_log}");
+        assert!(client_log.contains(what), "{what}: {client_log}");
+        assert_eq!(client_log.matches('✗').count(), failed, "{client_log}");
+    }
 }

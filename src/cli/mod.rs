@@ -9,3 +9,4 @@ pub mod mr_check;
 pub mod perf;
 pub mod pingpong;
 pub mod sim;
+pub mod values;

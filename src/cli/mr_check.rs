@@ -66,7 +66,7 @@ pub struct Common {
     #[arg(long = "stall-timeout", default_value_t = 30)]
     pub stall_timeout: u64,
     /// Frame driver.
-    #[arg(long = "driver", value_enum, default_value_t = DriverChoice::Xdp)]
+    #[arg(long = "driver", value_parser = super::values::driver(), default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
     /// Write every frame this endpoint sends and receives to FILE (pcap, Ethernet link
     /// type): over AF_XDP, tcpdump on the interface sees no RoCE frames.

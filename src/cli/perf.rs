@@ -160,7 +160,7 @@ pub struct Args {
     #[arg(long = "json")]
     pub json: bool,
     /// Frame driver.
-    #[arg(long = "driver", value_enum, default_value_t = DriverChoice::Xdp)]
+    #[arg(long = "driver", value_parser = super::values::driver(), default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
     /// Write every frame this endpoint sends and receives to FILE (pcap, Ethernet link
     /// type): over AF_XDP, tcpdump on the interface sees no RoCE frames.

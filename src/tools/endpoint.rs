@@ -201,16 +201,21 @@ pub trait ToolEndpoint: Send {
 }
 
 /// Polls until one completion arrives or `deadline` passes (a stuck peer is an error, not
-/// a hang).
+/// a hang). Between polls it waits in [`ToolEndpoint::wait_completion`], which sleeps when
+/// the endpoint has a completion channel and returns at once otherwise.
 pub fn poll_one(ep: &mut dyn ToolEndpoint, deadline: std::time::Instant) -> anyhow::Result<ToolWc> {
+    /// Longest sleep between polls, so the deadline is checked often enough.
+    const NAP: std::time::Duration = std::time::Duration::from_millis(100);
     let mut out = Vec::with_capacity(1);
     loop {
         if ep.poll(&mut out, 1)? > 0 {
             return Ok(out.remove(0));
         }
-        if std::time::Instant::now() > deadline {
+        let now = std::time::Instant::now();
+        if now > deadline {
             anyhow::bail!("no completion before the deadline: is the peer still running?");
         }
+        ep.wait_completion((deadline - now).min(NAP))?;
         std::hint::spin_loop();
     }
 }

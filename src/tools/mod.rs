@@ -1,12 +1,14 @@
 //! The tools RDMA users already know, in Rust: the out-of-band exchanges of rdma-core's
 //! `ibv_rc_pingpong`/`ibv_ud_pingpong` and of perftest, perftest's statistics and output
-//! layout, and a TCP stream extractor for checking all of it against real captures.
+//! layout, a TCP stream extractor for checking all of it against real captures, and the
+//! story `xroce demo` tells.
 //!
 //! Everything here is plain logic over `Read + Write` streams and numbers, so it is tested
 //! without RDMA: `tests/tools_oob_replay.rs` replays the client's bytes recorded from real
 //! rxe runs to the server-side logic and compares the reply field by field.
 //! See `docs/tools.md`.
 
+pub mod demo;
 pub mod endpoint;
 pub mod file;
 pub mod json_line;

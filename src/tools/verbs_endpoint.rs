@@ -12,14 +12,86 @@ use crate::verbs::{
     SendWr, UdDest, Wc, WcOpcode, WcStatus, WrOp,
 };
 
-/// Which frame driver an endpoint uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Which frame driver an endpoint uses. Its names (`xdp`, `udp`) are what `--driver`
+/// takes: [`FromStr`](std::str::FromStr) parses them, `Display` prints them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriverChoice {
     /// AF_XDP (needs root / CAP_NET_ADMIN + CAP_BPF).
     Xdp,
     /// A kernel UDP socket on port 4791 (no privileges; the ICRC of received packets
     /// cannot be checked).
     Udp,
+}
+
+impl DriverChoice {
+    /// Every driver, in the order `--help` lists them.
+    pub const ALL: [DriverChoice; 2] = [DriverChoice::Xdp, DriverChoice::Udp];
+
+    /// The name `--driver` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            DriverChoice::Xdp => "xdp",
+            DriverChoice::Udp => "udp",
+        }
+    }
+
+    /// One line for `--help`: what the driver is and what it needs.
+    pub fn about(self) -> &'static str {
+        match self {
+            DriverChoice::Xdp => "AF_XDP (needs root / CAP_NET_ADMIN + CAP_BPF)",
+            DriverChoice::Udp => {
+                "A kernel UDP socket on port 4791 (no privileges; the ICRC of received packets cannot be checked)"
+            }
+        }
+    }
+
+    /// The verbs driver behind this choice.
+    pub fn kind(self) -> DriverKind {
+        match self {
+            DriverChoice::Xdp => DriverKind::Xdp,
+            DriverChoice::Udp => DriverKind::Udp,
+        }
+    }
+}
+
+impl std::fmt::Display for DriverChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A `--driver` value that names no driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownDriver {
+    /// What was given.
+    pub typed: String,
+}
+
+impl std::fmt::Display for UnknownDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = DriverChoice::ALL.iter().map(|d| d.name()).collect();
+        write!(
+            f,
+            "unknown driver {:?}: choose {}",
+            self.typed,
+            names.join(" or ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownDriver {}
+
+impl std::str::FromStr for DriverChoice {
+    type Err = UnknownDriver;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DriverChoice::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| UnknownDriver {
+                typed: s.to_string(),
+            })
+    }
 }
 
 /// What the tool needs from its QPs.
@@ -306,18 +378,20 @@ pub fn open(
     spec: &EndpointSpec,
     count: usize,
 ) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
-    let config = DeviceConfig {
-        driver: match spec.driver {
-            DriverChoice::Xdp => DriverKind::Xdp,
-            DriverChoice::Udp => DriverKind::Udp,
-        },
+    let device = Device::open(&dev.name, device_config(spec.driver, spec.pcap.clone()))?;
+    open_on(&device, gid.index, spec, count)
+}
+
+/// How the tools open a device: `driver`, the progress thread woken by the driver, three
+/// seconds to resolve a neighbour, and `pcap` as the capture file.
+pub fn device_config(driver: DriverChoice, pcap: Option<std::path::PathBuf>) -> DeviceConfig {
+    DeviceConfig {
+        driver: driver.kind(),
         progress: ProgressMode::Wakeup,
         neighbour_timeout: Duration::from_secs(3),
-        pcap: spec.pcap.clone(),
+        pcap,
         ..DeviceConfig::default()
-    };
-    let device = Device::open(&dev.name, config)?;
-    open_on(&device, gid.index, spec, count)
+    }
 }
 
 /// `count` endpoints on an already open device (tests use a mem pair).
@@ -334,4 +408,36 @@ pub fn open_on(
                 .map(|e| Box::new(e) as Box<dyn ToolEndpoint>)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_names_parse_and_print_back() {
+        for driver in DriverChoice::ALL {
+            assert_eq!(driver.name().parse::<DriverChoice>(), Ok(driver));
+            assert_eq!(driver.to_string(), driver.name());
+        }
+        assert_eq!("xdp".parse(), Ok(DriverChoice::Xdp));
+        assert_eq!("udp".parse(), Ok(DriverChoice::Udp));
+        for bad in ["", "XDP", "Udp", "sim", "xdp ", "af_xdp"] {
+            let err = bad.parse::<DriverChoice>().unwrap_err();
+            assert_eq!(err.typed, bad);
+            assert_eq!(
+                err.to_string(),
+                format!("unknown driver {bad:?}: choose xdp or udp")
+            );
+        }
+    }
+
+    #[test]
+    fn each_choice_opens_its_verbs_driver() {
+        assert_eq!(DriverChoice::Xdp.kind(), DriverKind::Xdp);
+        assert_eq!(DriverChoice::Udp.kind(), DriverKind::Udp);
+        let config = device_config(DriverChoice::Udp, None);
+        assert_eq!(config.driver, DriverKind::Udp);
+        assert_eq!(config.progress, ProgressMode::Wakeup);
+    }
 }
