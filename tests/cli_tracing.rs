@@ -10,7 +10,9 @@ fn fixture(name: &str) -> PathBuf {
 
 fn dump(rust_log: Option<&str>, args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xroce"));
-    cmd.arg("dump").args(args).arg(fixture("rxe_rc_pingpong.pcap"));
+    cmd.arg("dump")
+        .args(args)
+        .arg(fixture("rxe_rc_pingpong.pcap"));
     cmd.env_remove("RUST_LOG");
     if let Some(filter) = rust_log {
         cmd.env("RUST_LOG", filter);
@@ -28,7 +30,10 @@ fn rust_log_debug_reaches_stderr_and_leaves_stdout_alone() {
         .lines()
         .find(|l| l.contains("capture opened"))
         .unwrap_or_else(|| panic!("no debug event on stderr:\n{stderr}"));
-    assert!(line.contains("DEBUG") && line.contains("format=\"pcap\""), "{line}");
+    assert!(
+        line.contains("DEBUG") && line.contains("format=\"pcap\""),
+        "{line}"
+    );
     // stdout is the same JSON, line for line, with or without logging.
     assert_eq!(loud.stdout, quiet.stdout);
     for l in String::from_utf8(loud.stdout).unwrap().lines() {
@@ -44,5 +49,7 @@ fn by_default_only_warnings_and_errors_are_shown() {
     assert!(!stderr.contains("capture opened"), "{stderr}");
     // A filter that names only another target hides the event too.
     let out = dump(Some("netlink=debug"), &[]);
-    assert!(!String::from_utf8(out.stderr).unwrap().contains("capture opened"));
+    assert!(!String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("capture opened"));
 }
