@@ -109,11 +109,7 @@ fn cases() -> Vec<(&'static str, String)> {
         cas.atomic_eth.unwrap().explain(&f, after_bth, 1),
     ));
     let mut atomic_ack = PacketRepr::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, 0x11);
-    atomic_ack.aeth = p
-        .repr
-        .roce
-        .aeth
-        .or(parse_frame(&ack).unwrap().repr.roce.aeth);
+    atomic_ack.aeth = parse_frame(&ack).unwrap().repr.roce.aeth;
     atomic_ack.atomic_ack_eth = Some(AtomicAckEthRepr { orig_data: 1 });
     let f = emitted(atomic_ack);
     let at = after_bth + 4;
