@@ -1,5 +1,6 @@
 //! Compiles the XDP program (bpf/xroce_xdp.c) into $OUT_DIR/xroce_xdp.o; the AF_XDP driver
-//! embeds that object with `include_bytes!` and loads it from memory.
+//! embeds that object with `include_bytes!` and loads it from memory. Only with the `xdp`
+//! feature (the default): without it there is no AF_XDP driver and clang is never run.
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -7,6 +8,9 @@ fn main() {
     let src = "bpf/xroce_xdp.c";
     println!("cargo:rerun-if-changed={src}");
     println!("cargo:rerun-if-env-changed=CLANG");
+    if std::env::var_os("CARGO_FEATURE_XDP").is_none() {
+        return;
+    }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let obj = out.join("xroce_xdp.o");
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());

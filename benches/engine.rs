@@ -3,11 +3,14 @@
 //! payload for 4 KiB RDMA WRITEs at path MTU 4096.
 //!
 //! Run: `cargo bench --bench engine`.
+#[path = "../tests/common/pair.rs"]
+mod pair;
+
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use pair::{Pair, PairOptions};
 use xroce::engine::*;
-use xroce::sim::pair::{Pair, PairOptions};
 
 /// Move every frame between the two engines until both are quiet.
 fn pump(p: &mut Pair, now: Duration, a_buf: &mut [u8], b_buf: &mut [u8]) {

@@ -1,4 +1,8 @@
 //! The `xroce` command: one subcommand per file under `src/cli/`; this file only dispatches.
+//! No `unsafe` here: system calls go through the library's driver layer.
+#![deny(unsafe_code)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod cli;
 
 use clap::{Parser, Subcommand};

@@ -16,8 +16,9 @@
 //!
 //! Everything is read over rtnetlink (`netlink-packet-route` messages on a synchronous
 //! `netlink-sys` socket, one request and its answer at a time: no async runtime in the
-//! library, no `ip` processes). It needs no privileges and reads the network namespace the
-//! process runs in.
+//! library, no `ip` processes), except the driver name of a NIC that reports no link kind
+//! (sysfs). It needs no privileges and reads the network namespace the process runs in.
+//! The driver layer reads its interface facts here too (`driver::iface`).
 use std::fmt;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
@@ -42,6 +43,7 @@ use netlink_packet_route::route::{
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use rustix::io::Errno;
 
 /// What went wrong while asking the kernel about an interface, a route or a neighbour.
 #[derive(Debug, thiserror::Error)]
@@ -141,13 +143,15 @@ fn who_is_hop(ip: &IpAddr, next_hop: &Option<IpAddr>) -> String {
 pub struct MacAddr(pub [u8; 6]);
 
 impl MacAddr {
-    /// Parses `aa:bb:cc:dd:ee:ff` (case-insensitive).
+    /// Parses `aa:bb:cc:dd:ee:ff`: six fields of one or two hex digits (either case),
+    /// nothing else (no sign, no spaces, no other separator). The one MAC parser of the crate.
     pub fn parse(text: &str) -> Option<MacAddr> {
         let mut out = [0u8; 6];
         let mut parts = text.split(':');
         for byte in out.iter_mut() {
             let part = parts.next()?;
-            if part.is_empty() || part.len() > 2 {
+            // `from_str_radix` alone would also take a leading `+`.
+            if part.is_empty() || part.len() > 2 || !part.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return None;
             }
             *byte = u8::from_str_radix(part, 16).ok()?;
@@ -610,7 +614,7 @@ impl Rtnl {
                     _ => None,
                 })
                 .ok_or_else(|| NetdevError::NoSuchInterface(ifname.to_string())),
-            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
+            Err(e) if Errno::from_io_error(&e) == Some(Errno::NODEV) => {
                 Err(NetdevError::NoSuchInterface(ifname.to_string()))
             }
             Err(source) => Err(NetdevError::Netlink {
@@ -690,7 +694,7 @@ impl Rtnl {
                 RouteNetlinkMessage::NewNeighbour(n) => Some(neighbour_state_of(n)),
                 _ => None,
             })),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) if Errno::from_io_error(&e) == Some(Errno::NOENT) => Ok(None),
             Err(source) => Err(NetdevError::Netlink {
                 what: format!("reading the neighbour entry of {ip}"),
                 source,
@@ -1070,7 +1074,7 @@ pub fn resolve_neighbour(
         if resolicit {
             match rtnl.solicit(info.ifindex, hop) {
                 Ok(()) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) => {
+                Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::PERM | Errno::ACCESS)) => {
                     send_probe(&info, ip)?
                 }
                 Err(source) => {
@@ -1220,6 +1224,31 @@ mod tests {
         assert_eq!(MacAddr::parse("02:fc:00:00:00"), None);
         assert_eq!(MacAddr::parse("02:fc:00:00:00:00:00"), None);
         assert_eq!(MacAddr::parse("02:fc:00:00:00:100"), None);
+        assert_eq!(
+            MacAddr::parse("2:fc:0:0:0:a"),
+            Some(MacAddr([2, 0xfc, 0, 0, 0, 10]))
+        );
+        // What `ip -j link` prints (netns::Netns::mac reads it through here).
+        assert_eq!(
+            MacAddr::parse("02:00:0a:ff:00:01"),
+            Some(MacAddr([2, 0, 10, 255, 0, 1]))
+        );
+        for bad in [
+            "",
+            ":::::",
+            "02:fc::00:00:00",
+            "02:fc:00:00:00:00:",
+            "+2:fc:00:00:00:00",
+            "02:fc:00:00:00:+0",
+            " 02:fc:00:00:00:00",
+            "02:fc:00:00:00:00 ",
+            "02-fc-00-00-00-00",
+            "zz:fc:00:00:00:00",
+            "02:fc:00:00:00:0g",
+            "02:fc:00:00:00:é",
+        ] {
+            assert_eq!(MacAddr::parse(bad), None, "{bad:?}");
+        }
         assert_eq!(
             MacAddr([1, 2, 3, 4, 5, 0xab]).to_string(),
             "01:02:03:04:05:ab"

@@ -26,6 +26,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::netdev::MacAddr;
+
 /// Prefix of every namespace this module creates (used to find stale ones).
 pub const NETNS_PREFIX: &str = "xroce-";
 
@@ -269,7 +271,8 @@ impl Netns {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
             .map_err(|e| NetnsError::Config(format!("parsing `ip -j link` output: {e}")))?;
         let text = v[0]["address"].as_str().unwrap_or("");
-        parse_mac(text)
+        MacAddr::parse(text)
+            .map(|mac| mac.0)
             .ok_or_else(|| NetnsError::Config(format!("no MAC address for {ifname}: {text:?}")))
     }
 
@@ -318,16 +321,6 @@ impl Drop for ChildGuard {
             let _ = child.wait();
         }
     }
-}
-
-/// Parse `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = text.split(':');
-    for b in mac.iter_mut() {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }
 
 /// How to build a [`VethLink`].
@@ -544,13 +537,5 @@ mod tests {
         assert_eq!(creator_pid("rxelab"), None);
         assert_eq!(creator_pid("xroce-a-1234-0"), None);
         assert_eq!(creator_pid("xroce-a-px-0"), None);
-    }
-
-    #[test]
-    fn macs_parse() {
-        assert_eq!(parse_mac("02:00:0a:ff:00:01"), Some([2, 0, 10, 255, 0, 1]));
-        assert_eq!(parse_mac("02:00:0a:ff:00"), None);
-        assert_eq!(parse_mac("02:00:0a:ff:00:01:02"), None);
-        assert_eq!(parse_mac("zz:00:0a:ff:00:01"), None);
     }
 }

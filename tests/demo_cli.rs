@@ -84,6 +84,10 @@ fn created_namespaces(stdout: &str) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn demo_over_af_xdp_between_namespaces() {
     if !privileged("demo_over_af_xdp_between_namespaces") {
         return;
@@ -106,6 +110,10 @@ fn demo_over_af_xdp_between_namespaces() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn demo_over_af_xdp_with_a_9000_byte_link() {
     if !privileged("demo_over_af_xdp_with_a_9000_byte_link") {
         return;

@@ -3,7 +3,12 @@
 //! Each endpoint runs as a child process inside its namespace (`ip netns exec`), because
 //! setns would only move one thread: the child is this same test binary, re-run with
 //! `XROCE_DRIVER_HELPER=<role>` on its `helper` test (see the bottom of the file).
+//!
+//! Built only with the `xdp` feature (`required-features` in Cargo.toml): every test here
+//! opens `driver::xdp`, which does not exist without it.
 mod common;
+#[path = "common/packet.rs"]
+mod packet;
 
 use common::{hex, unhex, Helper};
 
@@ -13,7 +18,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use etherparse::{PacketBuilder, VlanId};
-use xroce::driver::packet::{Direction, PacketSocket};
+use packet::{Direction, PacketSocket};
 use xroce::driver::xdp::{AttachMode, XdpConfig, XdpDriver, ZeroCopy};
 use xroce::driver::{poll_readable, Driver, DriverError};
 use xroce::netns::{LinkConfig, VethLink};

@@ -1,12 +1,17 @@
 //! Hostile input for an engine with connected QPs: arbitrary bytes, mutated real frames, and
 //! well-formed packets (valid ICRC) with random opcodes, PSNs, keys and lengths. Nothing may
 //! panic; everything is a counted drop, a NAK or a completion status.
+#[path = "common/hostile.rs"]
+mod hostile;
+#[path = "common/pair.rs"]
+mod pair;
+
 use std::time::Duration;
 
+use hostile::{receive_trace, still_serves};
+use pair::{Pair, PairOptions};
 use proptest::prelude::*;
 use xroce::engine::*;
-use xroce::sim::hostile::{self, receive_trace, still_serves};
-use xroce::sim::pair::{Pair, PairOptions};
 use xroce::sim::workload::{IP_A, IP_B, MAC_A, MAC_B};
 use xroce::wire::*;
 

@@ -2,11 +2,16 @@
 //! lengths beyond 2^31, VAs near u64::MAX in retries, memory that goes away under a
 //! streaming READ, misaligned atomics, and completion queues that overflow. Run with overflow
 //! checks (the dev profile): an arithmetic overflow on a peer's value is a panic here.
+#[path = "common/hostile.rs"]
+mod hostile;
+#[path = "common/pair.rs"]
+mod pair;
+
 use std::time::Duration;
 
+use hostile::Forged;
+use pair::{drain, Pair, PairOptions};
 use xroce::engine::*;
-use xroce::sim::hostile::Forged;
-use xroce::sim::pair::{drain, Pair, PairOptions};
 use xroce::sim::workload::{connect, WorkloadConfig, IP_A, IP_B, MAC_A, MAC_B};
 use xroce::wire::{self, NakCode, Opcode, Syndrome};
 

@@ -1,10 +1,13 @@
 //! Large RDMA READs under random loss: every READ completes with the right data in bounded
 //! virtual time, and the retransmitted / discarded traffic stays proportional to the loss
 //! (no go-back-N amplification of whole multi-MiB response streams).
+#[path = "common/pair.rs"]
+mod pair;
+
 use std::time::Duration;
 
+use pair::{Pair, PairOptions};
 use xroce::engine::*;
-use xroce::sim::pair::{Pair, PairOptions};
 use xroce::sim::LinkConfig;
 
 const MIB: usize = 1 << 20;

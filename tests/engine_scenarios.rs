@@ -1,13 +1,16 @@
 //! Deterministic scenario tests of the RC/UD transport: each test provokes one behaviour
 //! with an exact frame filter on the simulated link and checks completions, memory and
 //! counters.
+#[path = "common/pair.rs"]
+mod pair;
+
 use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
+use pair::{drain, Pair, PairOptions};
 use xroce::engine::*;
-use xroce::sim::pair::{drain, Pair, PairOptions};
 use xroce::sim::{FrameInfo, Verdict};
 use xroce::wire::{self, Opcode, Syndrome};
 

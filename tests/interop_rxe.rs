@@ -1131,6 +1131,10 @@ fn missing_prerequisite() -> Option<String> {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn interop_with_rxe() {
     let ci = std::env::var("XROCE_CI").is_ok_and(|v| v == "1");
     let opted_in = std::env::var("XROCE_INTEROP").is_ok_and(|v| v == "1");
@@ -1291,6 +1295,10 @@ fn interop_with_rxe() {
 
 /// A skip must reach the user through the harness's captured output (issue 10, item 26).
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn skip_without_opt_in_is_visible() {
     let stderr = common::rerun_self("interop_with_rxe", &[], &["XROCE_CI", "XROCE_INTEROP"]);
     assert!(

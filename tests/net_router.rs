@@ -151,6 +151,10 @@ fn every_op(driver: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn xdp_every_op_through_a_router() {
     if !privileged_or_skip("xdp_every_op_through_a_router") {
         return;
@@ -180,6 +184,10 @@ fn ud(driver: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn xdp_ud_through_a_router() {
     if !privileged_or_skip("xdp_ud_through_a_router") {
         return;

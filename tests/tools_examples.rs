@@ -75,6 +75,10 @@ fn example_demos_run_in_memory() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn examples_between_namespaces_over_af_xdp() {
     if !common::privileged_or_skip("examples_between_namespaces_over_af_xdp") {
         return;

@@ -117,6 +117,10 @@ fn run_pair(
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn pingpong_rc_and_ud_over_af_xdp() {
     if !common::privileged_or_skip("pingpong_rc_and_ud_over_af_xdp") {
         return;
@@ -168,6 +172,10 @@ fn pingpong_rc_and_ud_over_af_xdp() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn every_perf_test_over_af_xdp() {
     if !common::privileged_or_skip("every_perf_test_over_af_xdp") {
         return;
@@ -209,6 +217,10 @@ fn every_perf_test_over_af_xdp() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn perf_all_sizes_and_one_byte_over_af_xdp() {
     if !common::privileged_or_skip("perf_all_sizes_and_one_byte_over_af_xdp") {
         return;
@@ -266,6 +278,10 @@ fn perf_all_sizes_and_one_byte_over_af_xdp() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn perf_duration_multi_qp_and_queue_depth_over_af_xdp() {
     if !common::privileged_or_skip("perf_duration_multi_qp_and_queue_depth_over_af_xdp") {
         return;
@@ -304,6 +320,10 @@ fn perf_duration_multi_qp_and_queue_depth_over_af_xdp() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn file_send_recv_over_af_xdp() {
     if !common::privileged_or_skip("file_send_recv_over_af_xdp") {
         return;
@@ -348,6 +368,10 @@ fn file_send_recv_over_af_xdp() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn mr_check_over_af_xdp() {
     if !common::privileged_or_skip("mr_check_over_af_xdp") {
         return;
@@ -415,6 +439,10 @@ fn perf_header_mtu_is_the_qps_and_send_bw_server_has_no_peak() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn mismatched_tools_and_tests_fail_fast_naming_the_peer_over_af_xdp() {
     if !common::privileged_or_skip(
         "mismatched_tools_and_tests_fail_fast_naming_the_peer_over_af_xdp",

@@ -125,6 +125,10 @@ fn tool_pair(link: &VethLink, tool: &[&str], server_pcap: &Path, client_pcap: &P
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn pingpong_and_perf_pairs_capture_both_directions_over_af_xdp() {
     if !common::privileged_or_skip("pingpong_and_perf_pairs_capture_both_directions_over_af_xdp") {
         return;

@@ -92,6 +92,10 @@ fn both_pass(run: &mut Run) -> (String, String) {
 const MIB: usize = 1 << 20;
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn xdp_every_op_both_directions_path_mtu_1024() {
     if !privileged_or_skip("xdp_every_op_both_directions_path_mtu_1024") {
         return;
@@ -110,6 +114,10 @@ fn xdp_every_op_both_directions_path_mtu_1024() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn xdp_every_op_both_directions_path_mtu_4096_on_9000_link() {
     if !privileged_or_skip("xdp_every_op_both_directions_path_mtu_4096_on_9000_link") {
         return;
@@ -139,6 +147,10 @@ fn udp_path_mtu_4096_on_9000_link() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn xdp_many_qps_and_ping_still_reaches_the_kernel() {
     if !privileged_or_skip("xdp_many_qps_and_ping_still_reaches_the_kernel") {
         return;
@@ -188,6 +200,10 @@ fn xdp_many_qps_and_ping_still_reaches_the_kernel() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn xdp_every_op_over_ipv6_gids() {
     if !privileged_or_skip("xdp_every_op_over_ipv6_gids") {
         return;
@@ -243,6 +259,10 @@ fn vanished_peer(driver: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn xdp_vanished_peer_gives_retry_exceeded() {
     if !privileged_or_skip("xdp_vanished_peer_gives_retry_exceeded") {
         return;
@@ -331,6 +351,10 @@ fn ud_datagrams(driver: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
 fn xdp_ud_datagrams_through_an_address_handle() {
     if !privileged_or_skip("xdp_ud_datagrams_through_an_address_handle") {
         return;

@@ -2,7 +2,7 @@
 //! waits on it learns so with `DeviceStopped` and the cause, within a bound: a caller blocked
 //! in `get_cq_event(None)`, one in a `Cq::wait` loop, and every later post or poll.
 use std::net::IpAddr;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,7 @@ impl Driver for FailAfter {
         self.frames_left -= n;
         Ok(n)
     }
-    fn wait_fd(&self) -> Option<RawFd> {
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         self.inner.wait_fd()
     }
     fn info(&self) -> DriverInfo {

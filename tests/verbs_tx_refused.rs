@@ -2,7 +2,7 @@
 //! with an error, not Success, and the refusal is counted: no success for a datagram that
 //! never left.
 use std::net::IpAddr;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use xroce::driver::mem::MemDriver;
@@ -35,7 +35,7 @@ impl Driver for Refusing {
     ) -> Result<usize, DriverError> {
         self.inner.recv(max, on_frame)
     }
-    fn wait_fd(&self) -> Option<RawFd> {
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         self.inner.wait_fd()
     }
     fn info(&self) -> DriverInfo {

@@ -6,11 +6,14 @@
 //! No input may panic; the engines must keep answering.
 #![no_main]
 
+#[path = "../../tests/common/pair.rs"]
+mod pair;
+
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use pair::{Pair, PairOptions};
 use xroce::engine::{WrOp, MAX_FRAME_LEN};
-use xroce::sim::pair::{Pair, PairOptions};
 use xroce::sim::workload::{IP_A, IP_B, MAC_A, MAC_B};
 use xroce::wire::{EthRepr, FrameRepr, IpRepr, PacketRepr};
 

@@ -92,12 +92,22 @@ pub struct PeerArgs {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let root = xroce::netns::is_privileged();
     let driver = match args.driver {
+        Some(DemoDriver::Xdp) if !cfg!(feature = "xdp") => {
+            return Err(xroce::driver::DriverError::XdpNotBuilt.into())
+        }
         Some(DemoDriver::Xdp) if !root => bail!(
             "--driver xdp needs root (namespaces, XDP and AF_XDP need CAP_SYS_ADMIN, \
              CAP_NET_ADMIN, CAP_BPF); run with sudo, or use --driver udp or --driver sim"
         ),
         Some(d) => d,
-        None if root => DemoDriver::Xdp,
+        None if root && cfg!(feature = "xdp") => DemoDriver::Xdp,
+        None if root => {
+            println!(
+                "This xroce was built without the `xdp` feature (no AF_XDP). Running the same \
+                 demo over the kernel UDP driver on loopback instead.\n"
+            );
+            DemoDriver::Udp
+        }
         None => {
             println!(
                 "Not running as root: network namespaces and AF_XDP need it. Running the same \

@@ -88,9 +88,14 @@ pub fn render(net: &NetdevInfo, verbose: bool) -> String {
         None => "none attached (xroce attaches its own while a device is open)".to_string(),
     };
     let _ = writeln!(w, "\txdp:\t\t\t\t{xdp}");
+    let xdp_driver = if cfg!(feature = "xdp") {
+        "xdp (AF_XDP, needs root)"
+    } else {
+        "xdp (not in this build: no `xdp` feature)"
+    };
     let _ = writeln!(
         w,
-        "\txroce drivers:\t\t\txdp (AF_XDP, needs root), udp (kernel socket on port 4791), mem"
+        "\txroce drivers:\t\t\t{xdp_driver}, udp (kernel socket on port 4791), mem"
     );
     if verbose {
         let _ = writeln!(w, "\tmax_mr_size:\t\t\t0x{:x}", dev.max_mr_size);

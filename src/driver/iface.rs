@@ -1,13 +1,16 @@
 //! Facts about a network interface: index, MAC, MTU, up/down, receive queues.
 //!
-//! Uses ioctls on a throw-away socket rather than `/sys/class/net`, because sysfs shows the
-//! namespace it was mounted in, while a socket always belongs to the calling thread's
-//! network namespace.
+//! Read over rtnetlink ([`crate::netdev::query`]) rather than from `/sys/class/net`,
+//! because sysfs shows the namespace it was mounted in, while a netlink socket always
+//! belongs to the calling thread's network namespace. Only the receive queue count comes
+//! from sysfs, as it always has (`ip netns exec` mounts the namespace's own sysfs).
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use crate::netdev::{self, NetdevError};
 
 use super::DriverError;
+
+/// Longest interface name plus its NUL terminator (`IFNAMSIZ` of the kernel).
+const IFNAMSIZ: usize = 16;
 
 /// What the kernel says about an interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +25,7 @@ pub struct InterfaceInfo {
     pub mtu: u32,
     /// Administratively up (IFF_UP).
     pub up: bool,
-    /// Carrier present (IFF_RUNNING).
+    /// Operationally up, or up with an unknown operational state (IFF_RUNNING).
     pub running: bool,
     /// Number of receive queues (from sysfs when visible, else 1).
     pub rx_queues: u32,
@@ -30,42 +33,34 @@ pub struct InterfaceInfo {
 
 /// Look up an interface by name in the calling thread's network namespace.
 pub fn interface_info(name: &str) -> Result<InterfaceInfo, DriverError> {
-    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('/') {
+    if name.is_empty() || name.len() >= IFNAMSIZ || name.contains('/') {
         return Err(DriverError::Config {
             reason: format!(
                 "interface name {name:?} is not valid (1..{} bytes, no '/')",
-                libc::IFNAMSIZ - 1
+                IFNAMSIZ - 1
             ),
         });
     }
-    let cname = CString::new(name).map_err(|_| DriverError::Config {
-        reason: format!("interface name {name:?} contains a NUL byte"),
-    })?;
-    let sock = control_socket()?;
-
-    let mut req = new_ifreq(&cname);
-    ioctl(&sock, libc::SIOCGIFINDEX, &mut req).map_err(|e| missing_or_io(name, e))?;
-    // Safety: SIOCGIFINDEX succeeded, so the kernel wrote the ifindex member of the union.
-    let ifindex = unsafe { req.ifr_ifru.ifru_ifindex } as u32;
-
-    let mut req = new_ifreq(&cname);
-    ioctl(&sock, libc::SIOCGIFHWADDR, &mut req).map_err(|e| missing_or_io(name, e))?;
-    // Safety: SIOCGIFHWADDR succeeded, so the kernel wrote the hwaddr member (a sockaddr).
-    let hw = unsafe { req.ifr_ifru.ifru_hwaddr };
-    let mut mac = [0u8; 6];
-    for (dst, src) in mac.iter_mut().zip(hw.sa_data.iter()) {
-        *dst = *src as u8;
+    if name.contains('\0') {
+        return Err(DriverError::Config {
+            reason: format!("interface name {name:?} contains a NUL byte"),
+        });
     }
-
-    let mut req = new_ifreq(&cname);
-    ioctl(&sock, libc::SIOCGIFMTU, &mut req).map_err(|e| missing_or_io(name, e))?;
-    // Safety: SIOCGIFMTU succeeded, so the kernel wrote the mtu member.
-    let mtu = unsafe { req.ifr_ifru.ifru_mtu } as u32;
-
-    let mut req = new_ifreq(&cname);
-    ioctl(&sock, libc::SIOCGIFFLAGS, &mut req).map_err(|e| missing_or_io(name, e))?;
-    // Safety: SIOCGIFFLAGS succeeded, so the kernel wrote the flags member.
-    let flags = unsafe { req.ifr_ifru.ifru_flags } as i32;
+    let link = netdev::query(name).map_err(|e| match e {
+        NetdevError::NoSuchInterface(_) => DriverError::InterfaceMissing {
+            ifname: name.to_string(),
+        },
+        NetdevError::InvalidName(_) => DriverError::Config {
+            reason: e.to_string(),
+        },
+        NetdevError::Netlink { source, .. } => {
+            DriverError::io(format!("querying interface {name:?}"), source)
+        }
+        other => DriverError::io(
+            format!("querying interface {name:?}"),
+            std::io::Error::other(other),
+        ),
+    })?;
 
     let rx_queues = std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
         .map(|dir| {
@@ -78,56 +73,13 @@ pub fn interface_info(name: &str) -> Result<InterfaceInfo, DriverError> {
 
     Ok(InterfaceInfo {
         name: name.to_string(),
-        ifindex,
-        mac,
-        mtu,
-        up: flags & libc::IFF_UP != 0,
-        running: flags & libc::IFF_RUNNING != 0,
+        ifindex: link.ifindex,
+        mac: link.mac.0,
+        mtu: link.mtu,
+        up: link.admin_up,
+        running: link.is_active(),
         rx_queues,
     })
-}
-
-fn missing_or_io(name: &str, err: std::io::Error) -> DriverError {
-    match err.raw_os_error() {
-        Some(libc::ENODEV) | Some(libc::ENXIO) => DriverError::InterfaceMissing {
-            ifname: name.to_string(),
-        },
-        _ => DriverError::io(format!("querying interface {name:?}"), err),
-    }
-}
-
-fn control_socket() -> Result<OwnedFd, DriverError> {
-    // Safety: socket(2) with constant arguments has no memory-safety preconditions.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(DriverError::io(
-            "creating a control socket",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // Safety: fd is a freshly created descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn new_ifreq(name: &CString) -> libc::ifreq {
-    // Safety: ifreq is a plain C struct/union of integers and byte arrays; all-zero is valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    // The caller checked the name is shorter than IFNAMSIZ, so the NUL terminator fits.
-    for (dst, src) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
-        *dst = *src as libc::c_char;
-    }
-    req
-}
-
-fn ioctl(sock: &OwnedFd, request: libc::Ioctl, req: &mut libc::ifreq) -> std::io::Result<()> {
-    // Safety: `req` is a valid, exclusively borrowed ifreq for the duration of the call, and
-    // every request used here (SIOCGIF*) reads the name and writes only within the ifreq.
-    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), request, req as *mut libc::ifreq) };
-    if rc < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

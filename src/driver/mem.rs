@@ -12,16 +12,12 @@
 //!
 //! Frames are whole Ethernet frames, never altered; the receiver sees exactly what was sent
 //! (so the ICRC is verifiable). A lost frame is counted in [`MemLinkStats`].
-//!
-//! This file also holds [`wait_readable`], the one `poll(2)` wrapper the progress thread of
-//! [`crate::verbs`] uses to sleep on a driver's fd and its own wake-up fd at once.
 use std::collections::VecDeque;
 use std::io::ErrorKind;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -68,29 +64,31 @@ pub struct MemLinkStats {
 /// A handle on the link shared by the two ends: read its counters, cut or restore it.
 #[derive(Clone, Debug)]
 pub struct MemLink {
-    shared: Arc<Shared>,
+    state: Arc<MemLinkState>,
 }
 
 impl MemLink {
     /// The link's counters.
     pub fn stats(&self) -> &MemLinkStats {
-        &self.shared.stats
+        &self.state.stats
     }
 
     /// Cut (`true`) or restore (`false`) the link: while cut, every frame is dropped, as if
     /// the peer had disappeared.
     pub fn set_cut(&self, cut: bool) {
-        self.shared.cut.store(cut, Ordering::SeqCst);
+        self.state.cut.store(cut, Ordering::SeqCst);
     }
 
     /// Whether the link is cut.
     pub fn is_cut(&self) -> bool {
-        self.shared.cut.load(Ordering::SeqCst)
+        self.state.cut.load(Ordering::SeqCst)
     }
 }
 
+/// What both ends of a link share: the frames in flight each way, the loss decisions, the
+/// cut switch and the counters.
 #[derive(Debug)]
-struct Shared {
+struct MemLinkState {
     /// `queues[i]` holds frames for end `i`.
     queues: [Mutex<VecDeque<Vec<u8>>>; 2],
     loss: f64,
@@ -102,7 +100,7 @@ struct Shared {
 /// One end of an in-memory link.
 #[derive(Debug)]
 pub struct MemDriver {
-    shared: Arc<Shared>,
+    state: Arc<MemLinkState>,
     /// 0 or 1: which queue is ours to read.
     end: usize,
     mac: [u8; 6],
@@ -133,7 +131,7 @@ impl MemDriver {
                 reason: format!("mem link loss {} outside 0.0..1.0", config.loss),
             });
         }
-        let shared = Arc::new(Shared {
+        let state = Arc::new(MemLinkState {
             queues: [Mutex::default(), Mutex::default()],
             loss: config.loss,
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(config.seed)),
@@ -147,7 +145,7 @@ impl MemDriver {
             .try_clone()
             .map_err(|e| DriverError::io("cloning a socket", e))?;
         let a = MemDriver {
-            shared: shared.clone(),
+            state: state.clone(),
             end: 0,
             mac: mac_a,
             mtu: config.mtu,
@@ -159,7 +157,7 @@ impl MemDriver {
             pending: Vec::new(),
         };
         let b = MemDriver {
-            shared: shared.clone(),
+            state: state.clone(),
             end: 1,
             mac: mac_b,
             mtu: config.mtu,
@@ -168,7 +166,7 @@ impl MemDriver {
             notify_peer: to_a,
             pending: Vec::new(),
         };
-        Ok((a, b, MemLink { shared }))
+        Ok((a, b, MemLink { state }))
     }
 
     fn max_frame(&self) -> usize {
@@ -206,13 +204,13 @@ impl Driver for MemDriver {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let stats = &self.shared.stats;
+        let stats = &self.state.stats;
         let mut delivered_any = false;
         {
-            let mut queue = self.shared.queues[1 - self.end]
+            let mut queue = self.state.queues[1 - self.end]
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let mut rng = self.shared.rng.lock().unwrap_or_else(|p| p.into_inner());
+            let mut rng = self.state.rng.lock().unwrap_or_else(|p| p.into_inner());
             let mut taken = 0;
             for frame in self.pending.iter_mut() {
                 if queue.len() >= MEM_QUEUE_FRAMES {
@@ -220,11 +218,11 @@ impl Driver for MemDriver {
                 }
                 taken += 1;
                 stats.sent.fetch_add(1, Ordering::Relaxed);
-                if self.shared.cut.load(Ordering::Relaxed) {
+                if self.state.cut.load(Ordering::Relaxed) {
                     stats.cut.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                if self.shared.loss > 0.0 && rng.gen_bool(self.shared.loss) {
+                if self.state.loss > 0.0 && rng.gen_bool(self.state.loss) {
                     stats.lost.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
@@ -273,7 +271,7 @@ impl Driver for MemDriver {
         let mut n = 0;
         while n < max {
             let frame = {
-                let mut queue = self.shared.queues[self.end]
+                let mut queue = self.state.queues[self.end]
                     .lock()
                     .unwrap_or_else(|p| p.into_inner());
                 queue.pop_front()
@@ -289,7 +287,7 @@ impl Driver for MemDriver {
         }
         if n == max {
             // More may be waiting: make sure the fd stays readable.
-            let more = !self.shared.queues[self.end]
+            let more = !self.state.queues[self.end]
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .is_empty();
@@ -301,8 +299,8 @@ impl Driver for MemDriver {
         Ok(n)
     }
 
-    fn wait_fd(&self) -> Option<RawFd> {
-        Some(self.notify_rx.as_raw_fd())
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.notify_rx.as_fd())
     }
 
     fn info(&self) -> DriverInfo {
@@ -320,49 +318,11 @@ impl Driver for MemDriver {
     }
 }
 
-/// Waits until one of `fds` is readable or `timeout` passes (`None`: wait forever).
-/// Returns, for each fd, whether it is readable. An interrupted wait (EINTR) returns all
-/// `false`, like a timeout.
-pub fn wait_readable(fds: &[RawFd], timeout: Option<Duration>) -> std::io::Result<Vec<bool>> {
-    let mut pollfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let timeout_ms: libc::c_int = match timeout {
-        None => -1,
-        // Round up so a 100 us timer does not become a busy 0 ms poll loop.
-        Some(d) => d.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
-    };
-    // Safety: `pollfds` is a valid, exclusively borrowed array of `pollfds.len()` pollfd
-    // structs for the duration of the call; poll(2) only writes their `revents` fields.
-    // Invalid fds are reported through POLLNVAL, not undefined behaviour.
-    let rc = unsafe {
-        libc::poll(
-            pollfds.as_mut_ptr(),
-            pollfds.len() as libc::nfds_t,
-            timeout_ms,
-        )
-    };
-    if rc < 0 {
-        let err = std::io::Error::last_os_error();
-        if err.kind() == ErrorKind::Interrupted {
-            return Ok(vec![false; fds.len()]);
-        }
-        return Err(err);
-    }
-    Ok(pollfds
-        .iter()
-        .map(|p| p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::wait_readable;
+    use std::time::Duration;
 
     fn frames_of(driver: &mut MemDriver) -> Vec<Vec<u8>> {
         let mut got = Vec::new();
@@ -418,10 +378,11 @@ mod tests {
         }
         a.flush().unwrap();
         assert_eq!(b.recv(2, &mut |_, _| {}).unwrap(), 2);
-        let fd = b.wait_fd().unwrap();
-        assert_eq!(wait_readable(&[fd], Some(Duration::ZERO)).unwrap(), [true]);
+        let readable =
+            |b: &MemDriver| wait_readable(&[b.wait_fd().unwrap()], Some(Duration::ZERO)).unwrap();
+        assert_eq!(readable(&b), [true]);
         assert_eq!(b.recv(10, &mut |_, _| {}).unwrap(), 3);
-        assert_eq!(wait_readable(&[fd], Some(Duration::ZERO)).unwrap(), [false]);
+        assert_eq!(readable(&b), [false]);
     }
 
     #[test]

@@ -8,31 +8,40 @@
 //! |---|---|---|---|
 //! | [`xdp::XdpDriver`] | `xdp-copy`, `xdp-zerocopy` | an XDP program steers UDP 4791 to an AF_XDP socket; frames are sent raw | verifiable |
 //! | [`udp::UdpDriver`] | `udp` | a kernel UDP socket on port 4791; frames are rewritten to what the kernel emits | not verifiable (the socket hides the IP header) |
-//! | [`loopback::LoopbackDriver`] | `loopback` | two in-process ends joined by a socket pair, for tests | verifiable |
+//! | [`mem::MemDriver`] | `mem` | two in-process ends joined by queues, with seeded loss and a cut switch (tests, `xroce demo --driver sim`) | verifiable |
 //!
 //! [`tap::PcapTap`] wraps any of them and writes every frame sent and received to a pcap file
 //! (`--pcap FILE` of the tools): over AF_XDP, `tcpdump` on the interface sees no RoCE frames.
 //!
-//! The AF_XDP and UDP drivers are being written (see issue 4).
+//! Beside the drivers: [`iface`] (an interface's index, MAC, MTU, queues), [`wait`] (sleeping
+//! on file descriptors) and [`sigpipe`] (the command's SIGPIPE disposition).
 //!
-//! All `unsafe` code of the crate lives under this module; each block says why it is sound.
+//! This is the crate's only module allowed `unsafe` code (`#![deny(unsafe_code)]` holds
+//! everywhere else): the AF_XDP rings and UMEM of xsk-rs, libbpf calls that have no safe
+//! wrapper, and `signal(2)`. Every block carries a `// Safety:` comment saying why it holds.
+//! System calls go through rustix's safe API wherever it has one.
 //!
 //! # Calling order
 //! A progress loop typically does: `send` each frame the engine produced, `flush` once,
-//! `recv` a batch, and when there is nothing to do, `poll(2)` on [`Driver::wait_fd`] (with a
-//! timeout = the engine's next timer) before going round again.
+//! `recv` a batch, and when there is nothing to do, wait for [`Driver::wait_fd`] to become
+//! readable ([`wait::wait_readable`], with a timeout = the engine's next timer) before going
+//! round again.
 
 pub mod iface;
-pub mod loopback;
 pub mod mem;
-pub mod packet;
 pub mod sigpipe;
 pub mod tap;
 pub mod udp;
+pub mod wait;
+#[cfg(feature = "xdp")]
 pub mod xdp;
 
+pub use wait::{poll_readable, wait_readable};
+
 use std::fmt;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
+
+use rustix::io::Errno;
 
 /// A source and sink of whole Ethernet frames.
 ///
@@ -61,7 +70,7 @@ pub trait Driver: Send {
 
     /// A file descriptor that becomes readable when frames may be waiting (for poll/epoll).
     /// `None` means the driver must be polled (busy-poll).
-    fn wait_fd(&self) -> Option<RawFd>;
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>>;
 
     /// What this driver is attached to and how.
     fn info(&self) -> DriverInfo;
@@ -86,7 +95,7 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     ) -> Result<usize, DriverError> {
         (**self).recv(max, on_frame)
     }
-    fn wait_fd(&self) -> Option<RawFd> {
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         (**self).wait_fd()
     }
     fn info(&self) -> DriverInfo {
@@ -95,31 +104,6 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     fn xdp_stats(&self) -> Option<XdpStats> {
         (**self).xdp_stats()
     }
-}
-
-/// Wait until `fd` (a [`Driver::wait_fd`]) is readable or `timeout` passes (`None`: forever).
-/// Returns whether it became readable. EINTR counts as "not readable yet".
-pub fn poll_readable(fd: RawFd, timeout: Option<std::time::Duration>) -> std::io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = match timeout {
-        None => -1,
-        // Round up so a 0.5 ms deadline does not become a busy loop of 0 ms polls.
-        Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
-    };
-    // Safety: `pfd` is one valid pollfd for the duration of the call.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if rc < 0 {
-        let err = std::io::Error::last_os_error();
-        if err.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(err);
-    }
-    Ok(rc > 0 && pfd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
 }
 
 /// What the driver knows about one received frame.
@@ -141,8 +125,6 @@ pub enum DriverMode {
     Udp,
     /// The in-memory simulator.
     Mem,
-    /// An in-process loopback pair (tests).
-    Loopback,
 }
 
 impl DriverMode {
@@ -153,7 +135,6 @@ impl DriverMode {
             DriverMode::XdpZeroCopy => "xdp-zerocopy",
             DriverMode::Udp => "udp",
             DriverMode::Mem => "mem",
-            DriverMode::Loopback => "loopback",
         }
     }
 }
@@ -305,9 +286,12 @@ pub enum DriverError {
     /// No transmit slot is free right now (back-pressure).
     #[error("transmit ring full; call flush() and retry")]
     TxBusy,
-    /// The other end of an in-process loopback pair is gone.
-    #[error("the peer of this loopback driver was dropped")]
-    PeerGone,
+    /// AF_XDP was asked for, but this build has no AF_XDP driver.
+    #[error(
+        "the AF_XDP driver is not available: xroce was built without the `xdp` feature \
+         (rebuild with default features for AF_XDP, or use the UDP driver: --driver udp)"
+    )]
+    XdpNotBuilt,
     /// Loading or attaching the XDP program failed for another reason.
     #[error("XDP program: {reason}")]
     Bpf {
@@ -335,8 +319,8 @@ impl DriverError {
     /// Wrap an I/O error, turning EPERM/EACCES into [`DriverError::NotPermitted`].
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         let context = context.into();
-        match source.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => DriverError::NotPermitted { what: context },
+        match Errno::from_io_error(&source) {
+            Some(Errno::PERM | Errno::ACCESS) => DriverError::NotPermitted { what: context },
             _ => DriverError::Io { context, source },
         }
     }

@@ -8,6 +8,9 @@
 
 /// Restores the default action of SIGPIPE (terminate, without a core dump or a message).
 /// Call it first thing in `main`, before any thread exists.
+///
+/// Through libc: rustix has no safe call that sets a signal's disposition, and std's
+/// `-Zon-broken-pipe` is not stable.
 pub fn restore_default_sigpipe() {
     // Safety: `signal` with `SIG_DFL` installs no handler code, only the kernel's default
     // disposition; it touches no memory of ours and is called before the program spawns

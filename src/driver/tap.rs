@@ -14,7 +14,7 @@
 //! capture (with one warning naming the file) but never the device.
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -196,7 +196,7 @@ impl<D: Driver> Driver for PcapTap<D> {
         Ok(n)
     }
 
-    fn wait_fd(&self) -> Option<RawFd> {
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         self.inner.wait_fd()
     }
 
@@ -221,14 +221,19 @@ impl<D: Driver> Drop for PcapTap<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::loopback::LoopbackDriver;
+    use crate::driver::mem::{MemDriver, MemLinkConfig};
+
+    fn mem_pair() -> (MemDriver, MemDriver) {
+        let macs = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let (a, b, _link) = MemDriver::pair(macs.0, macs.1, &MemLinkConfig::default()).unwrap();
+        (a, b)
+    }
 
     #[test]
     fn both_directions_land_in_the_file() {
         let dir = tempdir();
         let path = dir.join("tap.pcap");
-        let (a, mut b) =
-            LoopbackDriver::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500).unwrap();
+        let (a, mut b) = mem_pair();
         let mut tap = PcapTap::create(a, &path).unwrap();
         let out = vec![0xaa; 60];
         tap.send(&out).unwrap();
@@ -266,7 +271,7 @@ mod tests {
 
     #[test]
     fn an_unwritable_path_is_named() {
-        let (a, _b) = LoopbackDriver::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500).unwrap();
+        let (a, _b) = mem_pair();
         let err = PcapTap::create(a, Path::new("/nonexistent-dir/x.pcap"))
             .err()
             .expect("cannot create");

@@ -20,7 +20,10 @@
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
+
+use rustix::io::Errno;
+use rustix::net::sockopt::{self, Ipv4PathMtuDiscovery, Ipv6PathMtuDiscovery};
 
 use crate::wire::{parse_frame, FrameRepr, IpRepr, ROCEV2_UDP_PORT};
 
@@ -80,33 +83,6 @@ const MAX_DATAGRAM: usize = 65535 - 8 - 20;
 /// BTH + ICRC: nothing shorter can be RoCE.
 const MIN_ROCE: usize = 12 + 4;
 
-fn set_int_opt(
-    fd: RawFd,
-    level: i32,
-    name: i32,
-    value: i32,
-    what: &str,
-) -> Result<(), DriverError> {
-    // Safety: `value` is a valid i32 for the duration of the call and the length passed is
-    // its size, as these integer socket options expect.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            &value as *const i32 as *const libc::c_void,
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(DriverError::io(
-            what.to_string(),
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
-}
-
 impl UdpDriver {
     /// Bind the socket. No privileges needed for port 4791 (> 1023).
     pub fn open(cfg: &UdpConfig) -> Result<Self, DriverError> {
@@ -131,32 +107,15 @@ impl UdpDriver {
         })?;
         sock.set_nonblocking(true)
             .map_err(|e| DriverError::io("making the UDP socket non-blocking", e))?;
-        let fd = sock.as_raw_fd();
         // DF on, and with it IP ID 0 on an unconnected socket: the header the ICRC assumes.
         match cfg.local_ip {
-            IpAddr::V4(_) => set_int_opt(
-                fd,
-                libc::IPPROTO_IP,
-                libc::IP_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-                "setting IP_MTU_DISCOVER",
-            )?,
-            IpAddr::V6(_) => set_int_opt(
-                fd,
-                libc::IPPROTO_IPV6,
-                libc::IPV6_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-                "setting IPV6_MTU_DISCOVER",
-            )?,
+            IpAddr::V4(_) => sockopt::set_ip_mtu_discover(&sock, Ipv4PathMtuDiscovery::DO)
+                .map_err(|e| DriverError::io("setting IP_MTU_DISCOVER", e.into()))?,
+            IpAddr::V6(_) => sockopt::set_ipv6_mtu_discover(&sock, Ipv6PathMtuDiscovery::DO)
+                .map_err(|e| DriverError::io("setting IPV6_MTU_DISCOVER", e.into()))?,
         }
         // Bursts of a large RDMA WRITE arrive faster than one poll loop; best effort.
-        let _ = set_int_opt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            4 << 20,
-            "setting SO_RCVBUF",
-        );
+        let _ = sockopt::set_socket_recv_buffer_size(&sock, 4 << 20);
         Ok(UdpDriver {
             sock,
             iface,
@@ -305,10 +264,12 @@ impl Driver for UdpDriver {
                 Ok(())
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => Err(DriverError::TxBusy),
-            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => Err(DriverError::FrameTooLarge {
-                len: frame.len(),
-                max: self.iface.mtu as usize + 14,
-            }),
+            Err(e) if Errno::from_io_error(&e) == Some(Errno::MSGSIZE) => {
+                Err(DriverError::FrameTooLarge {
+                    len: frame.len(),
+                    max: self.iface.mtu as usize + 14,
+                })
+            }
             Err(e) => Err(DriverError::io(format!("UDP send to {dst}"), e)),
         }
     }
@@ -349,8 +310,8 @@ impl Driver for UdpDriver {
         Ok(delivered)
     }
 
-    fn wait_fd(&self) -> Option<RawFd> {
-        Some(self.sock.as_raw_fd())
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
     }
 
     fn info(&self) -> DriverInfo {

@@ -8,15 +8,16 @@ use std::time::Duration;
 
 use crate::wire::{NakCode, OpcodeInfo, PacketRepr, Position, Psn, Syndrome};
 
+use super::modify::{check_sq_drained, fail_qp};
 use super::qp::Qp;
 use super::timers::{local_ack_timeout, rnr_delay};
 use super::types::{QpState, WcStatus, WrOp};
-use super::{fail_qp, requester, Shared};
+use super::{requester, DeviceState};
 
 /// Handle an RC response packet (ACK, NAK, READ response, atomic ACK).
 pub(crate) fn handle_response(
     qp: &mut Qp,
-    sh: &mut Shared,
+    sh: &mut DeviceState,
     now: Duration,
     pkt: &PacketRepr<'_>,
     info: &OpcodeInfo,
@@ -130,7 +131,7 @@ fn progressed(qp: &mut Qp, now: Duration) {
 
 /// The oldest WQE is done: complete it (if signaled) and consider every PSN it used
 /// acknowledged.
-fn complete_front(qp: &mut Qp, sh: &mut Shared) {
+fn complete_front(qp: &mut Qp, sh: &mut DeviceState) {
     if let Some(wqe) = qp.sq.pop_front() {
         if wqe.signaled {
             let wc = requester::wc_for(qp, &wqe, WcStatus::Success);
@@ -145,7 +146,7 @@ fn complete_front(qp: &mut Qp, sh: &mut Shared) {
         if let Some(last) = wqe.last_psn() {
             advance_una(qp, last.wrapping_add(1));
         }
-        super::check_sq_drained(qp, sh);
+        check_sq_drained(qp, sh);
     }
 }
 
@@ -165,7 +166,7 @@ fn advance_una(qp: &mut Qp, to: Psn) -> bool {
 /// 9.7.5.1.6). A READ or ATOMIC covered by `p` whose response never came is an implied NAK
 /// (9.7.5.2.4 / C9-178): its responses were lost, so it is retried. Returns false if a
 /// retry started or the QP failed.
-fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Duration, p: Psn) -> bool {
+fn ack_through(qp: &mut Qp, sh: &mut DeviceState, now: Duration, p: Psn) -> bool {
     if p.is_before(qp.req.una) {
         return true;
     }
@@ -210,7 +211,7 @@ fn ack_through(qp: &mut Qp, sh: &mut Shared, now: Duration, p: Psn) -> bool {
 
 /// Complete the SEND/WRITE WQEs before `psn` (a response at `psn` implies them), leaving
 /// the READ/ATOMIC that `psn` belongs to at the front. Returns false if there is none.
-fn settle_before(qp: &mut Qp, sh: &mut Shared, psn: Psn) -> bool {
+fn settle_before(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) -> bool {
     while let Some(w) = qp.sq.front() {
         let (Some(first), Some(last)) = (w.first_psn, w.last_psn()) else {
             return false;
@@ -228,7 +229,7 @@ fn settle_before(qp: &mut Qp, sh: &mut Shared, psn: Psn) -> bool {
 
 fn read_response(
     qp: &mut Qp,
-    sh: &mut Shared,
+    sh: &mut DeviceState,
     now: Duration,
     pkt: &PacketRepr<'_>,
     info: &OpcodeInfo,
@@ -291,7 +292,7 @@ fn read_response(
     progressed(qp, now);
 }
 
-fn atomic_ack(qp: &mut Qp, sh: &mut Shared, now: Duration, pkt: &PacketRepr<'_>) {
+fn atomic_ack(qp: &mut Qp, sh: &mut DeviceState, now: Duration, pkt: &PacketRepr<'_>) {
     let psn = pkt.bth.psn;
     let Some(ack) = pkt.atomic_ack_eth else {
         sh.counters.drops.malformed += 1;
@@ -324,7 +325,7 @@ fn atomic_ack(qp: &mut Qp, sh: &mut Shared, now: Duration, pkt: &PacketRepr<'_>)
 
 /// A retry caused by a gap in the responses: once per gap (the following packets of the
 /// same lost stream are evidence of the same loss).
-fn gap_retry(qp: &mut Qp, sh: &mut Shared, now: Duration, psn: Psn) {
+fn gap_retry(qp: &mut Qp, sh: &mut DeviceState, now: Duration, psn: Psn) {
     if qp.req.gap_retry_at == Some(psn) {
         return;
     }
@@ -356,7 +357,7 @@ fn hold_behind_retried_read(qp: &mut Qp) {
 /// spec has it (IBTA Vol. 1 9.7.5.2.8; only rnr_retry has an "infinite" 7). rxe retries
 /// forever at 7 (docs/interop.md); hardware HCAs and xroce do not, so a vanished peer ends
 /// in RETRY_EXC_ERR instead of a hang.
-fn retry(qp: &mut Qp, sh: &mut Shared, now: Duration, psn: Psn) {
+fn retry(qp: &mut Qp, sh: &mut DeviceState, now: Duration, psn: Psn) {
     if qp.req.retry_left == 0 {
         sh.counters.retry_exceeded_err += 1;
         fail_qp(qp, sh, WcStatus::RetryExcErr);
@@ -397,7 +398,7 @@ pub(crate) fn go_back(qp: &mut Qp, mut psn: Psn) {
 }
 
 /// Run due timers. Returns true if the QP may have something to send now.
-pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut Shared, now: Duration) -> bool {
+pub(crate) fn handle_timers(qp: &mut Qp, sh: &mut DeviceState, now: Duration) -> bool {
     let mut woke = false;
     if qp.req.rnr_deadline.is_some_and(|d| d <= now) {
         qp.req.rnr_deadline = None;

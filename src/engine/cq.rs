@@ -1,9 +1,10 @@
 //! Completion queues: bounded FIFOs of work completions with an arm flag for notification.
 use std::collections::VecDeque;
 
+use super::modify::flush_qp;
 use super::qp::Qp;
 use super::types::{CqId, Event, QpState, Wc};
-use super::Shared;
+use super::DeviceState;
 
 #[derive(Debug)]
 pub(crate) struct Cq {
@@ -93,13 +94,13 @@ impl CqTable {
 /// IBTA 11.6.3.2; rxe's RESPST_ERR_CQ_OVERFLOW moves the QP to error the same way), its
 /// other WRs are flushed. Returns false in that case, so the caller stops (no ACK for a
 /// message whose completion was lost).
-pub(crate) fn post(qp: &mut Qp, sh: &mut Shared, cq: CqId, wc: Wc, solicited: bool) -> bool {
+pub(crate) fn post(qp: &mut Qp, sh: &mut DeviceState, cq: CqId, wc: Wc, solicited: bool) -> bool {
     if sh.cqs.push(cq, wc, solicited, &mut sh.events) {
         return true;
     }
     if qp.state() != QpState::Err {
         sh.events.push_back(Event::QpFatal(qp.qpn));
-        super::flush_qp(qp, sh);
+        flush_qp(qp, sh);
     }
     false
 }

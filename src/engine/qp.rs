@@ -239,3 +239,32 @@ impl Qp {
         len.div_ceil(self.mtu()).max(1)
     }
 }
+
+#[cfg(test)]
+impl Qp {
+    /// An RC QP in RTS (path MTU 1024, the default) for unit tests.
+    pub(crate) fn rc_in_rts(pd: PdId, cq: CqId, access: crate::engine::Access) -> Qp {
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            cur_qp_state: QpState::Rts,
+            qp_access_flags: access,
+            ..Default::default()
+        };
+        Qp {
+            qpn: 0x11,
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            caps: QpCaps::default(),
+            sq_sig_all: false,
+            attr,
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            req: Default::default(),
+            resp: Default::default(),
+            in_tx_list: false,
+            sqd_notified: false,
+        }
+    }
+}

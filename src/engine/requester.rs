@@ -7,17 +7,19 @@
 //! yields the same PSNs again.
 use std::time::Duration;
 
-use crate::wire::{AtomicEthRepr, DethRepr, Opcode, RethRepr};
+use crate::wire::{AtomicEthRepr, DethRepr, Opcode, Psn, RethRepr};
 
+use super::modify::fail_qp;
 use super::qp::{Qp, SendWqe};
 use super::timers::local_ack_timeout;
+use super::transmit::OutPacket;
 use super::types::{
     Access, EngineError, QpState, QpType, SendFlags, SendWr, Sge, Wc, WcStatus, WrOp,
 };
-use super::{OutPacket, Shared, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
+use super::{DeviceState, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
 
 /// Check a send WR and turn it into a WQE (inline data copied now).
-pub(crate) fn make_wqe(qp: &Qp, sh: &Shared, wr: &SendWr) -> Result<SendWqe, EngineError> {
+pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe, EngineError> {
     let bad = |s: String| Err(EngineError::InvalidWr(s));
     match (qp.qp_type, &wr.op) {
         (QpType::Ud, WrOp::Send | WrOp::SendWithImm { .. }) => {
@@ -133,7 +135,7 @@ fn position(k: u32, n: u32) -> (bool, bool) {
 }
 
 /// Produce the next request packet of this QP, if any may be sent now.
-pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Option<OutPacket> {
+pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Duration) -> Option<OutPacket> {
     let state = qp.state();
     if !matches!(state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
         return None;
@@ -143,15 +145,52 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Optio
     }
     let av = *qp.av()?;
     let idx = qp.req.send_idx;
-    let mtu = qp.mtu();
-    let wqe = qp.sq.get(idx)?;
-    // rxe: at most 128 PSNs between the oldest unacknowledged and the next to send.
-    if qp.req.una.distance_to(qp.req.next_psn) >= MAX_UNACKED_PSNS {
+    if !may_send(qp, idx) {
         return None;
     }
+    let (psn, npkts) = next_packet_psn(qp, idx)?;
+    let k = qp.req.send_pkt;
+    let mtu = qp.mtu();
+    let since_ackreq = qp.req.since_ackreq;
+    let mut pkt = OutPacket::new(av, qp.attr.dest_qp_num, Opcode(0), psn);
+    let wqe = qp.sq.get(idx)?;
+    let consumed = match wqe.op {
+        WrOp::Send
+        | WrOp::SendWithImm { .. }
+        | WrOp::SendWithInv { .. }
+        | WrOp::Write { .. }
+        | WrOp::WriteWithImm { .. } => {
+            if !data_request(wqe, sh, k, npkts, mtu, since_ackreq, &mut pkt) {
+                // The MR was deregistered under a posted WR: a local protection error.
+                fail_qp(qp, sh, WcStatus::LocProtErr);
+                return None;
+            }
+            1
+        }
+        WrOp::Read { .. } => read_request(wqe, k, npkts, mtu, &mut pkt),
+        WrOp::CompareSwap { .. } | WrOp::FetchAdd { .. } => {
+            atomic_request(wqe, &mut pkt);
+            1
+        }
+    };
+    record_sent(qp, sh, now, psn, consumed, npkts, pkt.ack_req);
+    Some(pkt)
+}
+
+/// Whether the WQE at `idx` may send a packet now: within the PSN window; for a WQE not
+/// started yet, not in SQD, past its fence and within max_rd_atomic; and not behind a
+/// READ/ATOMIC being retried.
+fn may_send(qp: &Qp, idx: usize) -> bool {
+    let Some(wqe) = qp.sq.get(idx) else {
+        return false;
+    };
+    // rxe: at most 128 PSNs between the oldest unacknowledged and the next to send.
+    if qp.req.una.distance_to(qp.req.next_psn) >= MAX_UNACKED_PSNS {
+        return false;
+    }
     if wqe.first_psn.is_none() {
-        if state == QpState::Sqd {
-            return None;
+        if qp.state() == QpState::Sqd {
+            return false;
         }
         let rd_atomic_before = || {
             qp.sq
@@ -162,12 +201,12 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Optio
         };
         // Fence (IBTA 10.8.3.3): wait for every earlier READ/ATOMIC to complete.
         if wqe.fence && rd_atomic_before() > 0 {
-            return None;
+            return false;
         }
         if wqe.op.is_read_or_atomic()
             && rd_atomic_before() >= Qp::rd_atomic_limit(qp.attr.max_rd_atomic)
         {
-            return None;
+            return false;
         }
     }
     // A READ/ATOMIC is being retried: the WQEs behind it wait for its responses
@@ -178,9 +217,16 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Optio
             None => qp.req.next_psn,
         };
         if !psn.is_before(hold) {
-            return None;
+            return false;
         }
     }
+    true
+}
+
+/// The PSN of the next packet of the WQE at `idx` and its packet count; a WQE sent for the
+/// first time takes its PSNs here.
+fn next_packet_psn(qp: &mut Qp, idx: usize) -> Option<(Psn, u32)> {
+    let wqe = qp.sq.get(idx)?;
     let npkts = match wqe.op {
         WrOp::CompareSwap { .. } | WrOp::FetchAdd { .. } => 1,
         _ => qp.packets_for(wqe.len),
@@ -192,118 +238,129 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Optio
         wqe.npkts = npkts;
     }
     let first_psn = wqe.first_psn?;
-    let k = qp.req.send_pkt;
-    let psn = first_psn.wrapping_add(k);
-    let dest_qp = qp.attr.dest_qp_num;
-    let mut pkt = OutPacket::new(av, dest_qp, Opcode(0), psn);
+    Some((first_psn.wrapping_add(qp.req.send_pkt), npkts))
+}
+
+/// Packet `k` of `npkts` of a SEND or WRITE: its payload (inline data, straight from one MR,
+/// or gathered into the scratch buffer), opcode, immediate data or R_Key to invalidate on the
+/// last packet, RETH on the first, and AckReq. False if the payload's memory is gone.
+fn data_request(
+    wqe: &SendWqe,
+    sh: &mut DeviceState,
+    k: u32,
+    npkts: u32,
+    mtu: u32,
+    since_ackreq: u32,
+    pkt: &mut OutPacket,
+) -> bool {
     let (is_first, is_last) = position(k, npkts);
-    let mut consumed = 1;
+    let offset = k as u64 * mtu as u64;
+    let plen = (wqe.len as u64 - offset.min(wqe.len as u64)).min(mtu as u64) as usize;
+    if sh.scratch.len() < plen {
+        sh.scratch.resize(plen, 0);
+    }
+    let ok = match &wqe.inline {
+        Some(data) => {
+            sh.scratch[..plen].copy_from_slice(&data[offset as usize..offset as usize + plen]);
+            true
+        }
+        None => match single_sge_span(&wqe.sges, offset, plen as u64) {
+            // The packet's bytes are contiguous in one MR: emit them from there.
+            Some((key, va)) => {
+                pkt.payload_mr = Some((key, va));
+                sh.mrs.slice(key, va, plen as u64).is_some()
+            }
+            None => sh.mrs.gather(&wqe.sges, offset, &mut sh.scratch[..plen]),
+        },
+    };
+    if !ok {
+        return false;
+    }
+    pkt.payload_len = plen;
+    pkt.opcode = data_opcode(&wqe.op, is_first, is_last);
     match wqe.op {
-        WrOp::Send
-        | WrOp::SendWithImm { .. }
-        | WrOp::SendWithInv { .. }
-        | WrOp::Write { .. }
-        | WrOp::WriteWithImm { .. } => {
-            let offset = k as u64 * mtu as u64;
-            let plen = (wqe.len as u64 - offset.min(wqe.len as u64)).min(mtu as u64) as usize;
-            if sh.scratch.len() < plen {
-                sh.scratch.resize(plen, 0);
-            }
-            let ok = match &wqe.inline {
-                Some(data) => {
-                    sh.scratch[..plen]
-                        .copy_from_slice(&data[offset as usize..offset as usize + plen]);
-                    true
-                }
-                None => match single_sge_span(&wqe.sges, offset, plen as u64) {
-                    // The packet's bytes are contiguous in one MR: emit them from there.
-                    Some((key, va)) => {
-                        pkt.payload_mr = Some((key, va));
-                        sh.mrs.slice(key, va, plen as u64).is_some()
-                    }
-                    None => sh.mrs.gather(&wqe.sges, offset, &mut sh.scratch[..plen]),
-                },
-            };
-            if !ok {
-                // The MR was deregistered under a posted WR: a local protection error.
-                super::fail_qp(qp, sh, WcStatus::LocProtErr);
-                return None;
-            }
-            pkt.payload_len = plen;
-            pkt.opcode = data_opcode(&wqe.op, is_first, is_last);
-            match wqe.op {
-                WrOp::SendWithImm { imm } | WrOp::WriteWithImm { imm, .. } if is_last => {
-                    pkt.immdt = Some(imm)
-                }
-                WrOp::SendWithInv { rkey } if is_last => pkt.ieth = Some(rkey),
-                _ => {}
-            }
-            if let WrOp::Write { remote_addr, rkey }
-            | WrOp::WriteWithImm {
-                remote_addr, rkey, ..
-            } = wqe.op
-            {
-                if is_first {
-                    pkt.reth = Some(RethRepr {
-                        va: remote_addr,
-                        rkey,
-                        dma_len: wqe.len,
-                    });
-                }
-            }
-            pkt.solicited = is_last && wqe.solicited;
-            pkt.ack_req = is_last || qp.req.since_ackreq + 1 >= ACK_REQ_INTERVAL;
+        WrOp::SendWithImm { imm } | WrOp::WriteWithImm { imm, .. } if is_last => {
+            pkt.immdt = Some(imm)
         }
-        WrOp::Read { remote_addr, rkey } => {
-            // A retried READ asks only for the part not yet received (IBTA 9.7.4.1.4).
-            // k < npkts, so k * mtu < len + mtu: computed in u64 it cannot overflow.
-            let offset = k as u64 * mtu as u64;
-            pkt.opcode = Opcode::RC_RDMA_READ_REQUEST;
+        WrOp::SendWithInv { rkey } if is_last => pkt.ieth = Some(rkey),
+        _ => {}
+    }
+    if let WrOp::Write { remote_addr, rkey }
+    | WrOp::WriteWithImm {
+        remote_addr, rkey, ..
+    } = wqe.op
+    {
+        if is_first {
             pkt.reth = Some(RethRepr {
-                // The remote VA is opaque here (the responder checks it): wrapping, never a
-                // panic for an address near u64::MAX.
-                va: remote_addr.wrapping_add(offset),
+                va: remote_addr,
                 rkey,
-                dma_len: (wqe.len as u64 - offset.min(wqe.len as u64)) as u32,
+                dma_len: wqe.len,
             });
-            pkt.ack_req = true;
-            consumed = npkts - k;
         }
+    }
+    pkt.solicited = is_last && wqe.solicited;
+    pkt.ack_req = is_last || since_ackreq + 1 >= ACK_REQ_INTERVAL;
+    true
+}
+
+/// The READ request for packets `k..npkts` of a READ WQE; returns how many PSNs it takes.
+fn read_request(wqe: &SendWqe, k: u32, npkts: u32, mtu: u32, pkt: &mut OutPacket) -> u32 {
+    let WrOp::Read { remote_addr, rkey } = wqe.op else {
+        return 1;
+    };
+    // A retried READ asks only for the part not yet received (IBTA 9.7.4.1.4).
+    // k < npkts, so k * mtu < len + mtu: computed in u64 it cannot overflow.
+    let offset = k as u64 * mtu as u64;
+    pkt.opcode = Opcode::RC_RDMA_READ_REQUEST;
+    pkt.reth = Some(RethRepr {
+        // The remote VA is opaque here (the responder checks it): wrapping, never a panic
+        // for an address near u64::MAX.
+        va: remote_addr.wrapping_add(offset),
+        rkey,
+        dma_len: (wqe.len as u64 - offset.min(wqe.len as u64)) as u32,
+    });
+    pkt.ack_req = true;
+    npkts - k
+}
+
+/// The COMPARE_SWAP or FETCH_ADD request of an atomic WQE.
+fn atomic_request(wqe: &SendWqe, pkt: &mut OutPacket) {
+    let (remote_addr, rkey, swap_add, compare, opcode) = match wqe.op {
         WrOp::CompareSwap {
             remote_addr,
             rkey,
             compare,
             swap,
-        } => {
-            pkt.opcode = Opcode::RC_COMPARE_SWAP;
-            pkt.atomic_eth = Some(AtomicEthRepr {
-                va: remote_addr,
-                rkey,
-                swap_add: swap,
-                compare,
-            });
-            pkt.ack_req = true;
-        }
+        } => (remote_addr, rkey, swap, compare, Opcode::RC_COMPARE_SWAP),
         WrOp::FetchAdd {
             remote_addr,
             rkey,
             add,
-        } => {
-            pkt.opcode = Opcode::RC_FETCH_ADD;
-            pkt.atomic_eth = Some(AtomicEthRepr {
-                va: remote_addr,
-                rkey,
-                swap_add: add,
-                compare: 0,
-            });
-            pkt.ack_req = true;
-        }
-    }
-    qp.req.since_ackreq = if pkt.ack_req {
-        0
-    } else {
-        qp.req.since_ackreq + 1
+        } => (remote_addr, rkey, add, 0, Opcode::RC_FETCH_ADD),
+        _ => return,
     };
+    pkt.opcode = opcode;
+    pkt.atomic_eth = Some(AtomicEthRepr {
+        va: remote_addr,
+        rkey,
+        swap_add,
+        compare,
+    });
+    pkt.ack_req = true;
+}
+
+/// A request packet at `psn` taking `consumed` PSNs went out: move the send position, count
+/// a retransmission, and start the local ACK timer if it is not running.
+fn record_sent(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    now: Duration,
+    psn: Psn,
+    consumed: u32,
+    npkts: u32,
+    ack_req: bool,
+) {
+    qp.req.since_ackreq = if ack_req { 0 } else { qp.req.since_ackreq + 1 };
     qp.req.send_pkt += consumed;
     if qp.req.send_pkt >= npkts {
         qp.req.send_idx += 1;
@@ -319,7 +376,6 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut Shared, now: Duration) -> Optio
     if qp.req.retrans_deadline.is_none() {
         qp.req.retrans_deadline = local_ack_timeout(qp.attr.timeout).map(|t| now + t);
     }
-    Some(pkt)
 }
 
 /// SEND/WRITE opcode for a packet position (IBTA 9.2, table 38).
@@ -348,7 +404,7 @@ fn data_opcode(op: &WrOp, first: bool, last: bool) -> Opcode {
 }
 
 /// UD: one packet per WQE, completed once its frame is emitted (there is no ACK).
-fn next_ud(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
+fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     if qp.state() == QpState::Sqd {
         return None;
     }
@@ -398,4 +454,122 @@ fn next_ud(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
     wc.src_qp = dest.remote_qpn;
     pkt.ud_completion = Some((wc, wqe.signaled));
     Some(pkt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::qp::SgeList;
+    use crate::engine::types::{CqId, PdId};
+
+    fn wqe(op: WrOp, len: u32) -> SendWqe {
+        SendWqe {
+            wr_id: 7,
+            op,
+            sges: SgeList::from(&[][..]),
+            inline: None,
+            signaled: true,
+            fence: false,
+            solicited: false,
+            ud: None,
+            len,
+            first_psn: None,
+            npkts: 0,
+            read_done_pkts: 0,
+        }
+    }
+
+    fn read(len: u32) -> SendWqe {
+        wqe(
+            WrOp::Read {
+                remote_addr: 0x1000,
+                rkey: 0x100,
+            },
+            len,
+        )
+    }
+
+    fn qp() -> Qp {
+        let mut qp = Qp::rc_in_rts(PdId(0), CqId(0), Access::LOCAL_WRITE);
+        qp.attr.max_rd_atomic = 1;
+        qp
+    }
+
+    #[test]
+    fn may_send_a_posted_wqe_within_the_window() {
+        let mut qp = qp();
+        assert!(!may_send(&qp, 0), "nothing posted");
+        qp.sq.push_back(wqe(WrOp::Send, 8));
+        assert!(may_send(&qp, 0));
+        qp.req.next_psn = qp.req.una.wrapping_add(MAX_UNACKED_PSNS as u32);
+        assert!(!may_send(&qp, 0), "the 128-PSN window is full");
+    }
+
+    #[test]
+    fn may_send_waits_for_fences_max_rd_atomic_and_sqd() {
+        let mut qp = qp();
+        let mut started = read(8);
+        started.first_psn = Some(Psn::new(0));
+        started.npkts = 1;
+        qp.sq.push_back(started);
+        qp.req.next_psn = Psn::new(1);
+        let mut fenced = wqe(WrOp::Send, 8);
+        fenced.fence = true;
+        qp.sq.push_back(fenced);
+        qp.sq.push_back(read(8));
+        assert!(!may_send(&qp, 1), "the fence waits for the READ before it");
+        assert!(
+            !may_send(&qp, 2),
+            "max_rd_atomic 1 is taken by the first READ"
+        );
+        qp.attr.max_rd_atomic = 2;
+        assert!(may_send(&qp, 2));
+        qp.attr.qp_state = QpState::Sqd;
+        assert!(!may_send(&qp, 2), "SQD starts no new WQE");
+        assert!(may_send(&qp, 0), "SQD still finishes a started one");
+    }
+
+    #[test]
+    fn may_send_holds_what_follows_a_retried_read() {
+        let mut qp = qp();
+        qp.attr.max_rd_atomic = 4;
+        qp.sq.push_back(read(8));
+        qp.req.retry_hold = Some(Psn::new(0));
+        assert!(!may_send(&qp, 0));
+        qp.req.retry_hold = Some(Psn::new(1));
+        assert!(may_send(&qp, 0));
+    }
+
+    #[test]
+    fn a_retried_read_asks_for_the_rest_only() {
+        let w = read(3000);
+        let mut pkt = OutPacket::new(av(), 0x12, Opcode(0), Psn::new(10));
+        assert_eq!(read_request(&w, 2, 3, 1024, &mut pkt), 1);
+        let reth = pkt.reth.unwrap();
+        assert_eq!((reth.va, reth.dma_len), (0x1000 + 2048, 3000 - 2048));
+        assert_eq!(pkt.opcode, Opcode::RC_RDMA_READ_REQUEST);
+        assert!(pkt.ack_req);
+    }
+
+    #[test]
+    fn atomic_request_carries_its_operands() {
+        let w = wqe(
+            WrOp::CompareSwap {
+                remote_addr: 0x2000,
+                rkey: 0x200,
+                compare: 1,
+                swap: 2,
+            },
+            8,
+        );
+        let mut pkt = OutPacket::new(av(), 0x12, Opcode(0), Psn::new(0));
+        atomic_request(&w, &mut pkt);
+        assert_eq!(pkt.opcode, Opcode::RC_COMPARE_SWAP);
+        let a = pkt.atomic_eth.unwrap();
+        assert_eq!((a.va, a.rkey, a.compare, a.swap_add), (0x2000, 0x200, 1, 2));
+    }
+
+    fn av() -> crate::engine::AddressVector {
+        crate::engine::AddressVector::new([2, 0, 0, 0, 0, 2], "198.18.0.2".parse().unwrap())
+    }
 }

@@ -1,18 +1,26 @@
-//! The responder: receives requests, checks them step by step (as rxe's `rxe_resp.c`
-//! state machine does), executes them and queues what goes back (IBTA 9.7.5).
+//! The responder: receives requests, checks them step by step (as rxe's `rxe_resp.c` does),
+//! executes them and queues what goes back: ACKs, NAKs, READ responses, atomic ACKs.
 //!
-//! Check order for a request: PSN (9.7.5.1.1) → op sequence (9.7.5.1.2) → lengths
-//! (9.7.5.1.3 / C9-88..) → receive WQE or RNR (9.7.5.1.4) → R_Key/PD/access/bounds/alignment
-//! (9.7.5.1.3, C9-88) → execute → ACK (9.7.5.1.5/6). A failed check sends one NAK; a class
-//! B/C/D error also moves the QP to the error state.
+//! [`handle_request`] reads as the list of checks. Every request passes `check_state`,
+//! `check_opcode`, `check_psn`, `check_op_sequence`, `check_packet_length` and
+//! `check_resource`; each operation then checks its own headers, lengths and keys
+//! (`check_reth`, `check_message_length`, `check_write_length`, `check_rkey`,
+//! `check_atomic_alignment`, `check_receive_space`, ...). A failed check returns a
+//! [`ResponderError`] whose [`Outcome`] is its IBTA class: a silent drop, a duplicate, a
+//! PSN sequence error NAK (class B), an RNR NAK, or a NAK that ends the QP (class A/C).
+//! docs/engine.md has the checks as a table.
 use std::net::IpAddr;
 
-use crate::wire::{FrameRepr, NakCode, OpcodeInfo, PacketRepr, Position, Psn, Syndrome};
+use crate::wire::{
+    AtomicEthRepr, FrameRepr, NakCode, OpcodeInfo, PacketRepr, Position, Psn, RethRepr, Syndrome,
+};
 
-use super::mr::AccessFault;
+use super::modify::flush_qp;
+use super::mr::{AccessFault, MrTable};
 use super::qp::{InProgress, Qp, RecvWqe, Response, SavedResource};
-use super::types::{Access, QpState, Wc, WcOpcode, WcStatus};
-use super::{OutPacket, Shared, CREDIT_UNLIMITED};
+use super::transmit::OutPacket;
+use super::types::{Access, PdId, QpState, Wc, WcOpcode, WcStatus};
+use super::{DeviceState, CREDIT_UNLIMITED};
 
 /// Responses queued per QP at most; beyond that new ACKs are dropped (the requester's
 /// timer recovers) so a duplicate flood cannot grow memory.
@@ -42,8 +50,9 @@ pub(crate) fn recv_wc(qp: &Qp, wqe: &RecvWqe, status: WcStatus, byte_len: u32) -
     }
 }
 
-fn queue(qp: &mut Qp, sh: &mut Shared, r: Response) {
-    // ACK coalescing: a not-yet-sent ACK is superseded by a later one (it acknowledges more).
+fn queue(qp: &mut Qp, sh: &mut DeviceState, r: Response) {
+    // ACK coalescing (IBTA 9.7.5.1.2): a not-yet-sent ACK is superseded by a later one (it
+    // acknowledges more).
     if let (
         Response::Ack {
             syndrome: Syndrome::Ack { .. },
@@ -65,7 +74,7 @@ fn queue(qp: &mut Qp, sh: &mut Shared, r: Response) {
     qp.resp.responses.push_back(r);
 }
 
-fn ack(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
+fn ack(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) {
     let msn = qp.resp.msn;
     queue(
         qp,
@@ -80,9 +89,9 @@ fn ack(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
     );
 }
 
-/// A class B/C/D responder error: NAK `code` at `psn`; the receive WQE in use (if any)
-/// completes with `status`; the QP goes to ERR (IBTA 9.9.3.1.2/3).
-fn fatal(qp: &mut Qp, sh: &mut Shared, psn: Psn, code: NakCode, status: WcStatus) {
+/// A class A or C responder error (IBTA 9.9.3.1.1, 9.9.3.1.3): NAK `code` at `psn`; the
+/// receive WQE in use (if any) completes with `status`; the QP goes to ERR.
+fn fatal(qp: &mut Qp, sh: &mut DeviceState, psn: Psn, code: NakCode, status: WcStatus) {
     let msn = qp.resp.msn;
     queue(
         qp,
@@ -100,10 +109,11 @@ fn fatal(qp: &mut Qp, sh: &mut Shared, psn: Psn, code: NakCode, status: WcStatus
         sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
     }
     sh.events.push_back(super::Event::QpFatal(qp.qpn));
-    super::flush_qp(qp, sh);
+    flush_qp(qp, sh);
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// The four kinds of RC request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Send,
     Write,
@@ -111,397 +121,571 @@ enum Kind {
     Atomic,
 }
 
-fn kind(info: &OpcodeInfo, opcode: crate::wire::Opcode) -> Option<Kind> {
-    use crate::wire::Opcode as O;
-    if info.has_atomic_eth {
-        return Some(Kind::Atomic);
-    }
-    if opcode == O::RC_RDMA_READ_REQUEST {
-        return Some(Kind::Read);
-    }
-    let op = opcode.0 & 0x1F;
-    match op {
-        0..=5 | 22 | 23 => Some(Kind::Send),
-        6..=11 => Some(Kind::Write),
-        _ => None,
+/// Why the responder does not execute a request: one variant per check that can fail. Each
+/// carries what the IBTA prescribes for it ([`ResponderError::outcome`]); the classes are
+/// those of IBTA Table 63 "Responder Error Behavior Summary" (9.9.3.1): class A and C errors
+/// are NAKed and end the QP, class B (a PSN sequence error) is NAKed and recovered from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ResponderError {
+    /// The QP does not receive in its state: RESET, INIT and ERR drop what arrives (IBTA
+    /// 10.3.1). Silent drop.
+    NotReceiving,
+    /// An RC request opcode this responder does not implement. Silent drop.
+    UnsupportedOpcode,
+    /// The RETH or AtomicETH the opcode needs is missing. Silent drop.
+    MissingHeader,
+    /// The PSN is ahead of the expected PSN: packets were lost (IBTA 9.7.5.1.1). Class B
+    /// (9.9.3.1.2): one PSN sequence error NAK per gap, the QP state does not change.
+    PsnAhead,
+    /// The PSN is behind the expected PSN: a duplicate (IBTA 9.7.5.1.5, C9-105). Not
+    /// executed again; re-acknowledged or answered from a saved resource.
+    Duplicate,
+    /// A MIDDLE/LAST that continues no message of its kind, or a FIRST/ONLY/READ/ATOMIC in
+    /// the middle of one. Class C (9.9.3.1.3): NAK Invalid Request, REM_INV_REQ_ERR.
+    OpSequence,
+    /// The payload does not fit the packet's place in the message (FIRST/MIDDLE one MTU,
+    /// LAST 1..=MTU, ONLY 0..=MTU, READ/ATOMIC none). Class C: NAK Invalid Request; the
+    /// receive WQE in use completes with LOC_LEN_ERR.
+    PacketLength,
+    /// A SEND (FIRST/ONLY) or a WRITE with immediate (LAST/ONLY) finds no receive WQE (IBTA
+    /// 9.7.5.1.4). RNR NAK; the PSN is not consumed. A WRITE without immediate consumes no
+    /// WQE (C10-87, IBTA 10.7.2.2).
+    ReceiverNotReady,
+    /// The RETH DMA length is over 2^31 bytes ([`MAX_MESSAGE_LEN`]). Class C: NAK Invalid
+    /// Request.
+    MessageTooLong,
+    /// A WRITE's payload disagrees with its RETH DMA length (an ONLY carries all of it, a
+    /// FIRST less, no packet more than is left, a LAST exactly the rest). Class C: NAK
+    /// Invalid Request.
+    WriteLength,
+    /// The R_Key, PD, access rights or bounds refuse the access, or the memory went away
+    /// (IBTA 9.7.5.1.3, C9-88). Class C (Table 63 lists R_Key violations there): NAK Remote
+    /// Access Error.
+    RemoteAccess,
+    /// The AtomicETH VA is not 8-byte aligned (IBTA 9.4.5). Class C: NAK Invalid Request, as
+    /// rxe (RESPST_ERR_MISALIGNED_ATOMIC) and qib/hfi1 do.
+    MisalignedAtomic,
+    /// The SEND is longer than its receive WQE (or than any message may be, so its byte count
+    /// would not fit a completion). Class C length error: NAK Invalid Request, LOC_LEN_ERR.
+    ReceiveBufferTooSmall,
+    /// The receive WQE's buffers could not be written. Class A (9.9.3.1.1, a malformed WQE):
+    /// NAK Remote Operational Error, LOC_PROT_ERR.
+    ReceiveBufferFault,
+    /// SEND with invalidate names an R_Key that is not an MR of the QP's PD (IBTA 10.6.7.2).
+    /// Class C: NAK Invalid Request.
+    InvalidateRkey,
+}
+
+/// What the responder does about a [`ResponderError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Dropped without an answer and counted.
+    SilentDrop,
+    /// Answered from what was saved, never executed twice.
+    Duplicate,
+    /// One PSN sequence error NAK at the expected PSN per gap, then silence (class B).
+    SequenceNak,
+    /// An RNR NAK at the request's PSN; the requester retries it after the timer.
+    RnrNak,
+    /// NAK `nak`; the receive WQE in use completes with `status`; the QP enters ERR.
+    Fatal { nak: NakCode, status: WcStatus },
+}
+
+impl ResponderError {
+    /// The IBTA class of the error: how the responder answers it.
+    pub(crate) fn outcome(self) -> Outcome {
+        use ResponderError as E;
+        let fatal = |nak, status| Outcome::Fatal { nak, status };
+        match self {
+            E::NotReceiving | E::UnsupportedOpcode | E::MissingHeader => Outcome::SilentDrop,
+            E::Duplicate => Outcome::Duplicate,
+            E::PsnAhead => Outcome::SequenceNak,
+            E::ReceiverNotReady => Outcome::RnrNak,
+            E::OpSequence
+            | E::MessageTooLong
+            | E::WriteLength
+            | E::MisalignedAtomic
+            | E::InvalidateRkey => fatal(NakCode::InvalidRequest, WcStatus::RemInvReqErr),
+            E::PacketLength | E::ReceiveBufferTooSmall => {
+                fatal(NakCode::InvalidRequest, WcStatus::LocLenErr)
+            }
+            E::RemoteAccess => fatal(NakCode::RemoteAccessError, WcStatus::RemAccessErr),
+            E::ReceiveBufferFault => fatal(NakCode::RemoteOperationalError, WcStatus::LocProtErr),
+        }
     }
 }
 
-/// Handle an RC request packet.
+/// How a request that passed its checks ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Executed {
+    /// It consumed its PSN: move the expected PSN on, ACK if it asks (IBTA 9.7.5.1.6).
+    Acknowledge,
+    /// A READ or ATOMIC: its response is queued and the expected PSN is past it already.
+    Responded,
+    /// Its completion could not be posted (the CQ overran and the QP is in ERR now), or a
+    /// state the checks rule out was met: nothing more to do.
+    Stopped,
+}
+
+/// Handle an RC request packet: the checks, in rxe's order where it does not change what
+/// goes on the wire, then the operation, then the answer.
 pub(crate) fn handle_request(
     qp: &mut Qp,
-    sh: &mut Shared,
+    sh: &mut DeviceState,
     pkt: &PacketRepr<'_>,
     info: &OpcodeInfo,
 ) {
-    if !matches!(
-        qp.state(),
-        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-    ) {
-        sh.counters.drops.bad_state += 1;
-        return;
+    let result = check_request(qp, pkt, info).and_then(|kind| match kind {
+        Kind::Send => execute_send(qp, sh, pkt, info),
+        Kind::Write => execute_write(qp, sh, pkt, info),
+        Kind::Read => execute_read(qp, sh, pkt),
+        Kind::Atomic => execute_atomic(qp, sh, pkt),
+    });
+    match result {
+        Ok(Executed::Acknowledge) => {
+            let psn = pkt.bth.psn;
+            qp.resp.epsn = psn.wrapping_add(1);
+            qp.resp.nak_sent = false;
+            if pkt.bth.ack_req {
+                ack(qp, sh, psn);
+            }
+        }
+        Ok(Executed::Responded | Executed::Stopped) => {}
+        Err(e) => reject(qp, sh, pkt, info, e),
     }
-    let Some(kind) = kind(info, pkt.bth.opcode) else {
-        sh.counters.drops.bad_opcode += 1;
-        return;
-    };
+}
+
+/// The checks every request passes before its operation starts; each operation checks its
+/// own headers and keys next (`execute_*`).
+fn check_request(qp: &Qp, pkt: &PacketRepr<'_>, info: &OpcodeInfo) -> Result<Kind, ResponderError> {
+    check_state(qp.state())?;
+    let kind = check_opcode(info)?;
+    check_psn(qp.resp.epsn, pkt.bth.psn)?;
+    check_op_sequence(&qp.resp.in_progress, kind, info.position)?;
+    check_packet_length(kind, info.position, pkt.payload.len(), qp.mtu() as usize)?;
+    check_resource(qp.rq.is_empty(), kind, info)?;
+    Ok(kind)
+}
+
+/// Answer a request that failed a check, as its error's class says.
+fn reject(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    pkt: &PacketRepr<'_>,
+    info: &OpcodeInfo,
+    e: ResponderError,
+) {
     let psn = pkt.bth.psn;
-    let diff = qp.resp.epsn.distance_to(psn);
-    if diff > 0 {
-        // 9.7.5.1.1: ahead of the expected PSN: one sequence NAK per gap, then silence.
-        sh.counters.out_of_seq_request += 1;
-        if qp.resp.nak_sent {
-            sh.counters.drops.out_of_seq_silent += 1;
-        } else {
+    match e.outcome() {
+        Outcome::SilentDrop => {
+            let drops = &mut sh.counters.drops;
+            match e {
+                ResponderError::NotReceiving => drops.bad_state += 1,
+                ResponderError::UnsupportedOpcode => drops.bad_opcode += 1,
+                _ => drops.malformed += 1,
+            }
+        }
+        Outcome::Duplicate => {
+            if let Ok(kind) = check_opcode(info) {
+                duplicate(qp, sh, pkt, kind);
+            }
+        }
+        Outcome::SequenceNak => {
+            sh.counters.out_of_seq_request += 1;
+            if qp.resp.nak_sent {
+                sh.counters.drops.out_of_seq_silent += 1;
+            } else {
+                qp.resp.nak_sent = true;
+                let (epsn, msn) = (qp.resp.epsn, qp.resp.msn);
+                queue(
+                    qp,
+                    sh,
+                    Response::Ack {
+                        psn: epsn,
+                        syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                        msn,
+                    },
+                );
+            }
+        }
+        Outcome::RnrNak => {
+            // Stay silent until the requester comes back to this PSN.
+            sh.counters.send_rnr_err += 1;
             qp.resp.nak_sent = true;
-            let (epsn, msn) = (qp.resp.epsn, qp.resp.msn);
+            let (msn, timer) = (qp.resp.msn, qp.attr.min_rnr_timer);
             queue(
                 qp,
                 sh,
                 Response::Ack {
-                    psn: epsn,
-                    syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                    psn,
+                    syndrome: Syndrome::RnrNak { timer },
                     msn,
                 },
             );
         }
-        return;
+        Outcome::Fatal { nak, status } => fatal(qp, sh, psn, nak, status),
     }
-    if diff < 0 {
-        duplicate(qp, sh, pkt, kind);
-        return;
+}
+
+// ----- the checks every request passes -----
+
+/// A QP receives requests in RTR, RTS, SQD and SQE.
+fn check_state(state: QpState) -> Result<(), ResponderError> {
+    match state {
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe => Ok(()),
+        _ => Err(ResponderError::NotReceiving),
     }
-    let mtu = qp.mtu() as usize;
-    let plen = pkt.payload.len();
-    // 9.7.5.1.2 op sequence: inside a SEND only SEND MIDDLE/LAST, inside a WRITE only
-    // WRITE MIDDLE/LAST, otherwise only a FIRST/ONLY/READ/ATOMIC.
-    let pos = info.position;
-    let seq_ok = matches!(
-        (&qp.resp.in_progress, kind, pos),
-        (
-            InProgress::Send { .. },
-            Kind::Send,
-            Position::Middle | Position::Last
-        ) | (
-            InProgress::Write { .. },
-            Kind::Write,
-            Position::Middle | Position::Last
-        ) | (InProgress::None, Kind::Read | Kind::Atomic, _)
-            | (
-                InProgress::None,
-                Kind::Send | Kind::Write,
-                Position::First | Position::Only
-            )
-    );
-    if !seq_ok {
-        fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
-        return;
+}
+
+/// The kind of request the opcode asks for.
+fn check_opcode(info: &OpcodeInfo) -> Result<Kind, ResponderError> {
+    use crate::wire::Opcode as O;
+    if info.has_atomic_eth {
+        return Ok(Kind::Atomic);
     }
-    // Length rules (C9-24..): FIRST/MIDDLE exactly one MTU, LAST 1..=MTU, ONLY 0..=MTU.
-    let len_ok = match (kind, pos) {
+    if info.opcode == O::RC_RDMA_READ_REQUEST {
+        return Ok(Kind::Read);
+    }
+    match info.opcode.0 & 0x1F {
+        0..=5 | 22 | 23 => Ok(Kind::Send),
+        6..=11 => Ok(Kind::Write),
+        _ => Err(ResponderError::UnsupportedOpcode),
+    }
+}
+
+/// The request is the one expected next.
+fn check_psn(epsn: Psn, psn: Psn) -> Result<(), ResponderError> {
+    match epsn.distance_to(psn) {
+        0 => Ok(()),
+        d if d > 0 => Err(ResponderError::PsnAhead),
+        _ => Err(ResponderError::Duplicate),
+    }
+}
+
+/// Inside a SEND only SEND MIDDLE/LAST may come, inside a WRITE only WRITE MIDDLE/LAST,
+/// otherwise only a FIRST, an ONLY, a READ or an ATOMIC.
+fn check_op_sequence(
+    in_progress: &InProgress,
+    kind: Kind,
+    pos: Position,
+) -> Result<(), ResponderError> {
+    let continues = matches!(pos, Position::Middle | Position::Last);
+    let ok = match in_progress {
+        InProgress::Send { .. } => kind == Kind::Send && continues,
+        InProgress::Write { .. } => kind == Kind::Write && continues,
+        InProgress::None => matches!(kind, Kind::Read | Kind::Atomic) || !continues,
+    };
+    ok.then_some(()).ok_or(ResponderError::OpSequence)
+}
+
+/// FIRST and MIDDLE carry exactly one MTU, LAST 1..=MTU, ONLY 0..=MTU; READ and ATOMIC
+/// requests carry no payload.
+fn check_packet_length(
+    kind: Kind,
+    pos: Position,
+    plen: usize,
+    mtu: usize,
+) -> Result<(), ResponderError> {
+    let ok = match (kind, pos) {
         (Kind::Read | Kind::Atomic, _) => plen == 0,
         (_, Position::First | Position::Middle) => plen == mtu,
         (_, Position::Last) => plen >= 1 && plen <= mtu,
         (_, Position::Only) => plen <= mtu,
     };
-    if !len_ok {
-        fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::LocLenErr);
-        return;
-    }
-    let last = matches!(pos, Position::Last | Position::Only);
-    // Receive WQE for SEND (FIRST/ONLY) and for WRITE with immediate (LAST/ONLY).
-    let needs_wqe = match kind {
-        Kind::Send => matches!(pos, Position::First | Position::Only),
-        Kind::Write => last && info.has_immdt,
-        _ => false,
-    };
-    if needs_wqe && qp.rq.is_empty() {
-        // 9.7.5.1.4: Receiver Not Ready. The PSN is not consumed; stay silent until the
-        // requester comes back to it.
-        sh.counters.send_rnr_err += 1;
-        qp.resp.nak_sent = true;
-        let (msn, timer) = (qp.resp.msn, qp.attr.min_rnr_timer);
-        queue(
-            qp,
-            sh,
-            Response::Ack {
-                psn,
-                syndrome: Syndrome::RnrNak { timer },
-                msn,
-            },
-        );
-        return;
-    }
-    match kind {
-        Kind::Send => {
-            if matches!(pos, Position::First | Position::Only) {
-                let Some(wqe) = qp.rq.pop_front() else {
-                    return;
-                };
-                qp.resp.in_progress = InProgress::Send { wqe, offset: 0 };
-            }
-            let InProgress::Send { wqe, offset, .. } = &mut qp.resp.in_progress else {
-                return;
-            };
-            // Both terms are bounded (offset <= wqe.len, plen <= MTU): no overflow.
-            let end = *offset + plen as u64;
-            if end > wqe.len || end > MAX_MESSAGE_LEN {
-                // C9-xx: the message does not fit the receive buffer (or is longer than any
-                // message may be, so its byte count would not fit a completion).
-                fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::LocLenErr);
-                return;
-            }
-            if !sh.mrs.scatter(&wqe.sges, *offset, pkt.payload) {
-                fatal(
-                    qp,
-                    sh,
-                    psn,
-                    NakCode::RemoteOperationalError,
-                    WcStatus::LocProtErr,
-                );
-                return;
-            }
-            *offset += plen as u64;
-            if last {
-                let InProgress::Send { wqe, offset, .. } =
-                    std::mem::replace(&mut qp.resp.in_progress, InProgress::None)
-                else {
-                    return;
-                };
-                let mut wc = recv_wc(qp, &wqe, WcStatus::Success, offset as u32);
-                wc.imm_data = pkt.immdt;
-                if let Some(rkey) = pkt.ieth {
-                    // SEND with invalidate: the R_Key stops working (IBTA 10.6.7.2).
-                    match sh.mrs.get_mut(rkey) {
-                        Some(mr) if mr.pd == qp.pd => {
-                            mr.rkey_valid = false;
-                            wc.invalidated_rkey = Some(rkey);
-                        }
-                        _ => {
-                            fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
-                            return;
-                        }
-                    }
-                }
-                qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
-                let cq = qp.recv_cq;
-                if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
-                    return;
-                }
-            }
-        }
-        Kind::Write => {
-            if matches!(pos, Position::First | Position::Only) {
-                let Some(reth) = pkt.reth else {
-                    sh.counters.drops.malformed += 1;
-                    return;
-                };
-                let len = reth.dma_len as u64;
-                if len > MAX_MESSAGE_LEN {
-                    fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
-                    return;
-                }
-                if pos == Position::Only && plen as u64 != len
-                    || pos == Position::First && plen as u64 >= len
-                {
-                    fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
-                    return;
-                }
-                if len > 0
-                    && check_remote(qp, sh, reth.rkey, reth.va, len, Access::REMOTE_WRITE).is_err()
-                {
-                    fatal(
-                        qp,
-                        sh,
-                        psn,
-                        NakCode::RemoteAccessError,
-                        WcStatus::RemAccessErr,
-                    );
-                    return;
-                }
-                qp.resp.in_progress = InProgress::Write {
-                    rkey: reth.rkey,
-                    va: reth.va,
-                    remaining: len,
-                    total: len,
-                };
-            }
-            let InProgress::Write {
-                rkey,
-                va,
-                remaining,
-                total,
-            } = &mut qp.resp.in_progress
-            else {
-                return;
-            };
-            if plen as u64 > *remaining || (last && plen as u64 != *remaining) {
-                fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
-                return;
-            }
-            if plen > 0 {
-                let Some(dst) = sh.mrs.slice_mut(*rkey, *va, plen as u64) else {
-                    fatal(
-                        qp,
-                        sh,
-                        psn,
-                        NakCode::RemoteAccessError,
-                        WcStatus::RemAccessErr,
-                    );
-                    return;
-                };
-                dst.copy_from_slice(pkt.payload);
-            }
-            // Wrapping, and harmless: a non-zero length was bounds-checked as a whole above,
-            // so [va, va+len) does not wrap; with length 0 nothing is added. The next packet's
-            // `slice_mut` checks the address again.
-            *va = va.wrapping_add(plen as u64);
-            *remaining -= plen as u64;
-            let total = *total;
-            if last {
-                qp.resp.in_progress = InProgress::None;
-                qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
-                if info.has_immdt {
-                    let Some(wqe) = qp.rq.pop_front() else {
-                        return;
-                    };
-                    let mut wc = recv_wc(qp, &wqe, WcStatus::Success, total as u32);
-                    wc.opcode = WcOpcode::RecvRdmaWithImm;
-                    wc.imm_data = pkt.immdt;
-                    let cq = qp.recv_cq;
-                    if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
-                        return;
-                    }
-                }
-            }
-        }
-        Kind::Read => {
-            let Some(reth) = pkt.reth else {
-                sh.counters.drops.malformed += 1;
-                return;
-            };
-            let len = reth.dma_len;
-            if len as u64 > MAX_MESSAGE_LEN {
-                fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
-                return;
-            }
-            // IBTA 9.4.3: a zero-length READ needs no R_Key or address check; it is answered
-            // with one empty READ RESPONSE ONLY. Its VA stays unchecked (it may be anything,
-            // u64::MAX included): the saved resource has length 0, so no later duplicate can
-            // reach memory through it (`replay_fits`).
-            if len > 0
-                && check_remote(qp, sh, reth.rkey, reth.va, len as u64, Access::REMOTE_READ)
-                    .is_err()
-            {
-                fatal(
-                    qp,
-                    sh,
-                    psn,
-                    NakCode::RemoteAccessError,
-                    WcStatus::RemAccessErr,
-                );
-                return;
-            }
-            let npkts = (len as usize).div_ceil(mtu).max(1) as u32;
-            qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
-            let msn = qp.resp.msn;
-            save_resource(
-                qp,
-                SavedResource::Read {
-                    first_psn: psn,
-                    npkts,
-                    va: reth.va,
-                    rkey: reth.rkey,
-                    len,
-                    msn,
-                },
-            );
-            queue(
-                qp,
-                sh,
-                Response::Read {
-                    psn,
-                    va: reth.va,
-                    rkey: reth.rkey,
-                    len,
-                    offset: 0,
-                    msn,
-                },
-            );
-            qp.resp.epsn = psn.wrapping_add(npkts);
-            qp.resp.nak_sent = false;
-            return;
-        }
-        Kind::Atomic => {
-            let Some(a) = pkt.atomic_eth else {
-                sh.counters.drops.malformed += 1;
-                return;
-            };
-            // A misaligned atomic is an invalid request, not an access error: the AtomicETH
-            // VA must be naturally (8-byte) aligned (IBTA 9.4.5), and the IBTA's responder
-            // error classes put "misaligned atomic" in class C with NAK Invalid Request
-            // (9.9.3.1.3), as rxe does (RESPST_ERR_MISALIGNED_ATOMIC) and qib/hfi1 (nack_inv).
-            // The requester completes with REM_INV_REQ_ERR.
-            if a.va % 8 != 0 {
-                fatal(qp, sh, psn, NakCode::InvalidRequest, WcStatus::RemInvReqErr);
-                return;
-            }
-            let cell = match check_remote(qp, sh, a.rkey, a.va, 8, Access::REMOTE_ATOMIC) {
-                Ok(()) => sh.mrs.slice_mut(a.rkey, a.va, 8),
-                Err(_) => None,
-            };
-            let Some(cell) = cell else {
-                fatal(
-                    qp,
-                    sh,
-                    psn,
-                    NakCode::RemoteAccessError,
-                    WcStatus::RemAccessErr,
-                );
-                return;
-            };
-            let mut word = [0u8; 8];
-            word.copy_from_slice(cell);
-            let orig = u64::from_ne_bytes(word);
-            let new = if pkt.bth.opcode == crate::wire::Opcode::RC_COMPARE_SWAP {
-                if orig == a.compare {
-                    a.swap_add
-                } else {
-                    orig
-                }
-            } else {
-                orig.wrapping_add(a.swap_add)
-            };
-            cell.copy_from_slice(&new.to_ne_bytes());
-            qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
-            let msn = qp.resp.msn;
-            save_resource(qp, SavedResource::Atomic { psn, orig, msn });
-            queue(qp, sh, Response::AtomicAck { psn, orig, msn });
-            qp.resp.epsn = psn.wrapping_add(1);
-            qp.resp.nak_sent = false;
-            return;
-        }
-    }
-    qp.resp.epsn = psn.wrapping_add(1);
-    qp.resp.nak_sent = false;
-    if pkt.bth.ack_req {
-        ack(qp, sh, psn);
-    }
+    ok.then_some(()).ok_or(ResponderError::PacketLength)
 }
 
-fn check_remote(
+/// A receive WQE is there for a SEND (FIRST/ONLY) and for a WRITE with immediate
+/// (LAST/ONLY).
+fn check_resource(rq_empty: bool, kind: Kind, info: &OpcodeInfo) -> Result<(), ResponderError> {
+    let needs_wqe = match kind {
+        Kind::Send => matches!(info.position, Position::First | Position::Only),
+        Kind::Write => matches!(info.position, Position::Last | Position::Only) && info.has_immdt,
+        _ => false,
+    };
+    if needs_wqe && rq_empty {
+        return Err(ResponderError::ReceiverNotReady);
+    }
+    Ok(())
+}
+
+// ----- the checks of each operation -----
+
+/// The RETH of a WRITE FIRST/ONLY or a READ request.
+fn check_reth(pkt: &PacketRepr<'_>) -> Result<RethRepr, ResponderError> {
+    pkt.reth.ok_or(ResponderError::MissingHeader)
+}
+
+/// No message is longer than [`MAX_MESSAGE_LEN`].
+fn check_message_length(dma_len: u64) -> Result<(), ResponderError> {
+    if dma_len > MAX_MESSAGE_LEN {
+        return Err(ResponderError::MessageTooLong);
+    }
+    Ok(())
+}
+
+/// The first packet of a WRITE agrees with its RETH length: an ONLY carries all of it, a
+/// FIRST less than all.
+fn check_write_length(pos: Position, plen: u64, dma_len: u64) -> Result<(), ResponderError> {
+    if pos == Position::Only && plen != dma_len || pos == Position::First && plen >= dma_len {
+        return Err(ResponderError::WriteLength);
+    }
+    Ok(())
+}
+
+/// No WRITE packet carries more than is left of the RETH length; the LAST one carries all
+/// that is left.
+fn check_write_payload(plen: u64, remaining: u64, last: bool) -> Result<(), ResponderError> {
+    if plen > remaining || (last && plen != remaining) {
+        return Err(ResponderError::WriteLength);
+    }
+    Ok(())
+}
+
+/// The remote access `[va, va+len)` through `rkey` is allowed: the QP's own remote access
+/// enables (set by Modify QP, IBTA 11.2.4.2) gate it as well as the MR's key, PD, access
+/// rights and bounds.
+fn check_rkey(
     qp: &Qp,
-    sh: &Shared,
+    sh: &DeviceState,
     rkey: u32,
     va: u64,
     len: u64,
     need: Access,
-) -> Result<(), AccessFault> {
-    // The QP's own access flags gate remote operations as well as the MR's (C10-x).
+) -> Result<(), ResponderError> {
     if !qp.attr.qp_access_flags.contains(need) {
-        return Err(AccessFault::NoPermission);
+        return Err(ResponderError::RemoteAccess);
     }
-    sh.mrs.check_remote(rkey, qp.pd, va, len, need)
+    sh.mrs
+        .check_remote(rkey, qp.pd, va, len, need)
+        .map_err(|_: AccessFault| ResponderError::RemoteAccess)
+}
+
+/// The AtomicETH of an atomic request.
+fn check_atomic_eth(pkt: &PacketRepr<'_>) -> Result<AtomicEthRepr, ResponderError> {
+    pkt.atomic_eth.ok_or(ResponderError::MissingHeader)
+}
+
+/// An atomic's VA is naturally (8-byte) aligned.
+fn check_atomic_alignment(va: u64) -> Result<(), ResponderError> {
+    if va % 8 != 0 {
+        return Err(ResponderError::MisalignedAtomic);
+    }
+    Ok(())
+}
+
+/// A SEND that ends at byte `end` of its message fits its receive WQE.
+fn check_receive_space(end: u64, wqe_len: u64) -> Result<(), ResponderError> {
+    if end > wqe_len || end > MAX_MESSAGE_LEN {
+        return Err(ResponderError::ReceiveBufferTooSmall);
+    }
+    Ok(())
+}
+
+/// SEND with invalidate: the R_Key stops working (IBTA 10.6.7.2); it must name an MR of
+/// the QP's PD.
+fn invalidate_rkey(mrs: &mut MrTable, pd: PdId, rkey: u32) -> Result<(), ResponderError> {
+    match mrs.get_mut(rkey) {
+        Some(mr) if mr.pd == pd => {
+            mr.rkey_valid = false;
+            Ok(())
+        }
+        _ => Err(ResponderError::InvalidateRkey),
+    }
+}
+
+// ----- execution -----
+
+fn execute_send(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    pkt: &PacketRepr<'_>,
+    info: &OpcodeInfo,
+) -> Result<Executed, ResponderError> {
+    let pos = info.position;
+    let plen = pkt.payload.len() as u64;
+    if matches!(pos, Position::First | Position::Only) {
+        let Some(wqe) = qp.rq.pop_front() else {
+            return Ok(Executed::Stopped);
+        };
+        qp.resp.in_progress = InProgress::Send { wqe, offset: 0 };
+    }
+    let InProgress::Send { wqe, offset, .. } = &mut qp.resp.in_progress else {
+        return Ok(Executed::Stopped);
+    };
+    // Both terms are bounded (offset <= wqe.len, plen <= MTU): no overflow.
+    check_receive_space(*offset + plen, wqe.len)?;
+    if !sh.mrs.scatter(&wqe.sges, *offset, pkt.payload) {
+        return Err(ResponderError::ReceiveBufferFault);
+    }
+    *offset += plen;
+    if !matches!(pos, Position::Last | Position::Only) {
+        return Ok(Executed::Acknowledge);
+    }
+    let InProgress::Send { wqe, offset, .. } =
+        std::mem::replace(&mut qp.resp.in_progress, InProgress::None)
+    else {
+        return Ok(Executed::Stopped);
+    };
+    let mut wc = recv_wc(qp, &wqe, WcStatus::Success, offset as u32);
+    wc.imm_data = pkt.immdt;
+    if let Some(rkey) = pkt.ieth {
+        invalidate_rkey(&mut sh.mrs, qp.pd, rkey)?;
+        wc.invalidated_rkey = Some(rkey);
+    }
+    qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+    let cq = qp.recv_cq;
+    if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
+        return Ok(Executed::Stopped);
+    }
+    Ok(Executed::Acknowledge)
+}
+
+fn execute_write(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    pkt: &PacketRepr<'_>,
+    info: &OpcodeInfo,
+) -> Result<Executed, ResponderError> {
+    let pos = info.position;
+    let plen = pkt.payload.len() as u64;
+    let last = matches!(pos, Position::Last | Position::Only);
+    if matches!(pos, Position::First | Position::Only) {
+        let reth = check_reth(pkt)?;
+        let len = reth.dma_len as u64;
+        check_message_length(len)?;
+        check_write_length(pos, plen, len)?;
+        if len > 0 {
+            check_rkey(qp, sh, reth.rkey, reth.va, len, Access::REMOTE_WRITE)?;
+        }
+        qp.resp.in_progress = InProgress::Write {
+            rkey: reth.rkey,
+            va: reth.va,
+            remaining: len,
+            total: len,
+        };
+    }
+    let InProgress::Write {
+        rkey,
+        va,
+        remaining,
+        total,
+    } = &mut qp.resp.in_progress
+    else {
+        return Ok(Executed::Stopped);
+    };
+    check_write_payload(plen, *remaining, last)?;
+    if plen > 0 {
+        let Some(dst) = sh.mrs.slice_mut(*rkey, *va, plen) else {
+            return Err(ResponderError::RemoteAccess);
+        };
+        dst.copy_from_slice(pkt.payload);
+    }
+    // Wrapping, and harmless: a non-zero length was bounds-checked as a whole above, so
+    // [va, va+len) does not wrap; with length 0 nothing is added. The next packet's
+    // `slice_mut` checks the address again.
+    *va = va.wrapping_add(plen);
+    *remaining -= plen;
+    let total = *total;
+    if last {
+        qp.resp.in_progress = InProgress::None;
+        qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+        if info.has_immdt {
+            let Some(wqe) = qp.rq.pop_front() else {
+                return Ok(Executed::Stopped);
+            };
+            let mut wc = recv_wc(qp, &wqe, WcStatus::Success, total as u32);
+            wc.opcode = WcOpcode::RecvRdmaWithImm;
+            wc.imm_data = pkt.immdt;
+            let cq = qp.recv_cq;
+            if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
+                return Ok(Executed::Stopped);
+            }
+        }
+    }
+    Ok(Executed::Acknowledge)
+}
+
+fn execute_read(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    pkt: &PacketRepr<'_>,
+) -> Result<Executed, ResponderError> {
+    let psn = pkt.bth.psn;
+    let reth = check_reth(pkt)?;
+    let len = reth.dma_len;
+    check_message_length(len as u64)?;
+    // IBTA 9.4.3: a zero-length READ needs no R_Key or address check; it is answered with
+    // one empty READ RESPONSE ONLY. Its VA stays unchecked (it may be anything, u64::MAX
+    // included): the saved resource has length 0, so no later duplicate can reach memory
+    // through it (`replay_fits`).
+    if len > 0 {
+        check_rkey(qp, sh, reth.rkey, reth.va, len as u64, Access::REMOTE_READ)?;
+    }
+    let npkts = (len as usize).div_ceil(qp.mtu() as usize).max(1) as u32;
+    qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+    let msn = qp.resp.msn;
+    save_resource(
+        qp,
+        SavedResource::Read {
+            first_psn: psn,
+            npkts,
+            va: reth.va,
+            rkey: reth.rkey,
+            len,
+            msn,
+        },
+    );
+    queue(
+        qp,
+        sh,
+        Response::Read {
+            psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            len,
+            offset: 0,
+            msn,
+        },
+    );
+    qp.resp.epsn = psn.wrapping_add(npkts);
+    qp.resp.nak_sent = false;
+    Ok(Executed::Responded)
+}
+
+fn execute_atomic(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    pkt: &PacketRepr<'_>,
+) -> Result<Executed, ResponderError> {
+    let psn = pkt.bth.psn;
+    let a = check_atomic_eth(pkt)?;
+    // Misaligned is an invalid request, not an access error: checked before the R_Key.
+    check_atomic_alignment(a.va)?;
+    check_rkey(qp, sh, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
+    let Some(cell) = sh.mrs.slice_mut(a.rkey, a.va, 8) else {
+        return Err(ResponderError::RemoteAccess);
+    };
+    let mut word = [0u8; 8];
+    word.copy_from_slice(cell);
+    let orig = u64::from_ne_bytes(word);
+    let new = if pkt.bth.opcode == crate::wire::Opcode::RC_COMPARE_SWAP {
+        if orig == a.compare {
+            a.swap_add
+        } else {
+            orig
+        }
+    } else {
+        orig.wrapping_add(a.swap_add)
+    };
+    cell.copy_from_slice(&new.to_ne_bytes());
+    qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+    let msn = qp.resp.msn;
+    save_resource(qp, SavedResource::Atomic { psn, orig, msn });
+    queue(qp, sh, Response::AtomicAck { psn, orig, msn });
+    qp.resp.epsn = psn.wrapping_add(1);
+    qp.resp.nak_sent = false;
+    Ok(Executed::Responded)
 }
 
 fn save_resource(qp: &mut Qp, r: SavedResource) {
@@ -513,7 +697,7 @@ fn save_resource(qp: &mut Qp, r: SavedResource) {
 }
 
 /// A request with a PSN before the expected one (9.7.5.1.1 "duplicate").
-fn duplicate(qp: &mut Qp, sh: &mut Shared, pkt: &PacketRepr<'_>, kind: Kind) {
+fn duplicate(qp: &mut Qp, sh: &mut DeviceState, pkt: &PacketRepr<'_>, kind: Kind) {
     sh.counters.duplicate_request += 1;
     let psn = pkt.bth.psn;
     match kind {
@@ -621,7 +805,7 @@ fn abandon_responses_from(qp: &mut Qp, psn: Psn) {
 }
 
 /// The next ACK, NAK, atomic ACK or READ response packet of this QP.
-pub(crate) fn next_response(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
+pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     let av = *qp.av()?;
     let dest_qp = qp.attr.dest_qp_num;
     let mtu = qp.mtu();
@@ -709,7 +893,7 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut Shared) -> Option<OutPacket> {
 
 /// A READ response could not be read from memory: NAK remote access error at `psn`, the QP
 /// enters ERR (every queued response but NAKs is dropped, every WR flushed).
-fn read_fault(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
+fn read_fault(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) {
     sh.counters.read_response_faults += 1;
     let msn = qp.resp.msn;
     queue(
@@ -722,13 +906,13 @@ fn read_fault(qp: &mut Qp, sh: &mut Shared, psn: Psn) {
         },
     );
     sh.events.push_back(super::Event::QpFatal(qp.qpn));
-    super::flush_qp(qp, sh);
+    flush_qp(qp, sh);
 }
 
 /// UD receive (IBTA 9.8.3 / 10.2.4): Q_Key check, receive WQE, 40-byte GRH before the data.
 pub(crate) fn handle_ud(
     qp: &mut Qp,
-    sh: &mut Shared,
+    sh: &mut DeviceState,
     frame: &FrameRepr<'_>,
     src_ip: IpAddr,
     ip_header: &[u8],
@@ -787,4 +971,424 @@ pub(crate) fn handle_ud(
     wc.sender_mac = Some(frame.eth.src);
     let cq = qp.recv_cq;
     super::cq::post(qp, sh, cq, wc, pkt.bth.solicited);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::engine::cq::CqTable;
+    use crate::engine::qp::SgeList;
+    use crate::engine::types::CqId;
+    use crate::engine::{Counters, EngineConfig};
+    use crate::wire::{BthRepr, Opcode};
+
+    fn every_access() -> Access {
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
+    }
+
+    fn info(op: Opcode) -> &'static OpcodeInfo {
+        op.info().expect("a defined opcode")
+    }
+
+    fn device() -> DeviceState {
+        DeviceState {
+            cfg: EngineConfig::new([2, 0, 0, 0, 0, 1], "198.18.0.1".parse().unwrap()),
+            mrs: MrTable::default(),
+            cqs: CqTable::default(),
+            counters: Counters::default(),
+            events: VecDeque::new(),
+            scratch: vec![0; 4096],
+            ip_ident: 0,
+            last_emit_error: None,
+        }
+    }
+
+    /// An RC QP in RTS with every remote access enabled (path MTU 1024, the default).
+    fn rts_qp(pd: PdId, recv_cq: CqId) -> Qp {
+        Qp::rc_in_rts(pd, recv_cq, every_access())
+    }
+
+    fn packet<'a>(opcode: Opcode, psn: u32, payload: &'a [u8]) -> PacketRepr<'a> {
+        PacketRepr {
+            bth: BthRepr {
+                opcode,
+                solicited: false,
+                migreq: false,
+                pad_count: 0,
+                tver: 0,
+                pkey: 0xFFFF,
+                fecn: false,
+                becn: false,
+                dest_qp: 0x11,
+                ack_req: false,
+                psn: Psn::new(psn),
+            },
+            reth: None,
+            aeth: None,
+            atomic_eth: None,
+            atomic_ack_eth: None,
+            immdt: None,
+            ieth: None,
+            deth: None,
+            payload,
+        }
+    }
+
+    #[test]
+    fn check_state_receives_in_rtr_rts_sqd_sqe_only() {
+        for s in [QpState::Rtr, QpState::Rts, QpState::Sqd, QpState::Sqe] {
+            assert_eq!(check_state(s), Ok(()), "{s:?}");
+        }
+        for s in [QpState::Reset, QpState::Init, QpState::Err] {
+            assert_eq!(check_state(s), Err(ResponderError::NotReceiving), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn check_opcode_knows_the_four_request_kinds() {
+        assert_eq!(
+            check_opcode(info(Opcode::RC_SEND_ONLY_WITH_INVALIDATE)),
+            Ok(Kind::Send)
+        );
+        assert_eq!(
+            check_opcode(info(Opcode::RC_RDMA_WRITE_MIDDLE)),
+            Ok(Kind::Write)
+        );
+        assert_eq!(
+            check_opcode(info(Opcode::RC_RDMA_READ_REQUEST)),
+            Ok(Kind::Read)
+        );
+        assert_eq!(check_opcode(info(Opcode::RC_FETCH_ADD)), Ok(Kind::Atomic));
+        assert_eq!(
+            check_opcode(info(Opcode::RC_ACKNOWLEDGE)),
+            Err(ResponderError::UnsupportedOpcode)
+        );
+    }
+
+    #[test]
+    fn check_psn_sorts_expected_ahead_and_duplicate() {
+        let epsn = Psn::new(0xFF_FFFF);
+        assert_eq!(check_psn(epsn, Psn::new(0xFF_FFFF)), Ok(()));
+        // Ahead across the 24-bit wrap.
+        assert_eq!(check_psn(epsn, Psn::new(3)), Err(ResponderError::PsnAhead));
+        assert_eq!(
+            check_psn(epsn, Psn::new(0xFF_FFFE)),
+            Err(ResponderError::Duplicate)
+        );
+    }
+
+    #[test]
+    fn check_op_sequence_follows_the_message_in_progress() {
+        use Position::*;
+        let send = InProgress::Send {
+            wqe: RecvWqe {
+                wr_id: 1,
+                sges: SgeList::from(&[][..]),
+                len: 0,
+            },
+            offset: 0,
+        };
+        let write = InProgress::Write {
+            rkey: 0,
+            va: 0,
+            remaining: 0,
+            total: 0,
+        };
+        assert_eq!(check_op_sequence(&send, Kind::Send, Last), Ok(()));
+        assert_eq!(check_op_sequence(&write, Kind::Write, Middle), Ok(()));
+        assert_eq!(
+            check_op_sequence(&InProgress::None, Kind::Write, First),
+            Ok(())
+        );
+        assert_eq!(
+            check_op_sequence(&InProgress::None, Kind::Read, Only),
+            Ok(())
+        );
+        for (in_progress, kind, pos) in [
+            (&send, Kind::Write, Middle),
+            (&send, Kind::Send, First),
+            (&write, Kind::Read, Only),
+            (&InProgress::None, Kind::Send, Middle),
+            (&InProgress::None, Kind::Write, Last),
+        ] {
+            assert_eq!(
+                check_op_sequence(in_progress, kind, pos),
+                Err(ResponderError::OpSequence),
+                "{kind:?} {pos:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn check_packet_length_by_place_in_the_message() {
+        use Position::*;
+        let mtu = 1024;
+        assert_eq!(check_packet_length(Kind::Send, First, mtu, mtu), Ok(()));
+        assert_eq!(check_packet_length(Kind::Write, Last, 1, mtu), Ok(()));
+        assert_eq!(check_packet_length(Kind::Send, Only, 0, mtu), Ok(()));
+        assert_eq!(check_packet_length(Kind::Read, Only, 0, mtu), Ok(()));
+        for (kind, pos, plen) in [
+            (Kind::Send, First, mtu - 1),
+            (Kind::Write, Middle, mtu + 1),
+            (Kind::Send, Last, 0),
+            (Kind::Write, Only, mtu + 1),
+            (Kind::Atomic, Only, 8),
+        ] {
+            assert_eq!(
+                check_packet_length(kind, pos, plen, mtu),
+                Err(ResponderError::PacketLength),
+                "{kind:?} {pos:?} {plen}"
+            );
+        }
+    }
+
+    #[test]
+    fn check_resource_wants_a_wqe_for_send_and_write_with_immediate() {
+        let rnr = Err(ResponderError::ReceiverNotReady);
+        assert_eq!(
+            check_resource(true, Kind::Send, info(Opcode::RC_SEND_FIRST)),
+            rnr
+        );
+        assert_eq!(
+            check_resource(
+                true,
+                Kind::Write,
+                info(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+            ),
+            rnr
+        );
+        assert_eq!(
+            check_resource(false, Kind::Send, info(Opcode::RC_SEND_FIRST)),
+            Ok(())
+        );
+        // A SEND MIDDLE uses the WQE its FIRST took; a WRITE without immediate takes none.
+        assert_eq!(
+            check_resource(true, Kind::Send, info(Opcode::RC_SEND_MIDDLE)),
+            Ok(())
+        );
+        assert_eq!(
+            check_resource(true, Kind::Write, info(Opcode::RC_RDMA_WRITE_ONLY)),
+            Ok(())
+        );
+        assert_eq!(
+            check_resource(true, Kind::Read, info(Opcode::RC_RDMA_READ_REQUEST)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn check_headers_lengths_and_alignment() {
+        let mut pkt = packet(Opcode::RC_RDMA_READ_REQUEST, 0, &[]);
+        assert_eq!(check_reth(&pkt), Err(ResponderError::MissingHeader));
+        let reth = RethRepr {
+            va: 0x1000,
+            rkey: 0x100,
+            dma_len: 8,
+        };
+        pkt.reth = Some(reth);
+        assert_eq!(check_reth(&pkt), Ok(reth));
+        assert_eq!(check_atomic_eth(&pkt), Err(ResponderError::MissingHeader));
+
+        assert_eq!(check_message_length(MAX_MESSAGE_LEN), Ok(()));
+        assert_eq!(
+            check_message_length(MAX_MESSAGE_LEN + 1),
+            Err(ResponderError::MessageTooLong)
+        );
+
+        assert_eq!(check_write_length(Position::Only, 8, 8), Ok(()));
+        assert_eq!(check_write_length(Position::First, 1024, 4096), Ok(()));
+        assert_eq!(
+            check_write_length(Position::Only, 4, 8),
+            Err(ResponderError::WriteLength)
+        );
+        assert_eq!(
+            check_write_length(Position::First, 1024, 1024),
+            Err(ResponderError::WriteLength)
+        );
+
+        assert_eq!(check_write_payload(1024, 2048, false), Ok(()));
+        assert_eq!(check_write_payload(100, 100, true), Ok(()));
+        assert_eq!(
+            check_write_payload(1024, 100, false),
+            Err(ResponderError::WriteLength)
+        );
+        assert_eq!(
+            check_write_payload(50, 100, true),
+            Err(ResponderError::WriteLength)
+        );
+
+        assert_eq!(check_atomic_alignment(0x1008), Ok(()));
+        assert_eq!(
+            check_atomic_alignment(0x1004),
+            Err(ResponderError::MisalignedAtomic)
+        );
+
+        assert_eq!(check_receive_space(64, 64), Ok(()));
+        assert_eq!(
+            check_receive_space(65, 64),
+            Err(ResponderError::ReceiveBufferTooSmall)
+        );
+    }
+
+    #[test]
+    fn check_rkey_wants_the_qp_enable_and_the_mr_rights() {
+        let mut sh = device();
+        let pd = PdId(0);
+        let (key, addr) = sh.mrs.register(pd, 4096, every_access()).unwrap();
+        let (read_only, _) = sh.mrs.register(pd, 4096, Access::REMOTE_READ).unwrap();
+        let mut qp = rts_qp(pd, CqId(0));
+        assert_eq!(
+            check_rkey(&qp, &sh, key, addr, 4096, Access::REMOTE_WRITE),
+            Ok(())
+        );
+        let refused = Err(ResponderError::RemoteAccess);
+        // Past the end, another PD, a key without the right, an unknown key.
+        assert_eq!(
+            check_rkey(&qp, &sh, key, addr + 1, 4096, Access::REMOTE_WRITE),
+            refused
+        );
+        assert_eq!(
+            check_rkey(
+                &rts_qp(PdId(1), CqId(0)),
+                &sh,
+                key,
+                addr,
+                8,
+                Access::REMOTE_READ
+            ),
+            refused
+        );
+        assert_eq!(
+            check_rkey(&qp, &sh, read_only, 0, 0, Access::REMOTE_WRITE),
+            refused
+        );
+        assert_eq!(
+            check_rkey(&qp, &sh, key ^ 1, addr, 8, Access::REMOTE_READ),
+            refused
+        );
+        // The QP's own enables gate the access as well.
+        qp.attr.qp_access_flags = Access::REMOTE_READ;
+        assert_eq!(
+            check_rkey(&qp, &sh, key, addr, 8, Access::REMOTE_WRITE),
+            refused
+        );
+        assert_eq!(
+            check_rkey(&qp, &sh, key, addr, 8, Access::REMOTE_READ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn invalidate_rkey_wants_an_mr_of_the_qps_pd() {
+        let mut sh = device();
+        let (key, addr) = sh.mrs.register(PdId(0), 64, every_access()).unwrap();
+        assert_eq!(
+            invalidate_rkey(&mut sh.mrs, PdId(1), key),
+            Err(ResponderError::InvalidateRkey)
+        );
+        assert!(sh.mrs.get(key).unwrap().rkey_valid);
+        assert_eq!(invalidate_rkey(&mut sh.mrs, PdId(0), key), Ok(()));
+        let qp = rts_qp(PdId(0), CqId(0));
+        assert_eq!(
+            check_rkey(&qp, &sh, key, addr, 8, Access::REMOTE_READ),
+            Err(ResponderError::RemoteAccess)
+        );
+    }
+
+    #[test]
+    fn each_error_has_its_ibta_class() {
+        use ResponderError as E;
+        let fatal = |nak, status| Outcome::Fatal { nak, status };
+        let inv = fatal(NakCode::InvalidRequest, WcStatus::RemInvReqErr);
+        for (e, outcome) in [
+            (E::NotReceiving, Outcome::SilentDrop),
+            (E::UnsupportedOpcode, Outcome::SilentDrop),
+            (E::MissingHeader, Outcome::SilentDrop),
+            (E::PsnAhead, Outcome::SequenceNak),
+            (E::Duplicate, Outcome::Duplicate),
+            (E::ReceiverNotReady, Outcome::RnrNak),
+            (E::OpSequence, inv),
+            (E::MessageTooLong, inv),
+            (E::WriteLength, inv),
+            (E::MisalignedAtomic, inv),
+            (E::InvalidateRkey, inv),
+            (
+                E::PacketLength,
+                fatal(NakCode::InvalidRequest, WcStatus::LocLenErr),
+            ),
+            (
+                E::ReceiveBufferTooSmall,
+                fatal(NakCode::InvalidRequest, WcStatus::LocLenErr),
+            ),
+            (
+                E::RemoteAccess,
+                fatal(NakCode::RemoteAccessError, WcStatus::RemAccessErr),
+            ),
+            (
+                E::ReceiveBufferFault,
+                fatal(NakCode::RemoteOperationalError, WcStatus::LocProtErr),
+            ),
+        ] {
+            assert_eq!(e.outcome(), outcome, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_psn_gap_is_nakked_once_then_dropped_silently() {
+        let mut sh = device();
+        let cq = sh.cqs.create(16);
+        let mut qp = rts_qp(PdId(0), cq);
+        let pkt = packet(Opcode::RC_RDMA_WRITE_ONLY, 5, &[]);
+        handle_request(&mut qp, &mut sh, &pkt, info(pkt.bth.opcode));
+        handle_request(&mut qp, &mut sh, &pkt, info(pkt.bth.opcode));
+        assert_eq!(sh.counters.out_of_seq_request, 2);
+        assert_eq!(sh.counters.drops.out_of_seq_silent, 1);
+        assert!(matches!(
+            qp.resp.responses.as_slices().0,
+            [Response::Ack {
+                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                ..
+            }]
+        ));
+        assert_eq!(qp.state(), QpState::Rts);
+    }
+
+    #[test]
+    fn a_send_without_a_receive_wqe_is_rnr_nakked_and_a_fatal_error_ends_the_qp() {
+        let mut sh = device();
+        let cq = sh.cqs.create(16);
+        let mut qp = rts_qp(PdId(0), cq);
+        let send = packet(Opcode::RC_SEND_ONLY, 0, b"hi");
+        handle_request(&mut qp, &mut sh, &send, info(send.bth.opcode));
+        assert_eq!(sh.counters.send_rnr_err, 1);
+        assert_eq!(qp.resp.epsn, Psn::new(0), "an RNR NAK consumes no PSN");
+        assert!(matches!(
+            qp.resp.responses.back(),
+            Some(Response::Ack {
+                syndrome: Syndrome::RnrNak { .. },
+                psn,
+                ..
+            }) if *psn == Psn::new(0)
+        ));
+
+        // A WRITE through an unknown R_Key: NAK remote access error, the QP enters ERR.
+        let mut write = packet(Opcode::RC_RDMA_WRITE_ONLY, 0, &[0; 8]);
+        write.reth = Some(RethRepr {
+            va: 0,
+            rkey: 0x1234,
+            dma_len: 8,
+        });
+        handle_request(&mut qp, &mut sh, &write, info(write.bth.opcode));
+        assert_eq!(qp.state(), QpState::Err);
+        assert!(matches!(
+            qp.resp.responses.back(),
+            Some(Response::Ack {
+                syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+                ..
+            })
+        ));
+        assert_eq!(sh.events.back(), Some(&super::super::Event::QpFatal(0x11)));
+    }
 }

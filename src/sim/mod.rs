@@ -6,8 +6,6 @@
 //! `poll_transmit` of both engines onto the link, advance the clock to the next event (a
 //! frame arriving or an engine timer), deliver frames / run timers, repeat.
 //! The same seed gives the same run, byte for byte.
-pub mod hostile;
-pub mod pair;
 pub mod workload;
 
 use std::cmp::Reverse;

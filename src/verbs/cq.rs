@@ -5,7 +5,7 @@ use std::os::unix::net::UnixDatagram;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::driver::mem::wait_readable;
+use crate::driver::wait_readable;
 use crate::engine::{CqId, Wc};
 
 use super::attr::limits;
@@ -102,7 +102,7 @@ impl CompletionChannel {
             if left == Some(Duration::ZERO) {
                 return Err(VerbsError::Timeout(timeout.unwrap_or_default()));
             }
-            wait_readable(&[self.inner.rx.as_raw_fd()], left).map_err(|source| VerbsError::Io {
+            wait_readable(&[self.inner.rx.as_fd()], left).map_err(|source| VerbsError::Io {
                 context: "waiting on a completion channel",
                 source,
             })?;

@@ -107,8 +107,9 @@ pub struct ProgressStats {
     pub sleeps: AtomicU64,
 }
 
-/// State shared by the user-facing handles and the progress thread.
-pub(crate) struct Shared {
+/// A device's state, shared by its user-facing handles and its progress thread: the engine
+/// behind its lock, the interface facts, the wake-up socket, channels, counters and traces.
+pub(crate) struct DeviceState {
     pub name: String,
     /// UDP driver: the one address its socket sends from (the only usable source GID).
     pub udp_source: Option<IpAddr>,
@@ -204,7 +205,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Shared {
+impl DeviceState {
     /// Time since the device was opened: the engine's clock.
     pub fn now(&self) -> Duration {
         self.start.elapsed()
@@ -284,7 +285,7 @@ impl Shared {
 /// Owns the progress thread: when the last handle on the device (the [`Device`] and every
 /// object created from it) is dropped, the thread is stopped and joined.
 pub(crate) struct Core {
-    pub shared: Arc<Shared>,
+    pub shared: Arc<DeviceState>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -343,6 +344,9 @@ impl Device {
             .into());
         }
         let (driver, fixed_ip_ident): (Box<dyn Driver>, Option<u16>) = match config.driver {
+            #[cfg(not(feature = "xdp"))]
+            DriverKind::Xdp => return Err(crate::driver::DriverError::XdpNotBuilt.into()),
+            #[cfg(feature = "xdp")]
             DriverKind::Xdp => {
                 let mut xcfg = crate::driver::xdp::XdpConfig::new(ifname);
                 xcfg.queue = config.xdp_queue;
@@ -481,7 +485,7 @@ impl Device {
                 source,
             })?;
         }
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(DeviceState {
             name: format!("xroce_{}", net.name),
             udp_source,
             engine: Mutex::new(Engine::new(engine_config)),
@@ -536,7 +540,7 @@ impl Device {
         })
     }
 
-    pub(crate) fn shared(&self) -> &Shared {
+    pub(crate) fn shared(&self) -> &DeviceState {
         &self.core.shared
     }
 

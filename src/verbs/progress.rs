@@ -12,17 +12,16 @@
 //! engine's next timer; in busy-poll mode not at all. So the responder answers READs, WRITEs
 //! and atomics even when the application never calls `poll`.
 use std::collections::VecDeque;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::mem::wait_readable;
-use crate::driver::{Driver, DriverError};
+use crate::driver::{wait_readable, Driver, DriverError};
 use crate::engine::MAX_FRAME_LEN;
 
-use super::device::{drain, lock, ProgressMode, Shared};
+use super::device::{drain, lock, DeviceState, ProgressMode};
 
 /// Frames taken from the driver per round.
 pub const RX_BATCH: usize = 64;
@@ -34,7 +33,7 @@ const SHORT_WAIT: Duration = Duration::from_micros(200);
 /// for a fresh reading and wakes the thread).
 const STATS_PERIOD: Duration = Duration::from_millis(100);
 
-pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixDatagram) {
+pub(crate) fn run(shared: Arc<DeviceState>, mut driver: Box<dyn Driver>, waker: UnixDatagram) {
     let mut buf = vec![0u8; MAX_FRAME_LEN.max(driver.info().max_frame)];
     let mut backlog: VecDeque<Vec<u8>> = VecDeque::new();
     let mut last_stats = Duration::ZERO;
@@ -134,7 +133,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixD
             ProgressMode::BusyPoll => std::hint::spin_loop(),
             ProgressMode::Wakeup => {
                 let mut timeout = next_timer.map(|t| t.saturating_sub(shared.now()));
-                let mut fds = vec![waker.as_raw_fd()];
+                let mut fds = vec![waker.as_fd()];
                 match driver.wait_fd() {
                     Some(fd) => fds.push(fd),
                     None => timeout = Some(timeout.map_or(SHORT_WAIT, |t| t.min(SHORT_WAIT))),
@@ -156,7 +155,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut driver: Box<dyn Driver>, waker: UnixD
 /// Records why the progress thread stops (a driver error or a panic), then wakes every
 /// completion channel so callers blocked in `get_cq_event` learn it; every later verbs call
 /// (posts, polls, waits) returns `DeviceStopped` with this reason.
-pub(crate) fn fail(shared: &Shared, reason: String) {
+pub(crate) fn fail(shared: &DeviceState, reason: String) {
     tracing::error!(device = %shared.name, %reason, "progress thread stopped");
     *lock(&shared.stopped) = Some(reason);
     let channels: Vec<_> = lock(&shared.all_channels)

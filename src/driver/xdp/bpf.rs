@@ -2,9 +2,10 @@
 //! interface through a BPF link, so the kernel detaches it when the last reference to the
 //! link goes away: when the driver is dropped, and also when the process dies.
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder};
+use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, Xdp, XdpFlags};
+use rustix::io::Errno;
 
 use crate::driver::{DriverError, XdpStats};
 
@@ -79,15 +80,13 @@ impl XdpProgram {
         })
     }
 
-    fn prog_fd(&self) -> Result<RawFd, DriverError> {
-        let prog = self
-            .object
+    fn program(&self) -> Result<libbpf_rs::Program<'_>, DriverError> {
+        self.object
             .progs()
             .find(|p| p.name() == XROCE_PROG_NAME)
             .ok_or_else(|| DriverError::Bpf {
                 reason: "program xroce_xdp missing from the embedded object".into(),
-            })?;
-        Ok(prog.as_fd().as_raw_fd())
+            })
     }
 
     fn map(&self, name: &str) -> Result<libbpf_rs::Map<'_>, DriverError> {
@@ -117,25 +116,22 @@ impl XdpProgram {
         ifname: &str,
         mode: AttachMode,
     ) -> Result<&'static str, DriverError> {
-        let prog_fd = self.prog_fd()?;
-        let try_mode = |flags: u32| link_create(prog_fd, ifindex, flags);
-        let (result, name) = match mode {
-            AttachMode::Native => (try_mode(libbpf_sys::XDP_FLAGS_DRV_MODE), "native"),
-            AttachMode::Generic => (try_mode(libbpf_sys::XDP_FLAGS_SKB_MODE), "generic"),
-            AttachMode::Auto => match try_mode(libbpf_sys::XDP_FLAGS_DRV_MODE) {
-                Ok(fd) => (Ok(fd), "native"),
-                // veth refuses native XDP when the MTU exceeds one page (ERANGE); other
-                // drivers have no native XDP (EOPNOTSUPP) or reject the flags (EINVAL).
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ERANGE) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-                    ) =>
-                {
-                    (try_mode(libbpf_sys::XDP_FLAGS_SKB_MODE), "generic")
-                }
-                Err(e) => (Err(e), "native"),
-            },
+        let (result, name) = {
+            let prog = self.program()?;
+            let try_mode = |flags: u32| link_create(prog.as_fd(), ifindex, flags);
+            match mode {
+                AttachMode::Native => (try_mode(libbpf_sys::XDP_FLAGS_DRV_MODE), "native"),
+                AttachMode::Generic => (try_mode(libbpf_sys::XDP_FLAGS_SKB_MODE), "generic"),
+                AttachMode::Auto => match try_mode(libbpf_sys::XDP_FLAGS_DRV_MODE) {
+                    Ok(fd) => (Ok(fd), "native"),
+                    // veth refuses native XDP when the MTU exceeds one page (ERANGE); other
+                    // drivers have no native XDP (EOPNOTSUPP) or reject the flags (EINVAL).
+                    Err(Errno::RANGE | Errno::OPNOTSUPP | Errno::INVAL) => {
+                        (try_mode(libbpf_sys::XDP_FLAGS_SKB_MODE), "generic")
+                    }
+                    Err(e) => (Err(e), "native"),
+                },
+            }
         };
         match result {
             Ok(fd) => {
@@ -143,9 +139,9 @@ impl XdpProgram {
                 self.attached_mode = Some(name);
                 Ok(name)
             }
-            Err(e) => Err(match e.raw_os_error() {
-                Some(libc::EBUSY) | Some(libc::EEXIST) => {
-                    let prog_id = attached_prog_id(ifindex).unwrap_or(0);
+            Err(e) => Err(match e {
+                Errno::BUSY | Errno::EXIST => {
+                    let prog_id = self.attached_prog_id(ifindex).unwrap_or(0);
                     if prog_id != 0 && is_xroce_program(prog_id) {
                         DriverError::XroceAlreadyAttached {
                             ifname: ifname.to_string(),
@@ -158,15 +154,24 @@ impl XdpProgram {
                         }
                     }
                 }
-                Some(libc::ENODEV) => DriverError::InterfaceMissing {
+                Errno::NODEV => DriverError::InterfaceMissing {
                     ifname: ifname.to_string(),
                 },
                 _ => DriverError::io(
                     format!("attaching the XDP program to {ifname:?} in {name} mode"),
-                    e,
+                    e.into(),
                 ),
             }),
         }
+    }
+
+    /// The id of the XDP program attached to `ifindex` in any mode, if one is.
+    fn attached_prog_id(&self, ifindex: u32) -> Option<u32> {
+        let prog = self.program().ok()?;
+        let id = Xdp::new(prog.as_fd())
+            .query_id(ifindex as i32, XdpFlags::NONE)
+            .ok()?;
+        (id != 0).then_some(id)
     }
 
     /// How the program is attached ("native", "generic"), if it is.
@@ -200,15 +205,6 @@ impl XdpProgram {
     }
 }
 
-/// The id of the XDP program attached to `ifindex` in any mode, if one is.
-pub fn attached_prog_id(ifindex: u32) -> Option<u32> {
-    let mut id: u32 = 0;
-    // Safety: `id` is a valid, writable u32 for the duration of the call; the function only
-    // writes the program id into it.
-    let rc = unsafe { libbpf_sys::bpf_xdp_query_id(ifindex as i32, 0, &mut id) };
-    (rc == 0 && id != 0).then_some(id)
-}
-
 /// Whether the program with kernel id `id` is xroce's own (its name is `xroce_xdp`, the
 /// function in bpf/xroce_xdp.c): then another xroce process holds the interface.
 pub fn is_xroce_program(id: u32) -> bool {
@@ -219,21 +215,25 @@ pub fn is_xroce_program(id: u32) -> bool {
 /// The name of the XDP program in bpf/xroce_xdp.c (the kernel keeps 15 characters).
 pub const XROCE_PROG_NAME: &str = "xroce_xdp";
 
-fn link_create(prog_fd: RawFd, ifindex: u32, flags: u32) -> std::io::Result<OwnedFd> {
-    // Safety: bpf_link_create_opts is a plain C struct (integers, a pointer, a union of
-    // integers); all-zero is its documented "no options" value, and `sz` is set as libbpf's
-    // OPTS macros require.
-    let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
-    opts.sz = std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _;
-    opts.flags = flags;
-    // Safety: prog_fd is a loaded program's descriptor that outlives the call; opts is a
-    // valid, initialised options struct; the call returns a new fd or a negative errno.
-    let fd =
-        unsafe { libbpf_sys::bpf_link_create(prog_fd, ifindex as i32, libbpf_sys::BPF_XDP, &opts) };
+/// A BPF link attaching the XDP program `prog` to `ifindex` with `flags` (the attach mode).
+/// libbpf-rs attaches XDP through a link only without flags, so this calls libbpf itself.
+fn link_create(prog: BorrowedFd<'_>, ifindex: u32, flags: u32) -> Result<OwnedFd, Errno> {
+    let opts = libbpf_sys::bpf_link_create_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
+        flags,
+        // All zero (libbpf's "no options") for the rest, as its OPTS macros set it.
+        ..Default::default()
+    };
+    // Safety: `prog` is a loaded program's descriptor, open for the whole call; `opts` is a
+    // valid, initialised options struct whose `sz` tells libbpf its size. The call reads
+    // them only and returns a new descriptor or a negative errno.
+    let fd = unsafe {
+        libbpf_sys::bpf_link_create(prog.as_raw_fd(), ifindex as i32, libbpf_sys::BPF_XDP, &opts)
+    };
     if fd < 0 {
-        return Err(std::io::Error::from_raw_os_error(-fd));
+        return Err(Errno::from_raw_os_error(-fd));
     }
-    // Safety: a non-negative return is a new link descriptor owned by nobody else.
+    // Safety: a non-negative return is a new link descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 

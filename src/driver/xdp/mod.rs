@@ -5,15 +5,20 @@
 //! 2. load `bpf/xroce_xdp.c` (embedded) with libbpf and attach it through a BPF link
 //!    (native mode, else generic), so it leaves the interface when the driver is dropped or
 //!    the process dies; an XDP program already there is reported, never replaced;
-//! 3. create a UMEM of 4096-byte chunks and bind an AF_XDP socket to every receive queue
-//!    of the interface (they share the UMEM; the first one also transmits) to one receive queue, telling libxdp not to load a program of its own
-//!    (`XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD`); a bind that fails with EBUSY (the queue is still
-//!    held by a socket closed a moment ago) is retried until [`XdpConfig::bind_timeout`];
-//! 4. put each socket into the program's XSKMAP at its queue's index.
+//! 3. create a UMEM ([`XdpConfig::frame_count`] chunks of [`XdpConfig::frame_size`] bytes)
+//!    and bind an AF_XDP socket through it to every receive queue of the interface (at most
+//!    [`XSKMAP_SLOTS`]), or with [`XdpConfig::all_queues`] off to the one
+//!    [`XdpConfig::queue`]. The sockets share the UMEM and the first one also transmits.
+//!    libxdp is told not to load a program of its own (`XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD`);
+//!    a bind that fails with EBUSY (the queue is still held by a socket closed a moment ago)
+//!    is retried until [`XdpConfig::bind_timeout`];
+//! 4. put each socket into the program's XSKMAP at its queue's index, and share the first
+//!    half of the chunks out between the sockets' fill rings (the second half transmits).
 //!
-//! Half of the UMEM frames go to the fill ring (the kernel copies received frames into them),
-//! half form a free list for transmission; completed transmissions come back through the
-//! completion ring. See `docs/xdp.md` for the whole picture.
+//! The kernel copies received frames into the fill rings' chunks; the transmit half is a
+//! free list, and completed transmissions come back to it through the completion ring. With
+//! more than one socket, [`Driver::wait_fd`] is an epoll set of all of them. See
+//! `docs/xdp.md` for the whole picture.
 //!
 //! # Frames larger than a chunk
 //! A chunk holds 4096 - 256 (kernel headroom) = 3840 bytes, but a path-MTU-4096 RoCE frame is
@@ -26,15 +31,18 @@ pub mod bpf;
 
 use std::io::Write;
 use std::num::NonZeroU32;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
+
+use rustix::event::epoll;
+use rustix::io::Errno;
 
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig,
 };
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
 
-pub use bpf::{attached_prog_id, AttachMode, XdpProgram};
+pub use bpf::{AttachMode, XdpProgram};
 
 use super::iface::{interface_info, InterfaceInfo};
 use super::{Driver, DriverError, DriverInfo, DriverMode, RxMeta, XdpStats};
@@ -86,7 +94,8 @@ pub struct XdpConfig {
 }
 
 impl XdpConfig {
-    /// Defaults for `ifname`: queue 0, copy mode, auto attach, 4096 chunks of auto size.
+    /// Defaults for `ifname`: a socket on every receive queue, copy mode, auto attach,
+    /// 4096 chunks of 4096 bytes, multi-buffer when the MTU needs it, 3 s of EBUSY retries.
     pub fn new(ifname: impl Into<String>) -> Self {
         XdpConfig {
             ifname: ifname.into(),
@@ -202,36 +211,142 @@ impl std::fmt::Debug for XdpDriver {
     }
 }
 
+/// What [`XdpDriver::open`] settled from the configuration and the interface, before it
+/// touches the kernel.
+struct Plan {
+    /// The receive queues to bind a socket to.
+    queues: Vec<u32>,
+    /// Chunks per half of the UMEM (receive / transmit), also the size of each ring.
+    half: u32,
+    frame_size: u32,
+    /// Multi-buffer wanted (it may still be dropped on kernels without it).
+    multi_buffer: bool,
+    ring: QueueSize,
+    umem_cfg: UmemConfig,
+}
+
+impl Plan {
+    /// Check the configuration against the interface; every refusal names the value.
+    fn new(cfg: &XdpConfig, iface: &InterfaceInfo) -> Result<Plan, DriverError> {
+        let config = |reason: String| DriverError::Config { reason };
+        if cfg.frame_count < 4 || !cfg.frame_count.is_power_of_two() || cfg.frame_count > 1 << 20 {
+            return Err(config(format!(
+                "frame_count {} must be a power of two in 4..=1048576",
+                cfg.frame_count
+            )));
+        }
+        let queues: Vec<u32> = if cfg.all_queues {
+            (0..iface.rx_queues.min(XSKMAP_SLOTS)).collect()
+        } else {
+            vec![cfg.queue]
+        };
+        if cfg.queue >= XSKMAP_SLOTS {
+            return Err(config(format!(
+                "queue {} out of range (the XSKMAP has {XSKMAP_SLOTS} slots)",
+                cfg.queue
+            )));
+        }
+        if cfg.queue >= iface.rx_queues {
+            return Err(config(format!(
+                "{} has {} receive queue(s); queue {} does not exist",
+                cfg.ifname, iface.rx_queues, cfg.queue
+            )));
+        }
+        let half = cfg.frame_count / 2;
+        if (half as usize) < queues.len() * 8 {
+            return Err(config(format!(
+                "frame_count {} is too small for {} receive queues (8 receive chunks each)",
+                cfg.frame_count,
+                queues.len()
+            )));
+        }
+        let frame_size = cfg.frame_size;
+        if frame_size != 2048 && frame_size != 4096 {
+            return Err(config(format!(
+                "frame_size {frame_size} must be 2048 or 4096"
+            )));
+        }
+        let multi_buffer = cfg
+            .multi_buffer
+            .unwrap_or_else(|| needs_multi_buffer(iface.mtu, frame_size));
+        let ring = QueueSize::new(half).map_err(|e| config(e.to_string()))?;
+        let umem_cfg = UmemConfig::builder()
+            .frame_size(FrameSize::new(frame_size).map_err(|e| config(e.to_string()))?)
+            .fill_queue_size(ring)
+            .comp_queue_size(ring)
+            .build()
+            .map_err(|e| config(e.to_string()))?;
+        Ok(Plan {
+            queues,
+            half,
+            frame_size,
+            multi_buffer,
+            ring,
+            umem_cfg,
+        })
+    }
+}
+
+/// A UMEM with a socket bound on each planned queue.
 struct Bound {
     umem: Umem,
     descs: Vec<FrameDesc>,
     tx_q: TxQueue,
     comp_q: CompQueue,
     rx: Vec<RxPath>,
+    zero_copy: bool,
+    multi_buffer: bool,
 }
 
-fn io_source(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
+/// Why one binding attempt failed.
+struct BindError {
+    /// The OS error behind it, when there is one (it decides whether to retry).
+    errno: Option<Errno>,
+    /// The queue whose socket failed, when it got that far.
+    queue: Option<u32>,
+    what: String,
+}
+
+impl BindError {
+    fn new(err: &(dyn std::error::Error + 'static), queue: Option<u32>, what: String) -> Self {
+        BindError {
+            errno: errno_of(err),
+            queue,
+            what,
+        }
+    }
+
+    fn plain(what: &str) -> Self {
+        BindError {
+            errno: None,
+            queue: None,
+            what: what.to_string(),
+        }
+    }
+}
+
+/// The OS error somewhere in `err`'s chain of sources.
+fn errno_of(err: &(dyn std::error::Error + 'static)) -> Option<Errno> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return io.raw_os_error();
+            return Errno::from_io_error(io);
         }
         cur = e.source();
     }
     None
 }
 
+/// Create the UMEM and bind a socket through it on each planned queue, once.
 fn bind_once(
     cfg: &XdpConfig,
-    queues: &[u32],
-    umem_cfg: UmemConfig,
-    ring: QueueSize,
+    plan: &Plan,
     zero_copy: bool,
     multi_buffer: bool,
-) -> Result<Bound, (Option<i32>, String)> {
+) -> Result<Bound, BindError> {
     let count = NonZeroU32::new(cfg.frame_count).expect("checked >= 4");
-    let (umem, descs) =
-        Umem::new(umem_cfg, count, false).map_err(|e| (io_source(&e), format!("UMEM: {e}")))?;
+    let (umem, descs) = Umem::new(plan.umem_cfg, count, false)
+        .map_err(|e| BindError::new(&e, None, format!("UMEM: {e}")))?;
     let mut mode = if zero_copy {
         BindFlags::XDP_ZEROCOPY
     } else {
@@ -243,30 +358,31 @@ fn bind_once(
     // Sockets after the first bind with XDP_SHARED_UMEM (libxdp does that) and inherit the
     // first one's mode from the UMEM.
     let sock_cfg = SocketConfig::builder()
-        .rx_queue_size(ring)
-        .tx_queue_size(ring)
+        .rx_queue_size(plan.ring)
+        .tx_queue_size(plan.ring)
         .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
         .bind_flags(mode | BindFlags::XDP_USE_NEED_WAKEUP)
         .build();
     let ifname: Interface = cfg
         .ifname
         .parse()
-        .map_err(|_| (None, "interface name has a NUL byte".to_string()))?;
+        .map_err(|_| BindError::plain("interface name has a NUL byte"))?;
     let mut primary = None;
-    let mut rx = Vec::with_capacity(queues.len());
-    for &queue in queues {
+    let mut rx = Vec::with_capacity(plan.queues.len());
+    for &queue in &plan.queues {
         // Safety: this UMEM was created just above and each (interface, queue) pair is bound
         // through it once; INHIBIT_PROG_LOAD is set, as xsk-rs requires for shared UMEMs, so
         // libxdp never touches XDP programs.
         let (tx_q, rx_q, rings) = unsafe { xsk_rs::Socket::new(sock_cfg, &umem, &ifname, queue) }
             .map_err(|e| {
-            (
-                io_source(&e),
+            BindError::new(
+                &e,
+                Some(queue),
                 format!("AF_XDP socket on queue {queue}: {e}"),
             )
         })?;
         let (fill_q, comp_q) =
-            rings.ok_or((None, "libxdp returned no fill/completion ring".into()))?;
+            rings.ok_or_else(|| BindError::plain("libxdp returned no fill/completion ring"))?;
         let tx_side = if primary.is_none() {
             primary = Some((tx_q, comp_q));
             None
@@ -283,42 +399,107 @@ fn bind_once(
             _tx_side: tx_side,
         });
     }
-    let (tx_q, comp_q) = primary.ok_or((None, "no receive queue to bind".to_string()))?;
+    let (tx_q, comp_q) = primary.ok_or_else(|| BindError::plain("no receive queue to bind"))?;
     Ok(Bound {
         umem,
         descs,
         tx_q,
         comp_q,
         rx,
+        zero_copy,
+        multi_buffer,
     })
 }
 
-/// One epoll descriptor that is readable when any of `fds` is.
-fn epoll_of(fds: &[RawFd]) -> Result<OwnedFd, DriverError> {
-    // Safety: epoll_create1 with a constant flag has no memory-safety preconditions.
-    let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if raw < 0 {
-        return Err(DriverError::io(
-            "creating an epoll set",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // Safety: `raw` is a fresh descriptor owned by nobody else.
-    let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
-    for &fd in fds {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
+/// Bind until it works: zero-copy first when asked, then copy mode; multi-buffer dropped on
+/// kernels without it (unless asked for explicitly); EBUSY retried until `bind_timeout`.
+fn bind_with_retries(cfg: &XdpConfig, plan: &Plan) -> Result<Bound, DriverError> {
+    let deadline = Instant::now() + cfg.bind_timeout;
+    let mut zero_copy = cfg.zero_copy != ZeroCopy::Never;
+    let mut multi_buffer = plan.multi_buffer;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let err = match bind_once(cfg, plan, zero_copy, multi_buffer) {
+            Ok(bound) => return Ok(bound),
+            Err(err) => err,
         };
-        // Safety: `ev` is a valid epoll_event for the call; `fd` is an open socket that
-        // outlives the epoll set (the driver drops the set first).
-        let rc = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
-        if rc < 0 {
-            return Err(DriverError::io(
-                "adding an AF_XDP socket to the epoll set",
-                std::io::Error::last_os_error(),
-            ));
+        match err.errno {
+            // Kernels before 6.6 have no multi-buffer AF_XDP: carry what fits one chunk.
+            Some(Errno::OPNOTSUPP | Errno::INVAL) if multi_buffer && cfg.multi_buffer.is_none() => {
+                multi_buffer = false;
+            }
+            Some(Errno::OPNOTSUPP | Errno::INVAL) if zero_copy => {
+                if cfg.zero_copy == ZeroCopy::Require {
+                    return Err(DriverError::ZeroCopyUnsupported {
+                        ifname: cfg.ifname.clone(),
+                    });
+                }
+                zero_copy = false;
+            }
+            Some(Errno::BUSY) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Some(Errno::BUSY) => {
+                return Err(DriverError::BindBusy {
+                    ifname: cfg.ifname.clone(),
+                    queue: err.queue.unwrap_or(cfg.queue),
+                    attempts,
+                })
+            }
+            Some(errno) => {
+                return Err(DriverError::io(
+                    format!("binding {} on {}", err.what, cfg.ifname),
+                    errno.into(),
+                ))
+            }
+            None => {
+                return Err(DriverError::Io {
+                    context: format!("binding on {}", cfg.ifname),
+                    source: std::io::Error::other(err.what),
+                })
+            }
         }
+    }
+}
+
+/// Split the UMEM: the first half of the chunks is shared out between the receive queues
+/// and put on their fill rings; the second half, returned, is the transmit free list.
+fn fill_receive_rings(rx: &mut [RxPath], mut descs: Vec<FrameDesc>, half: u32) -> Vec<FrameDesc> {
+    let tx_free = descs.split_off(half as usize);
+    let per_queue = descs.len() / rx.len();
+    for (path, chunk) in rx.iter_mut().zip(descs.chunks(per_queue)) {
+        // Safety: these descriptors come from this UMEM, are owned by nobody else, and
+        // are not touched again until this socket's RX ring hands them back.
+        let produced = unsafe { path.fill_q.produce(chunk) };
+        if produced != chunk.len() {
+            path.fill_pending.extend_from_slice(chunk);
+        }
+    }
+    tx_free
+}
+
+/// The socket's descriptor, borrowed for as long as its RX ring is.
+fn socket_fd(rx_q: &RxQueue) -> BorrowedFd<'_> {
+    // Safety: xsk-rs hands out the socket's descriptor only as a raw fd; it stays open
+    // until the socket's last ring handle is dropped, and this `rx_q` is one of them,
+    // borrowed for the returned lifetime.
+    unsafe { BorrowedFd::borrow_raw(rx_q.fd().as_raw_fd()) }
+}
+
+/// One epoll descriptor that is readable when any receive socket is.
+fn epoll_of(rx: &[RxPath]) -> Result<OwnedFd, DriverError> {
+    let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)
+        .map_err(|e| DriverError::io("creating an epoll set", e.into()))?;
+    for path in rx {
+        // The socket outlives its registration: the driver drops the epoll set first.
+        epoll::add(
+            &epoll,
+            socket_fd(&path.rx_q),
+            epoll::EventData::new_u64(u64::from(path.queue)),
+            epoll::EventFlags::IN,
+        )
+        .map_err(|e| DriverError::io("adding an AF_XDP socket to the epoll set", e.into()))?;
     }
     Ok(epoll)
 }
@@ -333,67 +514,7 @@ impl XdpDriver {
             });
         }
         check_privileges()?;
-        if cfg.frame_count < 4 || !cfg.frame_count.is_power_of_two() || cfg.frame_count > 1 << 20 {
-            return Err(DriverError::Config {
-                reason: format!(
-                    "frame_count {} must be a power of two in 4..=1048576",
-                    cfg.frame_count
-                ),
-            });
-        }
-        let queues: Vec<u32> = if cfg.all_queues {
-            (0..iface.rx_queues.min(XSKMAP_SLOTS)).collect()
-        } else {
-            vec![cfg.queue]
-        };
-        if cfg.queue >= XSKMAP_SLOTS {
-            return Err(DriverError::Config {
-                reason: format!(
-                    "queue {} out of range (the XSKMAP has {XSKMAP_SLOTS} slots)",
-                    cfg.queue
-                ),
-            });
-        }
-        if cfg.queue >= iface.rx_queues {
-            return Err(DriverError::Config {
-                reason: format!(
-                    "{} has {} receive queue(s); queue {} does not exist",
-                    cfg.ifname, iface.rx_queues, cfg.queue
-                ),
-            });
-        }
-        let half = cfg.frame_count / 2;
-        if (half as usize) < queues.len() * 8 {
-            return Err(DriverError::Config {
-                reason: format!(
-                    "frame_count {} is too small for {} receive queues (8 receive chunks each)",
-                    cfg.frame_count,
-                    queues.len()
-                ),
-            });
-        }
-        let frame_size = cfg.frame_size;
-        if frame_size != 2048 && frame_size != 4096 {
-            return Err(DriverError::Config {
-                reason: format!("frame_size {frame_size} must be 2048 or 4096"),
-            });
-        }
-        let mut multi_buffer = cfg
-            .multi_buffer
-            .unwrap_or_else(|| needs_multi_buffer(iface.mtu, frame_size));
-        let ring = QueueSize::new(half).map_err(|e| DriverError::Config {
-            reason: e.to_string(),
-        })?;
-        let umem_cfg = UmemConfig::builder()
-            .frame_size(FrameSize::new(frame_size).map_err(|e| DriverError::Config {
-                reason: e.to_string(),
-            })?)
-            .fill_queue_size(ring)
-            .comp_queue_size(ring)
-            .build()
-            .map_err(|e| DriverError::Config {
-                reason: e.to_string(),
-            })?;
+        let plan = Plan::new(cfg, &iface)?;
 
         let mut program = XdpProgram::load()?;
         // Attach first: if another XDP program owns the interface we say so, rather than
@@ -401,90 +522,26 @@ impl XdpDriver {
         // passed to the kernel and counted as no_socket.
         program.attach(iface.ifindex, &cfg.ifname, cfg.attach)?;
 
-        // Bind, retrying EBUSY; zero-copy first when asked.
-        let deadline = Instant::now() + cfg.bind_timeout;
-        let mut zero_copy = cfg.zero_copy != ZeroCopy::Never;
-        let mut attempts = 0u32;
-        let bound = loop {
-            attempts += 1;
-            match bind_once(cfg, &queues, umem_cfg, ring, zero_copy, multi_buffer) {
-                Ok(b) => break b,
-                // Kernels before 6.6 have no multi-buffer AF_XDP: carry what fits one chunk.
-                Err((Some(libc::EOPNOTSUPP | libc::EINVAL), _))
-                    if multi_buffer && cfg.multi_buffer.is_none() =>
-                {
-                    multi_buffer = false;
-                }
-                Err((Some(errno), _))
-                    if zero_copy && matches!(errno, libc::EOPNOTSUPP | libc::EINVAL) =>
-                {
-                    if cfg.zero_copy == ZeroCopy::Require {
-                        return Err(DriverError::ZeroCopyUnsupported {
-                            ifname: cfg.ifname.clone(),
-                        });
-                    }
-                    zero_copy = false;
-                }
-                Err((Some(libc::EBUSY), _)) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err((Some(libc::EBUSY), what)) => {
-                    return Err(DriverError::BindBusy {
-                        ifname: cfg.ifname.clone(),
-                        queue: what
-                            .strip_prefix("AF_XDP socket on queue ")
-                            .and_then(|r| r.split(':').next())
-                            .and_then(|q| q.parse().ok())
-                            .unwrap_or(cfg.queue),
-                        attempts,
-                    })
-                }
-                Err((Some(errno), what)) => {
-                    return Err(DriverError::io(
-                        format!("binding {what} on {}", cfg.ifname),
-                        std::io::Error::from_raw_os_error(errno),
-                    ))
-                }
-                Err((None, what)) => {
-                    return Err(DriverError::Io {
-                        context: format!("binding on {}", cfg.ifname),
-                        source: std::io::Error::other(what),
-                    })
-                }
-            }
-        };
         let Bound {
             umem,
-            mut descs,
+            descs,
             tx_q,
             comp_q,
             mut rx,
-        } = bound;
-
+            zero_copy,
+            multi_buffer,
+        } = bind_with_retries(cfg, &plan)?;
         for path in &rx {
             program.register_socket(path.queue, path.rx_q.fd().as_raw_fd())?;
         }
-
-        // The second half of the chunks transmits; the first half is split between the
-        // receive queues and put on their fill rings.
-        let tx_free = descs.split_off(half as usize);
-        let per_queue = descs.len() / rx.len();
-        for (path, chunk) in rx.iter_mut().zip(descs.chunks(per_queue)) {
-            // Safety: these descriptors come from this UMEM, are owned by nobody else, and
-            // are not touched again until this socket's RX ring hands them back.
-            let produced = unsafe { path.fill_q.produce(chunk) };
-            if produced != chunk.len() {
-                path.fill_pending.extend_from_slice(chunk);
-            }
-        }
+        let tx_free = fill_receive_rings(&mut rx, descs, plan.half);
         let epoll = if rx.len() > 1 {
-            let fds: Vec<RawFd> = rx.iter().map(|p| p.rx_q.fd().as_raw_fd()).collect();
-            Some(epoll_of(&fds)?)
+            Some(epoll_of(&rx)?)
         } else {
             None
         };
 
-        let chunk_room = frame_size as usize - XDP_PACKET_HEADROOM;
+        let chunk_room = plan.frame_size as usize - XDP_PACKET_HEADROOM;
         let max_frame = if multi_buffer {
             chunk_room * MAX_CHUNKS_PER_FRAME
         } else {
@@ -500,7 +557,7 @@ impl XdpDriver {
             tx_free,
             tx_pending: Vec::new(),
             scratch: vec![FrameDesc::default(); 256],
-            tx_ring_size: half,
+            tx_ring_size: plan.half,
             iface,
             mode: if zero_copy {
                 DriverMode::XdpZeroCopy
@@ -508,7 +565,7 @@ impl XdpDriver {
                 DriverMode::XdpCopy
             },
             max_frame,
-            frame_size,
+            frame_size: plan.frame_size,
             chunk_room,
             multi_buffer,
             rx_oversized: 0,
@@ -739,10 +796,10 @@ impl Driver for XdpDriver {
         Ok(delivered)
     }
 
-    fn wait_fd(&self) -> Option<RawFd> {
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(match &self.epoll {
-            Some(epoll) => epoll.as_raw_fd(),
-            None => self.rx[0].rx_q.fd().as_raw_fd(),
+            Some(epoll) => epoll.as_fd(),
+            None => socket_fd(&self.rx[0].rx_q),
         })
     }
 

@@ -17,18 +17,23 @@
 //! - no WR completes twice;
 //! - afterwards both engines still serve new QPs: a WRITE, READ and FETCH_ADD over fresh
 //!   QPs complete with the right data.
+//!
+//! Test scaffolding, so not in the library: include it with [`crate::pair`] beside it,
+//! `#[path = "common/pair.rs"] mod pair; #[path = "common/hostile.rs"] mod hostile;` (from
+//! `fuzz/`, with the path to these files).
+#![allow(dead_code)]
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::pair::{drain, Pair, PairOptions};
-use super::workload::{connect, WorkloadConfig, IP_A, IP_B, MAC_A, MAC_B};
-use super::Verdict;
-use crate::engine::{
+use crate::pair::{drain, Pair, PairOptions};
+use xroce::engine::{
     Access, Counters, Engine, Mtu, QpAttr, QpAttrMask, QpCaps, QpInit, QpState, QpType, RecvWr,
     SendFlags, SendWr, Sge, WcStatus, WrOp,
 };
-use crate::wire::{
+use xroce::sim::workload::{connect, WorkloadConfig, IP_A, IP_B, MAC_A, MAC_B};
+use xroce::sim::Verdict;
+use xroce::wire::{
     self, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, EthRepr, FrameRepr, IpRepr,
     Opcode, PacketRepr, Psn, RethRepr,
 };
@@ -391,7 +396,7 @@ impl Run {
             return Err(format!(
                 "a frame to {} left no trace in the counters: {}",
                 if to_b { "B" } else { "A" },
-                crate::sim::describe_frame(frame)
+                xroce::sim::describe_frame(frame)
             ));
         }
         self.pump(Duration::from_micros(20));
@@ -627,7 +632,7 @@ impl Run {
             qp_state: QpState::Reset,
             ..QpAttr::default()
         };
-        let err = |e: crate::engine::EngineError| e.to_string();
+        let err = |e: xroce::engine::EngineError| e.to_string();
         self.p
             .a()
             .modify_qp(qa, &reset, QpAttrMask::STATE)
@@ -684,7 +689,7 @@ impl Run {
 /// Fresh QPs, CQs and MRs on both engines of `p` must work after whatever happened before:
 /// a WRITE, a READ back and a FETCH_ADD, each checked.
 pub fn still_serves(p: &mut Pair) -> Result<(), String> {
-    let err = |e: crate::engine::EngineError| e.to_string();
+    let err = |e: xroce::engine::EngineError| e.to_string();
     let side = |e: &mut Engine| -> Result<_, String> {
         let pd = e.alloc_pd();
         let cq = e.create_cq(64).map_err(err)?;

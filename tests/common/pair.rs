@@ -1,14 +1,18 @@
 //! A connected pair of engines with one RC QP each, memory and CQs: the fixture of the
-//! scenario tests and a compact example of the set-up calls.
+//! scenario tests, the engine benchmark, the `engine_frames` fuzz target and `hostile.rs`
+//! beside it, and a compact example of the set-up calls. Test scaffolding, so not in the
+//! library: include with `#[path = "common/pair.rs"] mod pair;` (from `benches/` and
+//! `fuzz/`, with the path to this file).
+#![allow(dead_code)]
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::workload::{connect, WorkloadConfig, IP_A, IP_B, MAC_A, MAC_B};
-use super::{LinkConfig, Network};
-use crate::engine::{
+use xroce::engine::{
     Access, CqId, Engine, EngineConfig, MrInfo, Mtu, QpCaps, QpInit, QpType, RecvWr, SendFlags,
     SendWr, Sge, Wc, WrOp,
 };
+use xroce::sim::workload::{connect, WorkloadConfig, IP_A, IP_B, MAC_A, MAC_B};
+use xroce::sim::{LinkConfig, Network};
 
 /// Options of [`Pair::new`].
 #[derive(Clone, Debug)]

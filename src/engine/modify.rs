@@ -1,0 +1,234 @@
+//! QP state changes: `modify_qp` (its mask is checked against the transition table in
+//! `state.rs`, its values here) and the transitions the engine makes by itself: flushing
+//! to ERR, failing a QP, the SQ-drained event.
+use super::qp::{self, Qp};
+use super::transmit::schedule;
+use super::types::{EngineError, Event, QpAttr, QpAttrMask, QpState, WcStatus};
+use super::{requester, responder, state, DeviceState, Engine, EngineConfig};
+use crate::wire::{self, Psn};
+
+impl Engine {
+    /// Change QP attributes and/or state. The mask is checked against the IBTA transition
+    /// table ([`state::check_transition`]); values are range-checked. On error nothing changes.
+    pub fn modify_qp(
+        &mut self,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), EngineError> {
+        let cfg = &self.sh.cfg;
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        let cur = qp.state();
+        let to = if mask.contains(QpAttrMask::STATE) {
+            attr.qp_state
+        } else {
+            cur
+        };
+        if mask.contains(QpAttrMask::CUR_STATE) && attr.cur_qp_state != cur {
+            return Err(EngineError::CurrentStateMismatch {
+                asserted: attr.cur_qp_state,
+                actual: cur,
+            });
+        }
+        state::check_transition(cur, to, qp.qp_type, mask)?;
+        validate_values(attr, mask, cfg)?;
+        if mask.contains(QpAttrMask::ALT_PATH) || mask.contains(QpAttrMask::PATH_MIG_STATE) {
+            return Err(EngineError::InvalidAttributeValue {
+                attr: "ALT_PATH",
+                reason: "automatic path migration is not supported".into(),
+            });
+        }
+        apply_attributes(qp, attr, mask);
+        if to != cur {
+            enter_state(qp, &mut self.sh, to);
+        }
+        schedule(&mut self.tx_list, qp);
+        Ok(())
+    }
+}
+
+/// Range checks of attribute values (the table checks presence).
+fn validate_values(attr: &QpAttr, mask: QpAttrMask, cfg: &EngineConfig) -> Result<(), EngineError> {
+    let bad = |attr: &'static str, reason: String| {
+        Err(EngineError::InvalidAttributeValue { attr, reason })
+    };
+    if mask.contains(QpAttrMask::PORT) && attr.port_num != 1 {
+        return bad(
+            "PORT",
+            format!("port {} (only port 1 exists)", attr.port_num),
+        );
+    }
+    if mask.contains(QpAttrMask::PKEY_INDEX) && attr.pkey_index != 0 {
+        return bad(
+            "PKEY_INDEX",
+            format!("index {} (the P_Key table has one entry)", attr.pkey_index),
+        );
+    }
+    if mask.contains(QpAttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
+        return bad("RETRY_CNT", format!("{} > 7", attr.retry_cnt));
+    }
+    if mask.contains(QpAttrMask::RNR_RETRY) && attr.rnr_retry > 7 {
+        return bad("RNR_RETRY", format!("{} > 7", attr.rnr_retry));
+    }
+    if mask.contains(QpAttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+        return bad("MIN_RNR_TIMER", format!("{} > 31", attr.min_rnr_timer));
+    }
+    if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
+        return bad("TIMEOUT", format!("{} > 31", attr.timeout));
+    }
+    if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > 128 {
+        return bad("MAX_QP_RD_ATOMIC", format!("{} > 128", attr.max_rd_atomic));
+    }
+    if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > 128 {
+        return bad(
+            "MAX_DEST_RD_ATOMIC",
+            format!("{} > 128", attr.max_dest_rd_atomic),
+        );
+    }
+    if mask.contains(QpAttrMask::AV) {
+        let Some(av) = attr.ah_attr else {
+            return bad("AV", "no address vector given".into());
+        };
+        av.validate(&cfg.gids, cfg.mac)?;
+    }
+    Ok(())
+}
+
+/// In SQD with `en_sqd_async_notify`: raise `Event::SqDrained` once no started WQE is left
+/// outstanding (IBTA 10.3.1 "SQ Drain").
+pub(crate) fn check_sq_drained(qp: &mut Qp, sh: &mut DeviceState) {
+    if qp.state() == QpState::Sqd
+        && qp.attr.en_sqd_async_notify
+        && !qp.sqd_notified
+        && qp.sq.iter().all(|w| w.first_psn.is_none())
+    {
+        qp.sqd_notified = true;
+        sh.events.push_back(Event::SqDrained(qp.qpn));
+    }
+}
+
+/// Move a QP to the error state: every outstanding WR completes with WR_FLUSH_ERR, in order
+/// (IBTA 10.3.1 "Error state"); queued NAKs are still sent.
+pub(crate) fn flush_qp(qp: &mut Qp, sh: &mut DeviceState) {
+    qp.attr.qp_state = QpState::Err;
+    qp.attr.cur_qp_state = QpState::Err;
+    qp.req.retrans_deadline = None;
+    qp.req.rnr_deadline = None;
+    while let Some(wqe) = qp.sq.pop_front() {
+        let wc = requester::wc_for(qp, &wqe, WcStatus::WrFlushErr);
+        sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
+    }
+    qp.req.send_idx = 0;
+    qp.req.send_pkt = 0;
+    if let qp::InProgress::Send { wqe, .. } =
+        std::mem::replace(&mut qp.resp.in_progress, qp::InProgress::None)
+    {
+        let wc = responder::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);
+        sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
+    }
+    while let Some(wqe) = qp.rq.pop_front() {
+        let wc = responder::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);
+        sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
+    }
+    // Keep only NAKs: READ responses and ACKs of a dead QP are not sent.
+    qp.resp.responses.retain(|r| {
+        matches!(r, qp::Response::Ack { syndrome, .. } if !matches!(syndrome, wire::Syndrome::Ack { .. }))
+    });
+}
+
+/// A QP fails by itself: the WQE at the head of the send queue completes with `status`, the
+/// QP enters ERR and everything else is flushed.
+pub(crate) fn fail_qp(qp: &mut Qp, sh: &mut DeviceState, status: WcStatus) {
+    if let Some(wqe) = qp.sq.pop_front() {
+        let wc = requester::wc_for(qp, &wqe, status);
+        sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
+    }
+    sh.events.push_back(Event::QpFatal(qp.qpn));
+    flush_qp(qp, sh);
+}
+
+/// Set the attributes `mask` names (checked already) to their values in `attr`, with the
+/// requester and responder state they start.
+fn apply_attributes(qp: &mut Qp, attr: &QpAttr, mask: QpAttrMask) {
+    let a = &mut qp.attr;
+    let set = |bit: QpAttrMask| mask.contains(bit);
+    if set(QpAttrMask::ACCESS_FLAGS) {
+        a.qp_access_flags = attr.qp_access_flags;
+    }
+    if set(QpAttrMask::PKEY_INDEX) {
+        a.pkey_index = attr.pkey_index;
+    }
+    if set(QpAttrMask::PORT) {
+        a.port_num = attr.port_num;
+    }
+    if set(QpAttrMask::QKEY) {
+        a.qkey = attr.qkey;
+    }
+    if set(QpAttrMask::AV) {
+        a.ah_attr = attr.ah_attr;
+    }
+    if set(QpAttrMask::PATH_MTU) {
+        a.path_mtu = attr.path_mtu;
+    }
+    if set(QpAttrMask::TIMEOUT) {
+        a.timeout = attr.timeout;
+    }
+    if set(QpAttrMask::RETRY_CNT) {
+        a.retry_cnt = attr.retry_cnt;
+        qp.req.retry_left = attr.retry_cnt;
+    }
+    if set(QpAttrMask::RNR_RETRY) {
+        a.rnr_retry = attr.rnr_retry;
+        qp.req.rnr_left = attr.rnr_retry;
+    }
+    if set(QpAttrMask::RQ_PSN) {
+        a.rq_psn = attr.rq_psn & 0xFF_FFFF;
+        qp.resp.epsn = Psn::new(attr.rq_psn);
+    }
+    if set(QpAttrMask::SQ_PSN) {
+        a.sq_psn = attr.sq_psn & 0xFF_FFFF;
+        let p = Psn::new(attr.sq_psn);
+        qp.req.next_psn = p;
+        qp.req.una = p;
+        qp.req.high_psn = p;
+    }
+    if set(QpAttrMask::MAX_QP_RD_ATOMIC) {
+        a.max_rd_atomic = attr.max_rd_atomic;
+    }
+    if set(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+        a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+    }
+    if set(QpAttrMask::MIN_RNR_TIMER) {
+        a.min_rnr_timer = attr.min_rnr_timer;
+    }
+    if set(QpAttrMask::DEST_QPN) {
+        a.dest_qp_num = attr.dest_qp_num & 0xFF_FFFF;
+    }
+    if set(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
+        a.en_sqd_async_notify = attr.en_sqd_async_notify;
+    }
+}
+
+/// The state change of a `modify_qp`: RESET clears the QP, ERR flushes it.
+fn enter_state(qp: &mut Qp, sh: &mut DeviceState, to: QpState) {
+    match to {
+        QpState::Reset => {
+            // Back to a fresh QP: queues emptied without completions (IBTA 10.3.1); its
+            // QPN, type, PD and CQs stay.
+            qp.sq.clear();
+            qp.rq.clear();
+            qp.req = Default::default();
+            qp.resp = Default::default();
+            qp.attr = QpAttr::default();
+        }
+        QpState::Err => {
+            qp.attr.qp_state = QpState::Err;
+            flush_qp(qp, sh);
+        }
+        _ => {}
+    }
+    qp.attr.qp_state = to;
+    qp.attr.cur_qp_state = to;
+    qp.sqd_notified = false;
+    check_sq_drained(qp, sh);
+}

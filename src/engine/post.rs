@@ -1,0 +1,82 @@
+//! Posting work requests: `post_send` and `post_recv` check a WR against the QP and queue
+//! it (or complete it at once with a flush error in ERR).
+use super::qp::RecvWqe;
+use super::transmit::schedule;
+use super::types::{Access, EngineError, QpState, RecvWr, SendWr, WcStatus};
+use super::{requester, responder, Engine};
+
+impl Engine {
+    /// Post a send WR. Errors are API misuse (bad state, full queue, bad SGE); remote
+    /// failures arrive later as completion statuses.
+    pub fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        let state = qp.state();
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(EngineError::BadState {
+                what: "send",
+                state,
+            });
+        }
+        if qp.sq.len() >= qp.caps.max_send_wr as usize {
+            return Err(EngineError::QueueFull("send"));
+        }
+        if wr.sg_list.len() > qp.caps.max_send_sge as usize {
+            return Err(EngineError::InvalidWr(format!(
+                "{} SGEs > max_send_sge {}",
+                wr.sg_list.len(),
+                qp.caps.max_send_sge
+            )));
+        }
+        if let Some(dest) = &wr.ud {
+            dest.av.validate(&self.sh.cfg.gids, self.sh.cfg.mac)?;
+        }
+        let wqe = requester::make_wqe(qp, &self.sh, wr)?;
+        if state == QpState::Err {
+            // IBTA 10.8.3.3: WRs posted in the error state complete with a flush error.
+            let wc = requester::wc_for(qp, &wqe, WcStatus::WrFlushErr);
+            self.sh.cqs.push(qp.send_cq, wc, false, &mut self.sh.events);
+            return Ok(());
+        }
+        qp.sq.push_back(wqe);
+        schedule(&mut self.tx_list, qp);
+        Ok(())
+    }
+
+    /// Post a receive WR.
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        if qp.state() == QpState::Reset {
+            return Err(EngineError::BadState {
+                what: "receive",
+                state: QpState::Reset,
+            });
+        }
+        if qp.rq.len() >= qp.caps.max_recv_wr as usize {
+            return Err(EngineError::QueueFull("receive"));
+        }
+        if wr.sg_list.len() > qp.caps.max_recv_sge as usize {
+            return Err(EngineError::InvalidWr(format!(
+                "{} SGEs > max_recv_sge {}",
+                wr.sg_list.len(),
+                qp.caps.max_recv_sge
+            )));
+        }
+        let len = self
+            .sh
+            .mrs
+            .check_sges(qp.pd, &wr.sg_list, Access::LOCAL_WRITE)
+            .map_err(|f| EngineError::InvalidWr(format!("receive SGE: {f:?}")))?;
+        let wqe = RecvWqe {
+            wr_id: wr.wr_id,
+            sges: wr.sg_list.as_slice().into(),
+            len,
+        };
+        if qp.state() == QpState::Err {
+            let wc = responder::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);
+            self.sh.cqs.push(qp.recv_cq, wc, false, &mut self.sh.events);
+            return Ok(());
+        }
+        qp.rq.push_back(wqe);
+        Ok(())
+    }
+}

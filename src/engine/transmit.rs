@@ -1,0 +1,280 @@
+//! Transmit scheduling: the round-robin list of QPs with something to send, `poll_transmit`
+//! (responses before requests on each QP), and building the frame of each packet.
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use super::modify::{fail_qp, flush_qp};
+use super::qp::Qp;
+use super::types::{AddressVector, Event, QpState, Wc, WcStatus};
+use super::{
+    cq, requester, responder, rxe_udp_src_port, DeviceState, Engine, DEFAULT_PKEY,
+    MAX_FRAME_OVERHEAD,
+};
+use crate::wire::{
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, EthRepr, FrameRepr, IpRepr,
+    Opcode, PacketRepr, Psn, RethRepr, VlanTag,
+};
+
+/// A packet the requester or responder wants to send; its payload is in one MR
+/// (`payload_mr`) or in `DeviceState::scratch`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OutPacket {
+    pub av: AddressVector,
+    pub dest_qp: u32,
+    pub opcode: Opcode,
+    pub psn: Psn,
+    pub ack_req: bool,
+    pub solicited: bool,
+    pub reth: Option<RethRepr>,
+    pub aeth: Option<AethRepr>,
+    pub atomic_eth: Option<AtomicEthRepr>,
+    pub atomic_ack_eth: Option<AtomicAckEthRepr>,
+    pub immdt: Option<u32>,
+    pub ieth: Option<u32>,
+    pub deth: Option<DethRepr>,
+    pub payload_len: usize,
+    /// The payload lies in one MR (key, address): emitted straight from it, no gather copy.
+    pub payload_mr: Option<(u32, u64)>,
+    /// UD: the send WQE's completion (and whether it is signaled), pushed only once the
+    /// frame is emitted; with an error status if it cannot be.
+    pub ud_completion: Option<(Wc, bool)>,
+}
+
+impl OutPacket {
+    pub fn new(av: AddressVector, dest_qp: u32, opcode: Opcode, psn: Psn) -> OutPacket {
+        OutPacket {
+            av,
+            dest_qp,
+            opcode,
+            psn,
+            ack_req: false,
+            solicited: false,
+            reth: None,
+            aeth: None,
+            atomic_eth: None,
+            atomic_ack_eth: None,
+            immdt: None,
+            ieth: None,
+            deth: None,
+            payload_len: 0,
+            payload_mr: None,
+            ud_completion: None,
+        }
+    }
+}
+
+impl Engine {
+    /// Write the next frame to send into `buf` (at least
+    /// [`MAX_FRAME_LEN`](super::MAX_FRAME_LEN) bytes, or the QP's path MTU plus 132) and
+    /// return its length, or `None` if nothing is to be sent.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Duration, buf: &mut [u8]) -> Option<usize> {
+        self.last_tx = None;
+        let mut budget = self.tx_list.len();
+        while budget > 0 {
+            budget -= 1;
+            let qpn = self.tx_list.pop_front()?;
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            qp.in_tx_list = false;
+            if buf.len() < qp.mtu() as usize + MAX_FRAME_OVERHEAD {
+                self.sh.counters.drops.tx_buffer_too_small += 1;
+                schedule(&mut self.tx_list, qp);
+                return None;
+            }
+            let (pkt, is_request) = match responder::next_response(qp, &mut self.sh) {
+                Some(p) => (p, false),
+                None => match requester::next_request(qp, &mut self.sh, now) {
+                    Some(p) => (p, true),
+                    None => continue,
+                },
+            };
+            let written = emit_packet(qp, &mut self.sh, &pkt, buf);
+            match written {
+                Ok(n) => {
+                    self.sh.counters.sent_pkts += 1;
+                    // UD: the send is done only now that its frame exists.
+                    if let Some((wc, true)) = pkt.ud_completion {
+                        let cq = qp.send_cq;
+                        cq::post(qp, &mut self.sh, cq, wc, false);
+                    }
+                    self.last_tx = Some((qpn, pkt.ud_completion));
+                    if has_tx_work(qp) {
+                        schedule(&mut self.tx_list, qp);
+                    }
+                    return Some(n);
+                }
+                Err(why) => {
+                    self.sh.counters.emit_failed += 1;
+                    self.sh.last_emit_error = Some(format!(
+                        "QP {qpn:#x}: {} PSN {}: {why}",
+                        pkt.opcode.name(),
+                        pkt.psn.value()
+                    ));
+                    if is_request {
+                        fail_unemitted_request(qp, &mut self.sh, pkt.ud_completion);
+                    }
+                    if has_tx_work(qp) {
+                        schedule(&mut self.tx_list, qp);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The driver could not send the frame the last [`Engine::poll_transmit`] returned (call
+    /// it right after, before any other engine call). A UD send then completes with
+    /// `LocQpOpErr` instead of success and its QP enters ERR, as for a frame the engine
+    /// cannot emit; an RC frame is left to the transport's retry, like a frame lost on the
+    /// wire. Either way it is counted in
+    /// [`Counters::emit_failed`](super::Counters::emit_failed) with its cause.
+    pub fn report_send_failure(&mut self, reason: &str) {
+        let Some((qpn, ud_completion)) = self.last_tx.take() else {
+            return;
+        };
+        self.sh.counters.emit_failed += 1;
+        self.sh.last_emit_error = Some(format!(
+            "QP {qpn:#x}: the driver refused the frame: {reason}"
+        ));
+        let (Some((wc, signaled)), Some(qp)) = (ud_completion, self.qps.get_mut(&qpn)) else {
+            return;
+        };
+        if signaled {
+            // Nobody polled since poll_transmit pushed the success: take it back.
+            if let Some(cq) = self.sh.cqs.get_mut(qp.send_cq) {
+                if cq.entries.back() == Some(&wc) {
+                    cq.entries.pop_back();
+                }
+            }
+        }
+        fail_unemitted_request(qp, &mut self.sh, ud_completion);
+        schedule(&mut self.tx_list, qp);
+    }
+}
+
+/// Put a QP on the transmit list if it may have something to send.
+pub(super) fn schedule(list: &mut VecDeque<u32>, qp: &mut Qp) {
+    if !qp.in_tx_list && has_tx_work(qp) {
+        qp.in_tx_list = true;
+        list.push_back(qp.qpn);
+    }
+}
+
+fn has_tx_work(qp: &Qp) -> bool {
+    if !qp.resp.responses.is_empty() {
+        return true;
+    }
+    matches!(qp.state(), QpState::Rts | QpState::Sqd)
+        && qp.req.rnr_deadline.is_none()
+        && qp.req.send_idx < qp.sq.len()
+}
+
+/// A request whose frame could not be emitted after its PSN was assigned: as rxe does when
+/// it cannot build or transmit a packet, the WQE completes with LOC_QP_OP_ERR and the QP
+/// enters the error state (no retry could ever send it). A UD WQE is already off the queue.
+fn fail_unemitted_request(qp: &mut Qp, sh: &mut DeviceState, ud_completion: Option<(Wc, bool)>) {
+    match ud_completion {
+        Some((mut wc, _)) => {
+            wc.status = WcStatus::LocQpOpErr;
+            sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
+            sh.events.push_back(Event::QpFatal(qp.qpn));
+            flush_qp(qp, sh);
+        }
+        None => fail_qp(qp, sh, WcStatus::LocQpOpErr),
+    }
+}
+
+/// Build the frame for `pkt` from the QP's address vector and write it to `buf`; the error
+/// says why it cannot be built.
+fn emit_packet(
+    qp: &Qp,
+    sh: &mut DeviceState,
+    pkt: &OutPacket,
+    buf: &mut [u8],
+) -> Result<usize, String> {
+    let av = &pkt.av;
+    let src_ip = *sh
+        .cfg
+        .gids
+        .get(av.sgid_index as usize)
+        .ok_or_else(|| format!("source GID index {} is beyond the GID table", av.sgid_index))?;
+    let ident = match sh.cfg.fixed_ip_ident {
+        Some(v) => v,
+        None => {
+            sh.ip_ident = sh.ip_ident.wrapping_add(1);
+            sh.ip_ident
+        }
+    };
+    let ip = match (src_ip, av.dest_ip) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4 {
+            src,
+            dst,
+            tos: av.traffic_class,
+            ttl: av.hop_limit,
+            ident,
+            dont_fragment: true,
+        },
+        (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6 {
+            src,
+            dst,
+            traffic_class: av.traffic_class,
+            flow_label: av.flow_label,
+            hop_limit: av.hop_limit,
+        },
+        (src, dst) => {
+            return Err(format!(
+                "source {src} and destination {dst} differ in family"
+            ))
+        }
+    };
+    let payload = match pkt.payload_mr {
+        Some((key, va)) => sh
+            .mrs
+            .slice(key, va, pkt.payload_len as u64)
+            .ok_or_else(|| format!("payload {va:#x}+{} of MR {key:#x} is gone", pkt.payload_len))?,
+        None => &sh.scratch[..pkt.payload_len],
+    };
+    let udp_src_port = av
+        .udp_src_port
+        .unwrap_or_else(|| rxe_udp_src_port(qp.qpn, pkt.dest_qp));
+    let frame = FrameRepr {
+        eth: EthRepr {
+            dst: av.dest_mac,
+            src: sh.cfg.mac,
+            vlan: av.vlan_id.map(|vid| VlanTag {
+                pcp: av.traffic_class >> 5,
+                dei: false,
+                vid,
+            }),
+        },
+        ip,
+        udp_src_port,
+        roce: PacketRepr {
+            bth: BthRepr {
+                opcode: pkt.opcode,
+                solicited: pkt.solicited,
+                migreq: false,
+                pad_count: ((4 - (pkt.payload_len % 4)) % 4) as u8,
+                tver: 0,
+                pkey: DEFAULT_PKEY,
+                fecn: false,
+                becn: false,
+                dest_qp: pkt.dest_qp,
+                ack_req: pkt.ack_req,
+                psn: pkt.psn,
+            },
+            reth: pkt.reth,
+            aeth: pkt.aeth,
+            atomic_eth: pkt.atomic_eth,
+            atomic_ack_eth: pkt.atomic_ack_eth,
+            immdt: pkt.immdt,
+            ieth: pkt.ieth,
+            deth: pkt.deth,
+            payload,
+        },
+    };
+    frame.emit(buf).map_err(|e| e.to_string())
+}
