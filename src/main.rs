@@ -46,6 +46,7 @@ fn main() {
     // Restoring SIGPIPE covers all of them at once, as the C tools get it; a BrokenPipe-
     // mapping writer would have to replace every one of them and still miss the next one.
     xroce::driver::sigpipe::restore_default_sigpipe();
+    init_tracing();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Dump(args) => cli::dump::run(args),
@@ -66,4 +67,21 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// Sends the library's `tracing` events to stderr (stdout carries the tools' output and
+/// JSON): warnings and errors by default, what `RUST_LOG` asks for when it is set (e.g.
+/// `RUST_LOG=debug`, `RUST_LOG=xroce::verbs=trace`; an invalid directive is skipped).
+fn init_tracing() {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+    let filter = EnvFilter::builder()
+        .with_default_directive(LevelFilter::WARN.into())
+        .from_env_lossy();
+    // Only fails if a subscriber is already set, which nothing here does.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }

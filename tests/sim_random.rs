@@ -281,6 +281,53 @@ fn cli_trace_shows_go_back_n_and_rnr() {
 }
 
 #[test]
+fn cli_trace_explain_adds_each_frame_field_by_field_and_keeps_the_trace_lines() {
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_xroce"))
+            .args([
+                "sim", "--ops", "2", "--qps", "1", "--seed", "3", "--op", "write",
+            ])
+            .args(["--max-size", "100", "--trace"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plain = run(&[]);
+    let explained = run(&["--explain"]);
+    // Without the explanation rows (indented deeper than any trace line), the trace is the same.
+    let lines: Vec<&str> = explained
+        .lines()
+        .filter(|l| !l.starts_with("              "))
+        .collect();
+    assert_eq!(lines, plain.lines().collect::<Vec<_>>());
+    for heading in [
+        "Ethernet [0..14]",
+        "IPv4 [14..34]",
+        "UDP [34..42]",
+        "BTH [42..54]",
+    ] {
+        assert!(
+            explained.contains(&format!("\n              {heading}")),
+            "{explained}"
+        );
+    }
+    assert!(explained.contains("RETH [54..70]  RDMA ETH"), "{explained}");
+    assert!(explained.contains("AETH [54..58]  ACK ETH"), "{explained}");
+    assert!(
+        explained.contains("; matches. Computed as CRC-32"),
+        "{explained}"
+    );
+    // --explain alone is refused: there is no trace to put it under.
+    let out = Command::new(env!("CARGO_BIN_EXE_xroce"))
+        .args(["sim", "--explain"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
 fn cli_rejects_bad_arguments() {
     for args in [
         vec!["sim", "--mtu", "1000"],

@@ -110,6 +110,11 @@ impl CaptureReader {
                 })
             }
         };
+        let format = match inner {
+            Inner::Pcap(_) => "pcap",
+            Inner::PcapNg(_) => "pcapng",
+        };
+        tracing::debug!(path = %path_str, format, "capture opened");
         Ok(CaptureReader {
             path: path_str,
             inner,

@@ -54,6 +54,9 @@ pub struct Args {
     /// Print a packet-by-packet trace to stdout.
     #[arg(long)]
     trace: bool,
+    /// With --trace: every frame's headers field by field under its line (as `dump --explain`).
+    #[arg(long, requires = "trace")]
+    explain: bool,
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
@@ -206,12 +209,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         || cfg.link.partition_after.is_some();
     let pcap = args.pcap.clone();
     let trace = args.trace;
+    let explain = args.explain;
     let summary = workload::run(&cfg, |net| {
         if let Some(p) = &pcap {
             net.set_pcap(p)?;
         }
         if trace {
             net.set_trace(Box::new(std::io::stdout()));
+            net.set_trace_explain(explain);
         }
         Ok(())
     })?;

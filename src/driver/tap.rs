@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-use pcap_file::DataLink;
+use crate::capture::EthernetPcapWriter;
 
 use super::{Driver, DriverError, DriverInfo, RxMeta, XdpStats};
 
@@ -61,7 +60,7 @@ pub struct TapStats {
 /// Wraps driver `D`, writing each frame sent and received to a pcap file.
 pub struct PcapTap<D: Driver> {
     inner: D,
-    pcap: PcapWriter<Pending>,
+    pcap: EthernetPcapWriter<Pending>,
     pending: Pending,
     file: Option<File>,
     path: PathBuf,
@@ -77,13 +76,8 @@ impl<D: Driver> PcapTap<D> {
             source,
         })?;
         let pending = Pending::default();
-        let header = PcapHeader {
-            datalink: DataLink::ETHERNET,
-            snaplen: SNAPLEN,
-            ..Default::default()
-        };
         let pcap =
-            PcapWriter::with_header(pending.clone(), header).map_err(|e| DriverError::Io {
+            EthernetPcapWriter::new(pending.clone(), SNAPLEN).map_err(|e| DriverError::Io {
                 context: format!("writing the pcap header of {}", path.display()),
                 source: std::io::Error::other(e.to_string()),
             })?;
@@ -142,13 +136,12 @@ impl<D: Driver> PcapTap<D> {
 }
 
 /// Appends one frame with the current wall-clock time.
-fn record(pcap: &mut PcapWriter<Pending>, frame: &[u8]) {
+fn record(pcap: &mut EthernetPcapWriter<Pending>, frame: &[u8]) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let len = frame.len().min(SNAPLEN as usize);
-    // Writing into memory cannot fail; the frame length fits in u32 by the cut above.
-    let _ = pcap.write_packet(&PcapPacket::new(now, frame.len() as u32, &frame[..len]));
+    // Writing into memory cannot fail (the writer cuts the frame at SNAPLEN).
+    let _ = pcap.write_frame(now, frame);
 }
 
 impl<D: Driver> Driver for PcapTap<D> {
@@ -255,7 +248,7 @@ mod tests {
         );
         drop(tap);
         let mut reader = pcap_file::pcap::PcapReader::new(File::open(&path).unwrap()).unwrap();
-        assert_eq!(reader.header().datalink, DataLink::ETHERNET);
+        assert_eq!(reader.header().datalink, pcap_file::DataLink::ETHERNET);
         let first = reader.next_packet().unwrap().unwrap().into_owned();
         assert_eq!(&first.data[..], &out[..]);
         let second = reader.next_packet().unwrap().unwrap();

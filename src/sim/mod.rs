@@ -149,6 +149,8 @@ pub struct Network {
     stats: LinkStats,
     pcap: Option<EthernetPcapWriter<BufWriter<File>>>,
     trace: Option<Box<dyn Write>>,
+    /// Under each frame's trace line, its headers field by field.
+    trace_explain: bool,
     filter: Option<Filter>,
     /// Per direction and destination QP: one past the highest request PSN seen (marks
     /// retransmissions in the trace).
@@ -159,6 +161,9 @@ pub struct Network {
     /// Per direction: the last flush stopped at the queue bound.
     tx_blocked: [bool; 2],
 }
+
+/// Indentation of a traced frame's explanation: its headings start under the arrow.
+const TRACE_EXPLAIN_LEVEL: usize = 7;
 
 /// Endpoint names in traces.
 pub const NAMES: [&str; 2] = ["A", "B"];
@@ -177,6 +182,7 @@ impl Network {
             stats: LinkStats::default(),
             pcap: None,
             trace: None,
+            trace_explain: false,
             filter: None,
             high_psn: Default::default(),
             buf: vec![0; MAX_FRAME_LEN],
@@ -197,6 +203,12 @@ impl Network {
     /// Print a line per frame (and per timer event) to `out`.
     pub fn set_trace(&mut self, out: Box<dyn Write>) {
         self.trace = Some(out);
+    }
+
+    /// Also explain every traced frame field by field ([`wire::PrettyPrint`], as
+    /// `xroce dump --explain` does), indented under its line.
+    pub fn set_trace_explain(&mut self, on: bool) {
+        self.trace_explain = on;
     }
 
     /// Install a per-frame filter that can drop, duplicate or delay chosen frames.
@@ -471,6 +483,12 @@ impl Network {
             format!("  [{tag}]")
         };
         let _ = writeln!(t, "{:>12} {arrow} {line}{retx}{tag}", fmt_time(now));
+        if self.trace_explain {
+            if let Ok(p) = wire::parse_frame(frame) {
+                use wire::PrettyPrint as _;
+                let _ = t.write_all(p.explain(frame, 0, TRACE_EXPLAIN_LEVEL).as_bytes());
+            }
+        }
     }
 }
 

@@ -252,12 +252,53 @@ fn truncated(layer: Layer, need: usize, have: usize) -> WireError {
     WireError::Truncated { layer, need, have }
 }
 
-/// Parses Ethernet, VLAN, IP and UDP, and splits off the ICRC.
+/// Parses Ethernet, VLAN, IP and UDP, and splits off the ICRC: one step per layer, each
+/// checking the lengths it slices by.
 ///
 /// Inlined (as are `parse_frame_verified` and `PacketRepr::parse`) so the receive path builds
 /// its reprs in place: returning them through `Result`s copied ~200 bytes per packet.
 #[inline]
 fn locate(frame: &[u8]) -> Result<Located<'_>> {
+    let (eth, ether_type, ip_start) = locate_ethernet(frame)?;
+    let rest = &frame[ip_start..];
+    let ip = match ether_type {
+        EtherType::IPV4 => locate_ipv4(rest)?,
+        EtherType::IPV6 => locate_ipv6(rest)?,
+        other => {
+            return Err(WireError::NotIp {
+                ether_type: other.0,
+            })
+        }
+    };
+    let udp = locate_udp(ip.payload)?;
+    let udp_off = ip_start + ip.header.len();
+    let end = udp_off + ip.payload.len();
+    Ok(Located {
+        eth,
+        ip: ip.repr,
+        ip_header: ip.header,
+        udp_datagram: &ip.payload[..udp.icrc_at],
+        udp_src_port: udp.src_port,
+        udp_checksum: udp.checksum,
+        ipv4_checksum: ip.checksum,
+        icrc_received: udp.icrc_received,
+        offsets: FrameOffsets {
+            ip: ip_start,
+            udp: udp_off,
+            bth: udp_off + UDP_LEN,
+            payload: 0,
+            pad: 0,
+            icrc: udp_off + udp.icrc_at,
+            end,
+        },
+        trailer_len: frame.len() - end,
+    })
+}
+
+/// The Ethernet header and at most one 802.1Q tag: the repr, the EtherType they carry and
+/// where the IP header starts. Service tags and stacked tags are refused.
+#[inline]
+fn locate_ethernet(frame: &[u8]) -> Result<(EthRepr, EtherType, usize)> {
     let eth = Ethernet2HeaderSlice::from_slice(frame)
         .map_err(|_| truncated(Layer::Ethernet, ETH_LEN, frame.len()))?;
     let mut ether_type = eth.ether_type();
@@ -282,149 +323,156 @@ fn locate(frame: &[u8]) -> Result<Located<'_>> {
             });
         }
     }
-    let eth_repr = EthRepr {
+    let repr = EthRepr {
         dst: eth.destination(),
         src: eth.source(),
         vlan,
     };
-    let ip_start = at;
-    let rest = &frame[ip_start..];
+    Ok((repr, ether_type, at))
+}
 
-    let (ip, ip_header, ip_payload, ipv4_checksum) = match ether_type {
-        EtherType::IPV4 => {
-            let hdr = Ipv4HeaderSlice::from_slice(rest).map_err(|e| {
-                use etherparse::err::ipv4::{HeaderError, HeaderSliceError};
-                match e {
-                    HeaderSliceError::Len(l) => truncated(Layer::Ipv4, l.required_len, l.len),
-                    HeaderSliceError::Content(HeaderError::UnexpectedVersion {
-                        version_number,
-                    }) => WireError::IpVersionMismatch {
-                        version: version_number,
-                        expected: 4,
-                    },
-                    HeaderSliceError::Content(HeaderError::HeaderLengthSmallerThanHeader {
-                        ihl,
-                    }) => WireError::BadIpv4Ihl { ihl },
-                }
-            })?;
-            // IPv4 options (IHL 6-15) are legal IP; the ICRC covers them (see the module doc).
-            let header_len = hdr.slice().len();
-            let total = usize::from(hdr.total_len());
-            if total < header_len {
-                return Err(WireError::BadIpLength {
-                    ip_len: total,
-                    header_len,
-                });
-            }
-            if total > rest.len() {
-                return Err(truncated(Layer::Ipv4, total, rest.len()));
-            }
-            if hdr.more_fragments() || hdr.fragments_offset().value() != 0 {
-                return Err(WireError::Fragmented {
-                    offset: hdr.fragments_offset().value(),
-                });
-            }
-            if hdr.protocol() != IpNumber::UDP {
-                return Err(WireError::NotUdp {
-                    protocol: hdr.protocol().0,
-                });
-            }
-            let ip = IpRepr::V4 {
-                src: hdr.source_addr(),
-                dst: hdr.destination_addr(),
-                tos: rest[1],
-                ttl: hdr.ttl(),
-                ident: hdr.identification(),
-                dont_fragment: hdr.dont_fragment(),
-            };
-            (
-                ip,
-                hdr.slice(),
-                &rest[header_len..total],
-                Some(hdr.header_checksum()),
-            )
-        }
-        EtherType::IPV6 => {
-            let hdr = Ipv6HeaderSlice::from_slice(rest).map_err(|e| {
-                use etherparse::err::ipv6::{HeaderError, HeaderSliceError};
-                match e {
-                    HeaderSliceError::Len(l) => truncated(Layer::Ipv6, l.required_len, l.len),
-                    HeaderSliceError::Content(HeaderError::UnexpectedVersion {
-                        version_number,
-                    }) => WireError::IpVersionMismatch {
-                        version: version_number,
-                        expected: 6,
-                    },
-                }
-            })?;
-            let total = IPV6_LEN + usize::from(hdr.payload_length());
-            if total > rest.len() {
-                return Err(truncated(Layer::Ipv6, total, rest.len()));
-            }
-            if hdr.next_header() != IpNumber::UDP {
-                return Err(ipv6_not_udp(hdr.next_header().0, &rest[..total]));
-            }
-            let ip = IpRepr::V6 {
-                src: hdr.source_addr(),
-                dst: hdr.destination_addr(),
-                traffic_class: hdr.traffic_class(),
-                flow_label: hdr.flow_label().value(),
-                hop_limit: hdr.hop_limit(),
-            };
-            (ip, hdr.slice(), &rest[IPV6_LEN..total], None)
-        }
-        other => {
-            return Err(WireError::NotIp {
-                ether_type: other.0,
-            })
-        }
-    };
+/// The IP layer of a frame as found: its repr, header and payload as on the wire, and the
+/// IPv4 header checksum as received.
+struct IpPart<'a> {
+    repr: IpRepr,
+    header: &'a [u8],
+    /// From the end of the header to the IP total length (Ethernet padding cut off).
+    payload: &'a [u8],
+    checksum: Option<u16>,
+}
 
-    let udp = UdpHeaderSlice::from_slice(ip_payload)
-        .map_err(|_| truncated(Layer::Udp, UDP_LEN, ip_payload.len()))?;
+/// An IPv4 header (options allowed) carrying a whole, unfragmented UDP datagram.
+#[inline]
+fn locate_ipv4(rest: &[u8]) -> Result<IpPart<'_>> {
+    let hdr = Ipv4HeaderSlice::from_slice(rest).map_err(|e| {
+        use etherparse::err::ipv4::{HeaderError, HeaderSliceError};
+        match e {
+            HeaderSliceError::Len(l) => truncated(Layer::Ipv4, l.required_len, l.len),
+            HeaderSliceError::Content(HeaderError::UnexpectedVersion { version_number }) => {
+                WireError::IpVersionMismatch {
+                    version: version_number,
+                    expected: 4,
+                }
+            }
+            HeaderSliceError::Content(HeaderError::HeaderLengthSmallerThanHeader { ihl }) => {
+                WireError::BadIpv4Ihl { ihl }
+            }
+        }
+    })?;
+    // IPv4 options (IHL 6-15) are legal IP; the ICRC covers them (see the module doc).
+    let header_len = hdr.slice().len();
+    let total = usize::from(hdr.total_len());
+    if total < header_len {
+        return Err(WireError::BadIpLength {
+            ip_len: total,
+            header_len,
+        });
+    }
+    if total > rest.len() {
+        return Err(truncated(Layer::Ipv4, total, rest.len()));
+    }
+    if hdr.more_fragments() || hdr.fragments_offset().value() != 0 {
+        return Err(WireError::Fragmented {
+            offset: hdr.fragments_offset().value(),
+        });
+    }
+    if hdr.protocol() != IpNumber::UDP {
+        return Err(WireError::NotUdp {
+            protocol: hdr.protocol().0,
+        });
+    }
+    Ok(IpPart {
+        repr: IpRepr::V4 {
+            src: hdr.source_addr(),
+            dst: hdr.destination_addr(),
+            tos: rest[1],
+            ttl: hdr.ttl(),
+            ident: hdr.identification(),
+            dont_fragment: hdr.dont_fragment(),
+        },
+        header: hdr.slice(),
+        payload: &rest[header_len..total],
+        checksum: Some(hdr.header_checksum()),
+    })
+}
+
+/// An IPv6 header whose next header is UDP (extension headers are refused, by name when
+/// they lead to RoCEv2).
+#[inline]
+fn locate_ipv6(rest: &[u8]) -> Result<IpPart<'_>> {
+    let hdr = Ipv6HeaderSlice::from_slice(rest).map_err(|e| {
+        use etherparse::err::ipv6::{HeaderError, HeaderSliceError};
+        match e {
+            HeaderSliceError::Len(l) => truncated(Layer::Ipv6, l.required_len, l.len),
+            HeaderSliceError::Content(HeaderError::UnexpectedVersion { version_number }) => {
+                WireError::IpVersionMismatch {
+                    version: version_number,
+                    expected: 6,
+                }
+            }
+        }
+    })?;
+    let total = IPV6_LEN + usize::from(hdr.payload_length());
+    if total > rest.len() {
+        return Err(truncated(Layer::Ipv6, total, rest.len()));
+    }
+    if hdr.next_header() != IpNumber::UDP {
+        return Err(ipv6_not_udp(hdr.next_header().0, &rest[..total]));
+    }
+    Ok(IpPart {
+        repr: IpRepr::V6 {
+            src: hdr.source_addr(),
+            dst: hdr.destination_addr(),
+            traffic_class: hdr.traffic_class(),
+            flow_label: hdr.flow_label().value(),
+            hop_limit: hdr.hop_limit(),
+        },
+        header: hdr.slice(),
+        payload: &rest[IPV6_LEN..total],
+        checksum: None,
+    })
+}
+
+/// The UDP header of a RoCEv2 datagram and its ICRC trailer.
+struct UdpPart {
+    src_port: u16,
+    checksum: u16,
+    icrc_received: u32,
+    /// Where the ICRC starts in the datagram (after the UDP header, BTH onwards and pad).
+    icrc_at: usize,
+}
+
+/// UDP to port 4791 filling the IP payload exactly, with room for a BTH and the ICRC.
+#[inline]
+fn locate_udp(datagram: &[u8]) -> Result<UdpPart> {
+    let udp = UdpHeaderSlice::from_slice(datagram)
+        .map_err(|_| truncated(Layer::Udp, UDP_LEN, datagram.len()))?;
     if udp.destination_port() != ROCEV2_UDP_PORT {
         return Err(WireError::NotRoce {
             dst_port: udp.destination_port(),
         });
     }
-    if usize::from(udp.length()) != ip_payload.len() {
+    if usize::from(udp.length()) != datagram.len() {
         return Err(WireError::BadUdpLength {
             udp_len: udp.length(),
-            ip_payload_len: ip_payload.len(),
+            ip_payload_len: datagram.len(),
         });
     }
-    let roce_len = ip_payload.len() - UDP_LEN;
+    let roce_len = datagram.len() - UDP_LEN;
     if roce_len < BTH_LEN {
         return Err(truncated(Layer::Bth, BTH_LEN, roce_len));
     }
     if roce_len < BTH_LEN + ICRC_LEN {
         return Err(truncated(Layer::Icrc, BTH_LEN + ICRC_LEN, roce_len));
     }
-    let icrc_at = ip_payload.len() - ICRC_LEN;
+    let icrc_at = datagram.len() - ICRC_LEN;
     let mut icrc_bytes = [0u8; 4];
-    icrc_bytes.copy_from_slice(&ip_payload[icrc_at..]);
-
-    let udp_off = ip_start + ip_header.len();
-    let end = udp_off + ip_payload.len();
-    Ok(Located {
-        eth: eth_repr,
-        ip,
-        ip_header,
-        udp_datagram: &ip_payload[..icrc_at],
-        udp_src_port: udp.source_port(),
-        udp_checksum: udp.checksum(),
-        ipv4_checksum,
+    icrc_bytes.copy_from_slice(&datagram[icrc_at..]);
+    Ok(UdpPart {
+        src_port: udp.source_port(),
+        checksum: udp.checksum(),
         icrc_received: icrc::from_wire(icrc_bytes),
-        offsets: FrameOffsets {
-            ip: ip_start,
-            udp: udp_off,
-            bth: udp_off + UDP_LEN,
-            payload: 0,
-            pad: 0,
-            icrc: udp_off + icrc_at,
-            end,
-        },
-        trailer_len: frame.len() - end,
+        icrc_at,
     })
 }
 
@@ -573,36 +621,17 @@ impl FrameRepr<'_> {
             buf[*at..*at + bytes.len()].copy_from_slice(bytes);
             *at += bytes.len();
         }
-        match self.eth.vlan {
-            None => {
-                let eth = Ethernet2Header {
-                    source: self.eth.src,
-                    destination: self.eth.dst,
-                    ether_type: ip_ether_type,
-                };
-                put(buf, &mut at, &eth.to_bytes());
-            }
-            Some(tag) => {
-                let eth = Ethernet2Header {
-                    source: self.eth.src,
-                    destination: self.eth.dst,
-                    ether_type: EtherType::VLAN_TAGGED_FRAME,
-                };
-                put(buf, &mut at, &eth.to_bytes());
-                let vlan = SingleVlanHeader {
-                    pcp: VlanPcp::try_new(tag.pcp).map_err(|_| WireError::FieldOutOfRange {
-                        field: "VLAN PCP",
-                        value: tag.pcp.into(),
-                    })?,
-                    drop_eligible_indicator: tag.dei,
-                    vlan_id: VlanId::try_new(tag.vid).map_err(|_| WireError::FieldOutOfRange {
-                        field: "VLAN VID",
-                        value: tag.vid.into(),
-                    })?,
-                    ether_type: ip_ether_type,
-                };
-                put(buf, &mut at, &vlan.to_bytes());
-            }
+        let eth = Ethernet2Header {
+            source: self.eth.src,
+            destination: self.eth.dst,
+            ether_type: match self.eth.vlan {
+                None => ip_ether_type,
+                Some(_) => EtherType::VLAN_TAGGED_FRAME,
+            },
+        };
+        put(buf, &mut at, &eth.to_bytes());
+        if let Some(tag) = self.eth.vlan {
+            put(buf, &mut at, &vlan_header(tag, ip_ether_type)?.to_bytes());
         }
         let ip_start = at;
         match self.ip {
@@ -614,43 +643,7 @@ impl FrameRepr<'_> {
                 ident,
                 dont_fragment,
             } => {
-                let total = IPV4_LEN + udp_len;
-                let total = u16::try_from(total).map_err(|_| WireError::TooLarge { len: total })?;
-                // Written by hand (as etherparse's `Ipv4Header` would lay it out): building
-                // that struct and its general checksum cost more than the rest of the header.
-                let [tl_hi, tl_lo] = total.to_be_bytes();
-                let [id_hi, id_lo] = ident.to_be_bytes();
-                let flags: u32 = if dont_fragment { 0x40 } else { 0 };
-                let mut h = [0u8; IPV4_LEN];
-                h[..12].copy_from_slice(&[
-                    0x45,
-                    tos,
-                    tl_hi,
-                    tl_lo,
-                    id_hi,
-                    id_lo,
-                    flags as u8,
-                    0,
-                    ttl,
-                    17,
-                    0,
-                    0,
-                ]);
-                h[12..16].copy_from_slice(&src.octets());
-                h[16..20].copy_from_slice(&dst.octets());
-                // The checksum from the field values, not by reading `h` back: loading bytes
-                // just stored one by one stalls on store forwarding.
-                let (s, d) = (u32::from(src), u32::from(dst));
-                let sum = (0x4500 | u32::from(tos))
-                    + u32::from(total)
-                    + u32::from(ident)
-                    + (flags << 8)
-                    + (u32::from(ttl) << 8 | 17)
-                    + (s >> 16)
-                    + (s & 0xFFFF)
-                    + (d >> 16)
-                    + (d & 0xFFFF);
-                h[10..12].copy_from_slice(&ones_complement(sum).to_be_bytes());
+                let h = ipv4_header([src, dst], tos, ttl, ident, dont_fragment, udp_len)?;
                 put(buf, &mut at, &h);
             }
             IpRepr::V6 {
@@ -660,20 +653,7 @@ impl FrameRepr<'_> {
                 flow_label,
                 hop_limit,
             } => {
-                let h = Ipv6Header {
-                    traffic_class,
-                    flow_label: Ipv6FlowLabel::try_new(flow_label).map_err(|_| {
-                        WireError::FieldOutOfRange {
-                            field: "IPv6 flow label",
-                            value: flow_label.into(),
-                        }
-                    })?,
-                    payload_length: udp_len16,
-                    next_header: IpNumber::UDP,
-                    hop_limit,
-                    source: src.octets(),
-                    destination: dst.octets(),
-                };
+                let h = ipv6_header([src, dst], traffic_class, flow_label, hop_limit, udp_len16)?;
                 put(buf, &mut at, &h.to_bytes());
             }
         }
@@ -691,6 +671,98 @@ impl FrameRepr<'_> {
         buf[icrc_at..icrc_at + ICRC_LEN].copy_from_slice(&icrc::to_wire(crc));
         Ok(len)
     }
+}
+
+/// The 802.1Q tag of an emitted frame, its fields checked against their widths.
+#[inline]
+fn vlan_header(tag: VlanTag, ether_type: EtherType) -> Result<SingleVlanHeader> {
+    Ok(SingleVlanHeader {
+        pcp: VlanPcp::try_new(tag.pcp).map_err(|_| WireError::FieldOutOfRange {
+            field: "VLAN PCP",
+            value: tag.pcp.into(),
+        })?,
+        drop_eligible_indicator: tag.dei,
+        vlan_id: VlanId::try_new(tag.vid).map_err(|_| WireError::FieldOutOfRange {
+            field: "VLAN VID",
+            value: tag.vid.into(),
+        })?,
+        ether_type,
+    })
+}
+
+/// The 20-byte IPv4 header (no options) of a frame carrying `udp_len` bytes of UDP, with
+/// its checksum ([`IpRepr::V4`]'s fields; `[src, dst]`).
+#[inline]
+fn ipv4_header(
+    [src, dst]: [Ipv4Addr; 2],
+    tos: u8,
+    ttl: u8,
+    ident: u16,
+    dont_fragment: bool,
+    udp_len: usize,
+) -> Result<[u8; IPV4_LEN]> {
+    let mut h = [0u8; IPV4_LEN];
+    let total = IPV4_LEN + udp_len;
+    let total = u16::try_from(total).map_err(|_| WireError::TooLarge { len: total })?;
+    // Written by hand (as etherparse's `Ipv4Header` would lay it out): building that struct
+    // and its general checksum cost more than the rest of the header.
+    let [tl_hi, tl_lo] = total.to_be_bytes();
+    let [id_hi, id_lo] = ident.to_be_bytes();
+    let flags: u32 = if dont_fragment { 0x40 } else { 0 };
+    h[..12].copy_from_slice(&[
+        0x45,
+        tos,
+        tl_hi,
+        tl_lo,
+        id_hi,
+        id_lo,
+        flags as u8,
+        0,
+        ttl,
+        17,
+        0,
+        0,
+    ]);
+    h[12..16].copy_from_slice(&src.octets());
+    h[16..20].copy_from_slice(&dst.octets());
+    // The checksum from the field values, not by reading `h` back: loading bytes just
+    // stored one by one stalls on store forwarding.
+    let (s, d) = (u32::from(src), u32::from(dst));
+    let sum = (0x4500 | u32::from(tos))
+        + u32::from(total)
+        + u32::from(ident)
+        + (flags << 8)
+        + (u32::from(ttl) << 8 | 17)
+        + (s >> 16)
+        + (s & 0xFFFF)
+        + (d >> 16)
+        + (d & 0xFFFF);
+    h[10..12].copy_from_slice(&ones_complement(sum).to_be_bytes());
+    Ok(h)
+}
+
+/// The IPv6 header of a frame carrying `udp_len` bytes of UDP ([`IpRepr::V6`]'s fields;
+/// `[src, dst]`).
+#[inline]
+fn ipv6_header(
+    [src, dst]: [Ipv6Addr; 2],
+    traffic_class: u8,
+    flow_label: u32,
+    hop_limit: u8,
+    udp_len: u16,
+) -> Result<Ipv6Header> {
+    Ok(Ipv6Header {
+        traffic_class,
+        flow_label: Ipv6FlowLabel::try_new(flow_label).map_err(|_| WireError::FieldOutOfRange {
+            field: "IPv6 flow label",
+            value: flow_label.into(),
+        })?,
+        payload_length: udp_len,
+        next_header: IpNumber::UDP,
+        hop_limit,
+        source: src.octets(),
+        destination: dst.octets(),
+    })
 }
 
 /// The IPv4 header checksum (RFC 791): the ones' complement of the ones' complement sum of
@@ -782,127 +854,142 @@ impl PrettyPrint for EthRepr {
 
 /// The IP header; what the repr does not hold (lengths, checksum, options) is read from the
 /// explainer's frame.
+/// The IP header; what the repr does not hold (lengths, checksum, options) is read from the
+/// explainer's frame.
 impl PrettyPrint for IpRepr {
     fn pretty_print(&self, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
-        let (covered, masked) = (IcrcRole::Covered, IcrcRole::Masked);
-        match *self {
-            IpRepr::V4 {
-                src,
-                dst,
-                tos,
-                ttl,
-                ident,
-                dont_fragment,
-            } => {
-                let header_len = usize::from(out.bytes(at, 1).first().map_or(5, |b| b & 0xF)) * 4;
-                let header = out.bytes(at, header_len);
-                out.heading(format_args!(
-                    "IPv4 [{at}..{}]  (the ICRC covers it, but sees the variant fields as 0xFF)",
-                    at + header_len
-                ))?;
-                let ihl = if header_len == IPV4_LEN {
-                    "version 4, IHL 5 (20-byte header, no options)".to_string()
-                } else {
-                    format!(
-                        "version 4, IHL {} ({header_len}-byte header with options)",
-                        header_len / 4
-                    )
-                };
-                out.field(at, 1, ihl, covered)?;
-                out.field(
-                    at + 1,
-                    1,
-                    format_args!(
-                        "TOS: DSCP {}, ECN {} (routers may rewrite it)",
-                        tos >> 2,
-                        tos & 3
-                    ),
-                    masked,
-                )?;
-                let total = out.be16(at + 2);
-                out.field(at + 2, 2, format_args!("total length {total}"), covered)?;
-                out.field(
-                    at + 4,
-                    2,
-                    format_args!("identification 0x{ident:04x}"),
-                    covered,
-                )?;
-                let df = if dont_fragment {
-                    "DF set (RoCE is never fragmented)"
-                } else {
-                    "DF clear"
-                };
-                out.field(
-                    at + 6,
-                    2,
-                    format_args!("flags: {df}, fragment offset 0"),
-                    covered,
-                )?;
-                out.field(
-                    at + 8,
-                    1,
-                    format_args!("TTL {ttl} (decremented per hop)"),
-                    masked,
-                )?;
-                out.field(at + 9, 1, "protocol 17 = UDP", covered)?;
-                let checksum = out.be16(at + 10);
-                let ok = if checksum == ipv4_checksum_any(header) {
-                    "ok"
-                } else {
-                    "WRONG"
-                };
-                out.field(
-                    at + 10,
-                    2,
-                    format_args!("header checksum 0x{checksum:04x} ({ok}; recomputed per hop)"),
-                    masked,
-                )?;
-                out.field(at + 12, 4, format_args!("source {src}"), covered)?;
-                out.field(at + 16, 4, format_args!("destination {dst}"), covered)?;
-                if header_len > IPV4_LEN {
-                    let options = header_len - IPV4_LEN;
-                    out.field(
-                        at + IPV4_LEN,
-                        options,
-                        format_args!("{options} bytes of IPv4 options"),
-                        covered,
-                    )?;
-                }
-                Ok(())
-            }
-            IpRepr::V6 {
-                src,
-                dst,
-                traffic_class,
-                flow_label,
-                hop_limit,
-            } => {
-                out.heading(format_args!(
-                    "IPv6 [{at}..{}]  (the ICRC covers it, but sees the variant fields as ones)",
-                    at + IPV6_LEN
-                ))?;
-                out.field(
-                    at,
-                    4,
-                    format_args!(
-                        "version 6, traffic class 0x{traffic_class:02x}, flow label 0x{flow_label:05x}"
-                    ),
-                    IcrcRole::Partly("TC and flow label masked"),
-                )?;
-                let payload_len = out.be16(at + 4);
-                out.field(
-                    at + 4,
-                    2,
-                    format_args!("payload length {payload_len}"),
-                    covered,
-                )?;
-                out.field(at + 6, 1, "next header 17 = UDP", covered)?;
-                out.field(at + 7, 1, format_args!("hop limit {hop_limit}"), masked)?;
-                out.field(at + 8, 16, format_args!("source {src}"), covered)?;
-                out.field(at + 24, 16, format_args!("destination {dst}"), covered)
-            }
+        match self {
+            IpRepr::V4 { .. } => explain_ipv4(self, at, out),
+            IpRepr::V6 { .. } => explain_ipv6(self, at, out),
         }
     }
+}
+
+fn explain_ipv4(ip: &IpRepr, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+    let (covered, masked) = (IcrcRole::Covered, IcrcRole::Masked);
+    let IpRepr::V4 {
+        src,
+        dst,
+        tos,
+        ttl,
+        ident,
+        dont_fragment,
+    } = *ip
+    else {
+        return Ok(());
+    };
+    let header_len = usize::from(out.bytes(at, 1).first().map_or(5, |b| b & 0xF)) * 4;
+    let header = out.bytes(at, header_len);
+    out.heading(format_args!(
+        "IPv4 [{at}..{}]  (the ICRC covers it, but sees the variant fields as 0xFF)",
+        at + header_len
+    ))?;
+    let ihl = if header_len == IPV4_LEN {
+        "version 4, IHL 5 (20-byte header, no options)".to_string()
+    } else {
+        format!(
+            "version 4, IHL {} ({header_len}-byte header with options)",
+            header_len / 4
+        )
+    };
+    out.field(at, 1, ihl, covered)?;
+    out.field(
+        at + 1,
+        1,
+        format_args!(
+            "TOS: DSCP {}, ECN {} (routers may rewrite it)",
+            tos >> 2,
+            tos & 3
+        ),
+        masked,
+    )?;
+    let total = out.be16(at + 2);
+    out.field(at + 2, 2, format_args!("total length {total}"), covered)?;
+    out.field(
+        at + 4,
+        2,
+        format_args!("identification 0x{ident:04x}"),
+        covered,
+    )?;
+    let df = if dont_fragment {
+        "DF set (RoCE is never fragmented)"
+    } else {
+        "DF clear"
+    };
+    out.field(
+        at + 6,
+        2,
+        format_args!("flags: {df}, fragment offset 0"),
+        covered,
+    )?;
+    out.field(
+        at + 8,
+        1,
+        format_args!("TTL {ttl} (decremented per hop)"),
+        masked,
+    )?;
+    out.field(at + 9, 1, "protocol 17 = UDP", covered)?;
+    let checksum = out.be16(at + 10);
+    let ok = if checksum == ipv4_checksum_any(header) {
+        "ok"
+    } else {
+        "WRONG"
+    };
+    out.field(
+        at + 10,
+        2,
+        format_args!("header checksum 0x{checksum:04x} ({ok}; recomputed per hop)"),
+        masked,
+    )?;
+    out.field(at + 12, 4, format_args!("source {src}"), covered)?;
+    out.field(at + 16, 4, format_args!("destination {dst}"), covered)?;
+    if header_len > IPV4_LEN {
+        let options = header_len - IPV4_LEN;
+        out.field(
+            at + IPV4_LEN,
+            options,
+            format_args!("{options} bytes of IPv4 options"),
+            covered,
+        )?;
+    }
+    Ok(())
+}
+
+fn explain_ipv6(ip: &IpRepr, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
+    let (covered, masked) = (IcrcRole::Covered, IcrcRole::Masked);
+    let IpRepr::V6 {
+        src,
+        dst,
+        traffic_class,
+        flow_label,
+        hop_limit,
+    } = *ip
+    else {
+        return Ok(());
+    };
+    out.heading(format_args!(
+        "IPv6 [{at}..{}]  (the ICRC covers it, but sees the variant fields as ones)",
+        at + IPV6_LEN
+    ))?;
+    out.field(
+        at,
+        4,
+        format_args!(
+            "version 6, traffic class 0x{traffic_class:02x}, flow label 0x{flow_label:05x}"
+        ),
+        IcrcRole::Partly("TC and flow label masked"),
+    )?;
+    let payload_len = out.be16(at + 4);
+    out.field(
+        at + 4,
+        2,
+        format_args!("payload length {payload_len}"),
+        covered,
+    )?;
+    out.field(at + 6, 1, "next header 17 = UDP", covered)?;
+    out.field(at + 7, 1, format_args!("hop limit {hop_limit}"), masked)?;
+    out.field(at + 8, 16, format_args!("source {src}"), covered)?;
+    out.field(at + 24, 16, format_args!("destination {dst}"), covered)
 }
 
 /// The UDP header of a RoCEv2 frame (port 4791; the ICRC protects the packet, so the
