@@ -29,7 +29,8 @@ use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::frame_line;
-use crate::netdev::{Gid, IbMtu};
+use crate::engine::Mtu;
+use crate::netdev::Gid;
 use crate::tools::endpoint::{
     poll_one, ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
 };
@@ -414,7 +415,7 @@ fn connect(ep: &mut dyn ToolEndpoint, me: &Hello, peer: &Hello) -> anyhow::Resul
         psn: peer.psn,
         gid: gid_from_hex(&peer.gid)?,
     };
-    let mtu = IbMtu::from_bytes(me.mtu.min(peer.mtu)).map_or(1024, IbMtu::bytes);
+    let mtu = Mtu::from_bytes(me.mtu.min(peer.mtu)).map_or(1024, Mtu::bytes);
     let params = ConnectParams {
         local_psn: me.psn,
         mtu,
