@@ -984,7 +984,7 @@ mod tests {
     use crate::engine::qp::SgeList;
     use crate::engine::types::CqId;
     use crate::engine::{Counters, EngineConfig};
-    use crate::wire::{BthRepr, Opcode};
+    use crate::wire::Opcode;
 
     fn every_access() -> Access {
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
@@ -1013,29 +1013,9 @@ mod tests {
     }
 
     fn packet<'a>(opcode: Opcode, psn: u32, payload: &'a [u8]) -> PacketRepr<'a> {
-        PacketRepr {
-            bth: BthRepr {
-                opcode,
-                solicited: false,
-                migreq: false,
-                pad_count: 0,
-                tver: 0,
-                pkey: 0xFFFF,
-                fecn: false,
-                becn: false,
-                dest_qp: 0x11,
-                ack_req: false,
-                psn: Psn::new(psn),
-            },
-            reth: None,
-            aeth: None,
-            atomic_eth: None,
-            atomic_ack_eth: None,
-            immdt: None,
-            ieth: None,
-            deth: None,
-            payload,
-        }
+        let mut pkt = PacketRepr::new(opcode, 0x11);
+        pkt.bth.psn = Psn::new(psn);
+        PacketRepr { payload, ..pkt }
     }
 
     #[test]
