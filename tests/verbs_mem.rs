@@ -806,3 +806,78 @@ fn handles_are_send_and_sync() {
     check::<CompletionChannel>();
     check::<AddressHandle>();
 }
+
+#[test]
+fn posting_receives_does_not_wake_the_progress_thread_but_sends_do() {
+    // A receive creates no frame and arms no timer, so it costs no wake-up write (one
+    // system call each); a send does need the progress thread.
+    let (a, b, _link) = pair(1500, 8192);
+    connect(&a, &b, Mtu::Mtu1024, RcOptions::default());
+    let wakeups = |s: &Side| {
+        s.dev
+            .progress_stats()
+            .wakeups
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = wakeups(&b);
+    for i in 0..100 {
+        b.qp.post_recv(&RecvWr {
+            wr_id: i,
+            sg_list: vec![b.mr.sge(0, 64).unwrap()],
+        })
+        .unwrap();
+    }
+    let batch: Vec<RecvWr> = (100..150)
+        .map(|i| RecvWr {
+            wr_id: i,
+            sg_list: vec![b.mr.sge(0, 64).unwrap()],
+        })
+        .collect();
+    b.qp.post_recv_batch(&batch).unwrap();
+    assert_eq!(
+        wakeups(&b),
+        before,
+        "posting 150 receives woke the progress thread"
+    );
+
+    let before = wakeups(&a);
+    a.qp.post_send(&wr(1, WrOp::Send, vec![a.mr.sge(0, 64).unwrap()]))
+        .unwrap();
+    assert_eq!(
+        wakeups(&a),
+        before + 1,
+        "a send must wake the progress thread"
+    );
+    assert_eq!(one(&a.cq).status, WcStatus::Success);
+    assert_eq!(one(&b.cq).wr_id, 0);
+}
+
+#[test]
+fn a_receive_posted_after_an_rnr_nak_completes_the_send_without_a_wake_up() {
+    // The SEND arrives before any receive: b answers RNR NAK, a waits min_rnr_timer and
+    // retries; the receive posted meanwhile (no wake-up) takes the retried SEND.
+    let (a, b, _link) = pair(1500, 8192);
+    let opts = RcOptions {
+        min_rnr_timer: 1, // 0.01 ms
+        ..RcOptions::default()
+    };
+    connect(&a, &b, Mtu::Mtu1024, opts);
+    a.mr.write(0, &pattern(256, 4)).unwrap();
+    a.qp.post_send(&wr(7, WrOp::Send, vec![a.mr.sge(0, 256).unwrap()]))
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while b.dev.counters().send_rnr_err == 0 {
+        assert!(Instant::now() < deadline, "b never answered RNR NAK");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    b.qp.post_recv(&RecvWr {
+        wr_id: 9,
+        sg_list: vec![b.mr.sge(0, 256).unwrap()],
+    })
+    .unwrap();
+    let received = one(&b.cq);
+    assert_eq!((received.wr_id, received.status), (9, WcStatus::Success));
+    assert_eq!(b.mr.to_vec(0, 256).unwrap(), pattern(256, 4));
+    let sent = one(&a.cq);
+    assert_eq!((sent.wr_id, sent.status), (7, WcStatus::Success));
+}

@@ -106,6 +106,8 @@ pub struct ProgressStats {
     pub tx_errors: AtomicU64,
     /// Loop iterations that went to sleep.
     pub sleeps: AtomicU64,
+    /// Wake-up writes made by posts (one system call each); posting a receive makes none.
+    pub wakeups: AtomicU64,
 }
 
 /// A device's state, shared by its user-facing handles and its progress thread: the engine
@@ -246,6 +248,7 @@ impl DeviceState {
     /// Wakes the progress thread (no-op cost in busy-poll mode).
     pub fn wake(&self) {
         if self.progress_mode == ProgressMode::Wakeup {
+            self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
             // A full socket buffer already means "readable": ignore WouldBlock.
             let _ = self.waker.send(&[1]);
         }

@@ -8,7 +8,7 @@
 //!    small backlog), and deliver the engine's events to completion channels.
 //!
 //! Then, unlocked: `flush` the driver. If nothing happened, wait: in wake-up mode in poll(2)
-//! on the driver's fd and the device's wake-up socket (written by every post) until the
+//! on the driver's fd and the device's wake-up socket (written by every send post; a posted receive gives it nothing to do) until the
 //! engine's next timer; in busy-poll mode not at all. So the responder answers READs, WRITEs
 //! and atomics even when the application never calls `poll`.
 use std::collections::VecDeque;

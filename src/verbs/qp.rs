@@ -268,10 +268,14 @@ impl Qp {
     /// Posts send WRs in order; on the first refusal, stops and says which (the ones before
     /// it are posted), like `ibv_post_send`'s `bad_wr`.
     pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
-        self.post_batch(wrs, |wr| wr.wr_id, |e, qpn, wr| e.post_send(qpn, wr))
+        self.post_batch(true, wrs, |wr| wr.wr_id, |e, qpn, wr| e.post_send(qpn, wr))
     }
 
     /// Posts one receive WR (`ibv_post_recv`).
+    ///
+    /// It does not wake the progress thread: a posted receive creates no frame to send and
+    /// arms no timer (after an RNR NAK it is the peer's retry that brings the message,
+    /// IBTA 9.7.5.2.8), and a flush completion in the error state is delivered here.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
         let qpn = self.inner.qpn;
         Ok(self
@@ -279,18 +283,21 @@ impl Qp {
             .pd
             .core
             .shared
-            .with_engine(true, |e| e.post_recv(qpn, wr))??)
+            .with_engine(false, |e| e.post_recv(qpn, wr))??)
     }
 
     /// Posts receive WRs in order; stops at the first refusal (see [`Qp::post_send_batch`]).
+    /// Like [`Qp::post_recv`], it does not wake the progress thread.
     pub fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<()> {
-        self.post_batch(wrs, |wr| wr.wr_id, |e, qpn, wr| e.post_recv(qpn, wr))
+        self.post_batch(false, wrs, |wr| wr.wr_id, |e, qpn, wr| e.post_recv(qpn, wr))
     }
 
     /// Posts WRs in order under one engine lock; the first refusal stops the batch and is
-    /// reported with its index and wr_id (the WRs before it stay posted).
+    /// reported with its index and wr_id (the WRs before it stay posted). `wake`: whether the
+    /// progress thread has new work (sends do; receives do not).
     fn post_batch<W>(
         &self,
+        wake: bool,
         wrs: &[W],
         wr_id: impl Fn(&W) -> u64,
         post: impl Fn(
@@ -300,7 +307,7 @@ impl Qp {
         ) -> std::result::Result<(), crate::engine::EngineError>,
     ) -> Result<()> {
         let qpn = self.inner.qpn;
-        let refused = self.inner.pd.core.shared.with_engine(true, |e| {
+        let refused = self.inner.pd.core.shared.with_engine(wake, |e| {
             for (index, wr) in wrs.iter().enumerate() {
                 if let Err(err) = post(e, qpn, wr) {
                     return Some((index, wr_id(wr), err));
