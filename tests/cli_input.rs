@@ -157,7 +157,12 @@ fn perf_counts_and_sizes_are_bounded() {
         "-s/--size 16777216",
     );
     assert_refused(&["perf", "write_bw", "-q", "0"], "-q/--qp 0");
-    assert_refused(&["perf", "write_bw", "-q", "1000"], "-q/--qp 1000");
+    assert_refused(&["perf", "write_bw", "-q", "1025"], "-q/--qp 1025");
+    // 1024 QPs fit the device; their buffers must fit the total too.
+    assert_refused(
+        &["perf", "write_bw", "-q", "1024", "-a"],
+        "-q/--qp 1024 with messages of up to 8388608 bytes needs 16384 MiB",
+    );
     assert_refused(&["perf", "write_bw", "-t", "0"], "-t/--tx-depth 0");
     assert_refused(&["perf", "write_bw", "-t", "20000"], "-t/--tx-depth 20000");
     assert_refused(&["perf", "write_bw", "-Q", "0"], "-Q/--cq-mod 0");

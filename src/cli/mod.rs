@@ -1,5 +1,6 @@
 //! One module per subcommand. Each has `Args` (clap) and `run(Args) -> anyhow::Result<i32>`
 //! returning the process exit status.
+pub mod bench;
 pub mod demo;
 pub mod devinfo;
 pub mod dump;

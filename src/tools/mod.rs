@@ -8,6 +8,7 @@
 //! rxe runs to the server-side logic and compares the reply field by field.
 //! See `docs/tools.md`.
 
+pub mod bench;
 pub mod demo;
 pub mod endpoint;
 pub mod file;

@@ -46,8 +46,11 @@ pub const MAX_ITERS: u64 = 1 << 32;
 pub const MAX_LAT_ITERS: u64 = 1 << 24;
 /// `-s`: perftest's `MAX_SIZE` (the largest `-a` size, 8 MiB).
 pub const MAX_SIZE: u64 = 8 << 20;
-/// `-q`: each QP has its own buffer of up to 2 x 8 MiB.
-pub const MAX_QPS: usize = 64;
+/// `-q`: the device's QP limit (each QP also has its own CQ, and the device allows as many).
+pub const MAX_QPS: usize = crate::engine::limits::MAX_QP as usize;
+/// All QPs' buffers together (each QP registers 2 x the largest message size): 2 GiB, so
+/// `-q 1024 -s 1048576` runs and `-q 1024 -a` (8 MiB sizes) is refused before allocating.
+pub const MAX_TOTAL_BUFFER_BYTES: u64 = 2 << 30;
 /// `-t`: perftest's `MAX_TX`.
 pub const MAX_TX_DEPTH: u32 = 15_000;
 /// `-r`: perftest's `MAX_RX` (also xroce's `max_qp_wr`).
@@ -251,7 +254,7 @@ impl PerfOptions {
             self.num_qps,
             1,
             MAX_QPS,
-            "one registered buffer per QP",
+            "the device's max_qp; each QP has its own CQ",
         )?;
         in_range(
             "-s/--size",
@@ -260,6 +263,16 @@ impl PerfOptions {
             MAX_SIZE,
             "8 MiB, perftest's MAX_SIZE",
         )?;
+        let total = self.num_qps as u64 * 2 * self.half_len() as u64;
+        if total > MAX_TOTAL_BUFFER_BYTES {
+            anyhow::bail!(
+                "-q/--qp {} with messages of up to {} bytes needs {} MiB of buffers (2 x the size per QP); at most {} MiB: use fewer QPs or a smaller -s",
+                self.num_qps,
+                self.half_len(),
+                total >> 20,
+                MAX_TOTAL_BUFFER_BYTES >> 20
+            );
+        }
         if self.duration.is_none() {
             let (max, why) = if k.is_bw() {
                 (MAX_ITERS, "perftest's MIN_ITER and MAX_ITER")

@@ -24,7 +24,7 @@
 pub const LAT_MEASURE_TAIL: usize = 2;
 
 /// Latency statistics in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LatencyStats {
     /// Samples used (after dropping the tail).
     pub samples: usize,
