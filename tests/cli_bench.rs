@@ -1,0 +1,338 @@
+//! `xroce bench`: as root, `--quick --json` runs every section and prints a document whose
+//! ratios are the figures they claim to divide; bad options and a missing root are clear
+//! errors. Benchmarks are never timed tests: nothing here checks a speed.
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn xroce(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xroce"))
+        .args(args)
+        .output()
+        .expect("running xroce")
+}
+
+/// Root, or a visible skip; under CI=1 or XROCE_CI=1 a missing root fails the test.
+fn privileged(test: &str) -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "1" || v == "true");
+    if ci && !xroce::netns::is_privileged() {
+        panic!("{test}: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and CI=1 forbids skipping");
+    }
+    match xroce::netns::require_privileges(test) {
+        Ok(go) => go,
+        Err(msg) => panic!("{msg}"),
+    }
+}
+
+fn refused(args: &[&str], message: &str) {
+    let out = xroce(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "xroce {args:?} succeeded");
+    assert!(stderr.contains(message), "xroce {args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "xroce {args:?}: {stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "xroce {args:?} printed {:?}",
+        out.stdout
+    );
+}
+
+#[test]
+fn bad_options_are_refused_before_anything_runs() {
+    refused(
+        &["bench", "--sections", "ceiling,nonsense"],
+        "invalid value 'nonsense' for '--sections",
+    );
+    refused(
+        &["bench", "--mtu", "1500"],
+        "--mtu 1500: must be between 4176 and 9000",
+    );
+    refused(
+        &["bench", "--mtu", "65000"],
+        "--mtu 65000: must be between 4176 and 9000",
+    );
+    refused(
+        &["bench", "-n", "0"],
+        "-n/--iters 0: must be between 100 and",
+    );
+    refused(
+        &["bench", "--messages", "0"],
+        "--messages 0: must be between 100 and",
+    );
+    refused(
+        &["bench", "--progress", "sometimes"],
+        "invalid value 'sometimes' for '--progress",
+    );
+}
+
+#[test]
+fn without_root_it_says_so() {
+    // As root, drop to nobody with setpriv (util-linux); without it there is nothing to show.
+    if !xroce::netns::is_privileged() {
+        refused(&["bench", "--quick"], "xroce bench needs root");
+        return;
+    }
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_xroce"))
+        .args(["bench", "--quick"])
+        .output();
+    match out {
+        Ok(out)
+            if out.status.code() != Some(127)
+                && !String::from_utf8_lossy(&out.stderr).contains("setpriv:") =>
+        {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success());
+            assert!(stderr.contains("xroce bench needs root"), "{stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+        }
+        _ => {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIPPED: without_root_it_says_so: setpriv cannot drop root here"
+            );
+        }
+    }
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number {key:?} in {v}"))
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
+}
+
+/// A ratio object divides `value` by `reference_value`; `value` is the row's own figure.
+fn check_ratio(r: &Value, own: f64, reference: Option<f64>, what: &str) {
+    assert!(r.is_object(), "{what}: no ratio: {r}");
+    let (value, refv, ratio) = (num(r, "value"), num(r, "reference_value"), num(r, "ratio"));
+    assert!(
+        close(value, own),
+        "{what}: ratio's value {value} is not the row's {own}"
+    );
+    if let Some(expected) = reference {
+        assert!(
+            close(refv, expected),
+            "{what}: reference {refv} is not the row's {expected}"
+        );
+    }
+    assert!(refv > 0.0, "{what}: {r}");
+    assert!(
+        close(ratio, value / refv),
+        "{what}: {ratio} != {value} / {refv}"
+    );
+    assert!(
+        r["reference"].as_str().is_some_and(|s| !s.is_empty()),
+        "{what}: {r}"
+    );
+}
+
+fn stream<'a>(sec: &'a Value, mtu: u64, payload: u64, dir: &str) -> &'a Value {
+    sec["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["link_mtu"] == mtu && r["payload"] == payload && r["direction"] == dir)
+        .unwrap_or_else(|| panic!("no stream row {mtu} {payload} {dir}"))
+}
+
+fn ping<'a>(sec: &'a Value, mtu: u64, size: u64, mode: &str) -> &'a Value {
+    sec["pingpongs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["link_mtu"] == mtu && r["payload"] == size && r["mode"] == mode)
+        .unwrap_or_else(|| panic!("no ping-pong row {mtu} {size} {mode}"))
+}
+
+fn check_raw_section(sec: &Value, name: &str) {
+    let streams = sec["streams"].as_array().expect("streams");
+    assert!(!streams.is_empty(), "{name}: no stream rows");
+    for dir in ["A->B", "B->A"] {
+        assert!(
+            streams.iter().any(|r| r["direction"] == dir),
+            "{name}: no {dir}"
+        );
+    }
+    for r in streams {
+        for k in ["packets_per_sec", "wire_gbps", "payload_gbps"] {
+            assert!(num(r, k) > 0.0, "{name}: {k} in {r}");
+        }
+        let (sent, got) = (num(r, "sent"), num(r, "received"));
+        assert!(got > 0.0 && got <= sent, "{name}: {r}");
+        assert!(
+            close(num(r, "loss_percent"), 100.0 * (1.0 - got / sent)),
+            "{name}: {r}"
+        );
+    }
+    let pings = sec["pingpongs"].as_array().expect("pingpongs");
+    assert!(!pings.is_empty(), "{name}: no ping-pong rows");
+    for r in pings {
+        assert!(num(r, "round_trips") > 0.0, "{name}: {r}");
+        let (m, p) = (num(r, "rtt_median_us"), num(r, "rtt_p99_us"));
+        assert!(m > 0.0 && p >= m, "{name}: {r}");
+        assert!(close(num(r, "half_rtt_median_us"), m / 2.0), "{name}: {r}");
+        assert!(close(num(r, "half_rtt_p99_us"), p / 2.0), "{name}: {r}");
+    }
+}
+
+#[test]
+fn quick_json_has_every_section_and_consistent_ratios() {
+    if !privileged("quick_json_has_every_section_and_consistent_ratios") {
+        return;
+    }
+    let out = xroce(&["bench", "--quick", "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "xroce bench --quick --json failed:\n{stderr}\n{stdout}"
+    );
+    let doc: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{stdout}"));
+    // The tables went to stderr, the machine facts and caveats with them.
+    for s in [
+        "== 1. Ceiling",
+        "== 2. Kernel UDP",
+        "== 3. xroce perf",
+        "== 4. Scale",
+        "load average at start",
+    ] {
+        assert!(stderr.contains(s), "no {s:?} on stderr:\n{stderr}");
+    }
+    assert_eq!(
+        doc["failures"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        doc["failures"]
+    );
+    assert_eq!(doc["quick"], true);
+    let m = &doc["machine"];
+    assert!(num(m, "cores") >= 1.0);
+    assert!(m["kernel"].as_str().is_some_and(|k| !k.is_empty()));
+    assert_eq!(m["load_average"].as_array().map(Vec::len), Some(3));
+    assert!(
+        m["xdp_mode"]
+            .as_str()
+            .is_some_and(|x| x.starts_with("xdp-")),
+        "{m}"
+    );
+    let mtus: Vec<u64> = doc["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["mtu"].as_u64().unwrap())
+        .collect();
+    assert_eq!(mtus, vec![1500, 9000]);
+
+    let (ceiling, udp) = (&doc["ceiling"], &doc["udp"]);
+    check_raw_section(ceiling, "ceiling");
+    check_raw_section(udp, "udp");
+
+    let x = &doc["xroce"];
+    let bw = x["bw"].as_array().expect("xroce bw rows");
+    for test in ["write_bw", "send_bw", "read_bw"] {
+        assert!(bw.iter().any(|r| r["test"] == test), "no {test} row");
+    }
+    assert!(bw.iter().any(|r| r["qps"] == 16), "no row with many QPs");
+    for r in bw {
+        let gbps = num(r, "gbps");
+        assert!(gbps > 0.0 && num(r, "msg_rate_mpps") > 0.0, "{r}");
+        let mtu = r["link_mtu"].as_u64().unwrap();
+        let payload = r["size"]
+            .as_u64()
+            .unwrap()
+            .min(r["path_mtu"].as_u64().unwrap());
+        let dir = if r["test"] == "read_bw" {
+            "B->A"
+        } else {
+            "A->B"
+        };
+        let c = num(stream(ceiling, mtu, payload, dir), "payload_gbps");
+        let u = num(stream(udp, mtu, payload, dir), "payload_gbps");
+        check_ratio(&r["vs_ceiling"], gbps, Some(c), &format!("{r}"));
+        check_ratio(&r["vs_udp"], gbps, Some(u), &format!("{r}"));
+    }
+    let lat = x["lat"].as_array().expect("xroce lat rows");
+    for test in ["send_lat", "write_lat", "read_lat"] {
+        for size in [64u64, 4096] {
+            assert!(
+                lat.iter().any(|r| r["test"] == test && r["size"] == size),
+                "no {test} {size}"
+            );
+        }
+    }
+    for r in lat {
+        let (med, p99) = (num(r, "median_us"), num(r, "p99_us"));
+        assert!(med > 0.0 && p99 >= med, "{r}");
+        let full = r["test"] == "read_lat";
+        assert_eq!(
+            r["measures"],
+            if full {
+                "round trip"
+            } else {
+                "half round trip"
+            }
+        );
+        let (mtu, size) = (r["link_mtu"].as_u64().unwrap(), r["size"].as_u64().unwrap());
+        let mode = r["mode"].as_str().unwrap();
+        for (sec, key) in [(ceiling, "vs_ceiling"), (udp, "vs_udp")] {
+            let p = ping(sec, mtu, size, mode);
+            let (rm, rp) = if full {
+                (num(p, "rtt_median_us"), num(p, "rtt_p99_us"))
+            } else {
+                (num(p, "half_rtt_median_us"), num(p, "half_rtt_p99_us"))
+            };
+            check_ratio(
+                &r[key]["median"],
+                med,
+                Some(rm),
+                &format!("{key} median {r}"),
+            );
+            check_ratio(&r[key]["p99"], p99, Some(rp), &format!("{key} p99 {r}"));
+        }
+    }
+
+    let sc = &doc["scale"];
+    let rows = sc["rows"].as_array().expect("scale rows");
+    let qps: Vec<u64> = rows.iter().map(|r| r["qps"].as_u64().unwrap()).collect();
+    assert_eq!(qps, vec![1, 16, 256, 1024]);
+    let one = num(&rows[0], "gbps");
+    for r in rows {
+        let gbps = num(r, "gbps");
+        assert!(gbps > 0.0 && num(r, "msg_rate_mpps") > 0.0, "{r}");
+        check_ratio(&r["vs_one_qp"], gbps, Some(one), &format!("{r}"));
+        let payload = r["size"].as_u64().unwrap().min(1024);
+        let c = num(stream(ceiling, 1500, payload, "A->B"), "payload_gbps");
+        check_ratio(&r["vs_ceiling"], gbps, Some(c), &format!("{r}"));
+    }
+    let mem = sc["memory"].as_array().expect("memory rows");
+    assert_eq!(mem.len(), 4);
+    let big = mem
+        .iter()
+        .find(|r| r["qps"] == 1024)
+        .expect("1024-QP memory row");
+    let (before, after) = (num(big, "rss_before_kib"), num(big, "rss_after_kib"));
+    assert!(after > before, "{big}");
+    assert!(
+        close(num(big, "bytes_per_qp"), (after - before) * 1024.0 / 2048.0),
+        "{big}"
+    );
+    assert!(sc["memory_method"]
+        .as_str()
+        .is_some_and(|s| s.contains("VmRSS")));
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("ratios"), "{notes}");
+}
