@@ -425,6 +425,8 @@ pub struct Machine {
     pub kernel: String,
     /// /proc/loadavg's 1, 5 and 15 minute averages at the start.
     pub load_average: [f64; 3],
+    /// The same at the end of the run.
+    pub load_average_end: [f64; 3],
     /// "release" or "debug" (a debug build's figures mean little).
     pub build: &'static str,
     /// The AF_XDP mode the ceiling's sockets ran in ("xdp-copy" on veth), if measured.
@@ -463,6 +465,8 @@ pub struct StreamRow {
     pub loss_percent: f64,
     /// Packets per second at the receiver, first to last.
     pub packets_per_sec: f64,
+    /// Packets per second the sender handed over (what sockperf's throughput mode prints).
+    pub sender_packets_per_sec: f64,
     /// Ethernet frame bits per second at the receiver / 10^9.
     pub wire_gbps: f64,
     /// Payload bits per second at the receiver / 10^9.
@@ -931,6 +935,7 @@ impl Runner<'_> {
             received: got.received,
             loss_percent: 100.0 * (1.0 - got.received as f64 / sent.sent.max(1) as f64),
             packets_per_sec: pps,
+            sender_packets_per_sec: sent.sent as f64 / sent.seconds.max(1e-9),
             wire_gbps: pps * frame_bytes as f64 * 8.0 / 1e9,
             payload_gbps: pps * payload as f64 * 8.0 / 1e9,
         })
@@ -1094,13 +1099,18 @@ pub fn parse_perf(doc: &str) -> anyhow::Result<PerfResult> {
     }
 }
 
+/// /proc/loadavg's three averages (zeros where it cannot be read).
+fn load_average() -> [f64; 3] {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut avg = [0.0; 3];
+    for (slot, v) in avg.iter_mut().zip(text.split_whitespace()) {
+        *slot = v.parse().unwrap_or(0.0);
+    }
+    avg
+}
+
 fn read_machine(link_desc: String) -> Machine {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let load: Vec<f64> = read("/proc/loadavg")
-        .split_whitespace()
-        .take(3)
-        .filter_map(|v| v.parse().ok())
-        .collect();
     let cpu = read("/proc/cpuinfo")
         .lines()
         .find_map(|l| l.strip_prefix("model name"))
@@ -1111,11 +1121,8 @@ fn read_machine(link_desc: String) -> Machine {
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         cpu,
         kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
-        load_average: [
-            load.first().copied().unwrap_or(0.0),
-            load.get(1).copied().unwrap_or(0.0),
-            load.get(2).copied().unwrap_or(0.0),
-        ],
+        load_average: load_average(),
+        load_average_end: [0.0; 3],
         build: if cfg!(debug_assertions) {
             "debug"
         } else {
@@ -1378,6 +1385,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         }
     }
     machine.xdp_mode = runner.xdp_mode.clone();
+    machine.load_average_end = load_average();
 
     let xroce = opts.runs(Section::Xroce).then(|| XroceSection {
         bw: bw_raw
@@ -1450,7 +1458,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
             rows,
             memory,
             memory_method: format!(
-                "VmRSS of a fresh process (xroce bench-child) with two in-memory devices, before and after creating N QPs on each (xroce perf write_bw's queue depths, CQ and buffer: -s {}), connecting them pairwise and writing each buffer once; the growth divided by 2N. The devices themselves (and the AF_XDP UMEM a real device has, per device not per QP) are left out.",
+                "VmRSS of a fresh process (xroce bench-child) with two in-memory devices, before and after creating N QPs on each (xroce perf write_bw's queue depths, CQ and buffer: -s {}), connecting them pairwise and writing each buffer once; the growth divided by 2N. The devices themselves (and the AF_XDP UMEM a real device has, per device not per QP) are left out. With few QPs the growth is within the allocator's granularity (4 KiB pages, heap slack): the 1024-QP row is the figure.",
                 MEMORY_SIZE
             ),
         }
@@ -1537,11 +1545,11 @@ fn raw_tables(s: &mut String, title: &str, sec: &RawSection) {
     if !sec.streams.is_empty() {
         let _ = writeln!(
             s,
-            "one-way stream (rate at the receiver, first to last packet):"
+            "one-way stream (Mpkt/s and Gb/s at the receiver, first to last packet; sent/s at the sender):"
         );
         let _ = writeln!(
             s,
-            "  {:>5} {:>4} {:>7} {:>6} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9}",
+            "  {:>5} {:>4} {:>7} {:>6} {:>9} {:>9} {:>7} {:>9} {:>8} {:>9} {:>9}",
             "MTU",
             "dir",
             "payload",
@@ -1549,6 +1557,7 @@ fn raw_tables(s: &mut String, title: &str, sec: &RawSection) {
             "sent",
             "received",
             "loss",
+            "sent M/s",
             "Mpkt/s",
             "wire Gb/s",
             "data Gb/s"
@@ -1556,7 +1565,7 @@ fn raw_tables(s: &mut String, title: &str, sec: &RawSection) {
         for r in &sec.streams {
             let _ = writeln!(
                 s,
-                "  {:>5} {:>4} {:>7} {:>6} {:>9} {:>9} {:>6.2}% {:>10.3} {:>9.2} {:>9.2}",
+                "  {:>5} {:>4} {:>7} {:>6} {:>9} {:>9} {:>6.2}% {:>9.3} {:>8.3} {:>9.2} {:>9.2}",
                 r.link_mtu,
                 r.direction,
                 r.payload,
@@ -1564,6 +1573,7 @@ fn raw_tables(s: &mut String, title: &str, sec: &RawSection) {
                 r.sent,
                 r.received,
                 r.loss_percent,
+                r.sender_packets_per_sec / 1e6,
                 r.packets_per_sec / 1e6,
                 r.wire_gbps,
                 r.payload_gbps
@@ -1624,8 +1634,13 @@ pub fn render_text(r: &BenchReport) -> String {
     );
     let _ = writeln!(
         s,
-        "load average at start: {:.2} {:.2} {:.2}",
-        m.load_average[0], m.load_average[1], m.load_average[2]
+        "load average at start: {:.2} {:.2} {:.2} (at the end: {:.2} {:.2} {:.2}; other work on the machine competes with every row)",
+        m.load_average[0],
+        m.load_average[1],
+        m.load_average[2],
+        m.load_average_end[0],
+        m.load_average_end[1],
+        m.load_average_end[2]
     );
     let _ = writeln!(s, "link: {}", m.link);
     let _ = writeln!(
