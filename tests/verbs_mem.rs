@@ -810,7 +810,9 @@ fn handles_are_send_and_sync() {
 #[test]
 fn posting_receives_does_not_wake_the_progress_thread_but_sends_do() {
     // A receive creates no frame and arms no timer, so it costs no wake-up write (one
-    // system call each); a send does need the progress thread.
+    // system call each). A send is transmitted by the posting thread itself (the progress
+    // token is free), but it arms a retransmission timer that the sleeping background
+    // thread, asleep with no timer, must learn of: one wake-up.
     let (a, b, _link) = pair(1500, 8192);
     connect(&a, &b, Mtu::Mtu1024, RcOptions::default());
     let wakeups = |s: &Side| {
@@ -846,7 +848,7 @@ fn posting_receives_does_not_wake_the_progress_thread_but_sends_do() {
     assert_eq!(
         wakeups(&a),
         before + 1,
-        "a send must wake the progress thread"
+        "a send arming the first timer must wake the sleeping thread once"
     );
     assert_eq!(one(&a.cq).status, WcStatus::Success);
     assert_eq!(one(&b.cq).wr_id, 0);
