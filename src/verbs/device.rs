@@ -296,8 +296,15 @@ impl DeviceState {
         if posted {
             // After `f`: a holder that clears `pending` from now on sees the posted work.
             self.pending.store(true, Ordering::SeqCst);
+            // With a poller active, its next poll kicks the frames out with those of
+            // other posts: one system call per batch instead of one per post.
+            let flush = if self.poller_active(self.now()) {
+                progress::Flush::Batched
+            } else {
+                progress::Flush::Always
+            };
             // Busy token: its holder runs the round `pending` asks for.
-            let _ = self.drive(|_| ())?;
+            let _ = self.drive(flush, |_| ())?;
         }
         Ok(out)
     }
@@ -309,7 +316,7 @@ impl DeviceState {
         self.check_alive()?;
         self.poller_seen
             .store(self.now().as_nanos().max(1), Ordering::Relaxed);
-        match self.drive(f)? {
+        match self.drive(progress::Flush::Always, f)? {
             Ok(out) => Ok(out),
             // Someone else is running a round: read what has arrived so far.
             Err(f) => self.with_engine(false, f),
@@ -319,10 +326,12 @@ impl DeviceState {
     /// This thread stops polling (it is going to sleep on a completion channel): the
     /// background thread takes the driver back at once instead of after `POLLER_GRACE`.
     pub fn stop_polling(&self) {
-        if self.poller_seen.swap(0, Ordering::Relaxed) != 0
-            && self.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING
-        {
-            self.wake();
+        if self.poller_seen.swap(0, Ordering::Relaxed) != 0 {
+            // Kick out what posts left queued for this poller's next poll.
+            let _ = self.drive(progress::Flush::Always, |_| ());
+            if self.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING {
+                self.wake();
+            }
         }
     }
 
@@ -335,12 +344,16 @@ impl DeviceState {
     /// Runs `call` in a progress round of this thread if the token is free, then the rounds
     /// that work posted meanwhile (`pending`) asks for. `Ok(Err(call))`: someone else holds
     /// the token (and will run the round `pending` asks for).
-    fn drive<R, F: FnOnce(&mut Engine) -> R>(&self, call: F) -> Result<std::result::Result<R, F>> {
+    fn drive<R, F: FnOnce(&mut Engine) -> R>(
+        &self,
+        flush: progress::Flush,
+        call: F,
+    ) -> Result<std::result::Result<R, F>> {
         let Some(mut token) = progress::try_token(self) else {
             return Ok(Err(call));
         };
         self.pending.store(false, Ordering::SeqCst);
-        let out = self.driven_round(&mut token, call);
+        let out = self.driven_round(&mut token, flush, call);
         drop(token);
         let out = out?;
         while self.pending.load(Ordering::SeqCst) {
@@ -348,7 +361,7 @@ impl DeviceState {
                 break;
             };
             self.pending.store(false, Ordering::SeqCst);
-            let done = self.driven_round(&mut token, |_| ());
+            let done = self.driven_round(&mut token, progress::Flush::Always, |_| ());
             drop(token);
             done?;
         }
@@ -360,11 +373,12 @@ impl DeviceState {
     fn driven_round<R>(
         &self,
         token: &mut progress::Progress,
+        flush: progress::Flush,
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<R> {
         let now = self.now();
         let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            token.round(self, now, call)
+            token.round(self, now, flush, call)
         }));
         let (out, outcome) = match round {
             Ok(Ok(done)) => done,

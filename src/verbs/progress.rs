@@ -54,9 +54,25 @@ pub(crate) const THREAD_YIELDING: u64 = 1;
 /// `DeviceState::thread_wake_at` while the thread sleeps with no timer.
 pub(crate) const THREAD_ASLEEP_NO_TIMER: u64 = u64::MAX;
 
+/// Frames a posting thread may leave queued in the driver, unflushed, while a poller is
+/// active: its next poll flushes them with one kick instead of one per post.
+pub const POST_FLUSH_BATCH: usize = 32;
+
+/// When a round kicks the driver's queued frames out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// Always (polls, the background thread, posts with nobody polling).
+    Always,
+    /// Only once [`POST_FLUSH_BATCH`] frames wait (posts while a poller is active: it polls
+    /// again within microseconds and flushes then).
+    Batched,
+}
+
 /// What the token holder owns: the driver and a round's buffers.
 pub(crate) struct Progress {
     driver: Box<dyn Driver>,
+    /// Frames handed to the driver since its last flush.
+    unflushed: usize,
     buf: Vec<u8>,
     backlog: VecDeque<Vec<u8>>,
     events: Vec<Event>,
@@ -80,6 +96,7 @@ impl Progress {
         let info = driver.info();
         Progress {
             buf: vec![0u8; MAX_FRAME_LEN.max(info.max_frame)],
+            unflushed: 0,
             backlog: VecDeque::new(),
             events: Vec::new(),
             last_stats: Instant::ZERO,
@@ -103,6 +120,7 @@ impl Progress {
         &mut self,
         shared: &DeviceState,
         now: Instant,
+        flush: Flush,
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<(R, RoundOutcome), String> {
         let (out, mut outcome) = {
@@ -121,9 +139,16 @@ impl Progress {
             (out, outcome)
         };
         shared.dispatch(self.events.drain(..));
-        if let Err(e) = self.driver.flush() {
-            if !matches!(e, DriverError::TxBusy) {
-                return Err(format!("transmit failed: {e}"));
+        let flush_now = match flush {
+            Flush::Always => true,
+            Flush::Batched => self.unflushed >= POST_FLUSH_BATCH || !self.backlog.is_empty(),
+        };
+        if flush_now {
+            self.unflushed = 0;
+            if let Err(e) = self.driver.flush() {
+                if !matches!(e, DriverError::TxBusy) {
+                    return Err(format!("transmit failed: {e}"));
+                }
             }
         }
         if !self.backlog.is_empty() {
@@ -171,6 +196,7 @@ impl Progress {
             match self.driver.send(frame) {
                 Ok(()) => {
                     self.backlog.pop_front();
+                    self.unflushed += 1;
                     work += 1;
                 }
                 Err(DriverError::TxBusy) => break,
@@ -190,6 +216,7 @@ impl Progress {
             shared.record(true, frame);
             match self.driver.send(frame) {
                 Ok(()) => {
+                    self.unflushed += 1;
                     shared.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(DriverError::TxBusy) => self.backlog.push_back(frame.to_vec()),
@@ -248,7 +275,7 @@ pub(crate) fn run(shared: Arc<DeviceState>, waker: UnixDatagram) {
         if !poller {
             if let Some(mut progress) = try_token(&shared) {
                 shared.pending.store(false, Ordering::SeqCst);
-                match progress.round(&shared, now, |_| ()) {
+                match progress.round(&shared, now, Flush::Always, |_| ()) {
                     Ok(((), o)) => outcome = Some(o),
                     Err(reason) => {
                         drop(progress);
