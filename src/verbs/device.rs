@@ -298,13 +298,14 @@ impl DeviceState {
             self.pending.store(true, Ordering::SeqCst);
             // With a poller active, its next poll kicks the frames out with those of
             // other posts: one system call per batch instead of one per post.
-            let flush = if self.poller_active(self.now()) {
+            let now = self.now();
+            let flush = if self.poller_active(now) {
                 progress::Flush::Batched
             } else {
                 progress::Flush::Always
             };
             // Busy token: its holder runs the round `pending` asks for.
-            let _ = self.drive(flush, |_| ())?;
+            let _ = self.drive(now, flush, |_| ())?;
         }
         Ok(out)
     }
@@ -314,9 +315,10 @@ impl DeviceState {
     /// here and now; marks this thread as a poller, so the background thread stays away.
     pub fn poll_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
         self.check_alive()?;
+        let now = self.now();
         self.poller_seen
-            .store(self.now().as_nanos().max(1), Ordering::Relaxed);
-        match self.drive(progress::Flush::Always, f)? {
+            .store(now.as_nanos().max(1), Ordering::Relaxed);
+        match self.drive(now, progress::Flush::Always, f)? {
             Ok(out) => Ok(out),
             // Someone else is running a round: read what has arrived so far.
             Err(f) => self.with_engine(false, f),
@@ -328,7 +330,7 @@ impl DeviceState {
     pub fn stop_polling(&self) {
         if self.poller_seen.swap(0, Ordering::Relaxed) != 0 {
             // Kick out what posts left queued for this poller's next poll.
-            let _ = self.drive(progress::Flush::Always, |_| ());
+            let _ = self.drive(self.now(), progress::Flush::Always, |_| ());
             if self.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING {
                 self.wake();
             }
@@ -346,6 +348,7 @@ impl DeviceState {
     /// the token (and will run the round `pending` asks for).
     fn drive<R, F: FnOnce(&mut Engine) -> R>(
         &self,
+        now: crate::engine::Instant,
         flush: progress::Flush,
         call: F,
     ) -> Result<std::result::Result<R, F>> {
@@ -353,7 +356,7 @@ impl DeviceState {
             return Ok(Err(call));
         };
         self.pending.store(false, Ordering::SeqCst);
-        let out = self.driven_round(&mut token, flush, call);
+        let out = self.driven_round(&mut token, now, flush, call);
         drop(token);
         let out = out?;
         while self.pending.load(Ordering::SeqCst) {
@@ -361,7 +364,7 @@ impl DeviceState {
                 break;
             };
             self.pending.store(false, Ordering::SeqCst);
-            let done = self.driven_round(&mut token, progress::Flush::Always, |_| ());
+            let done = self.driven_round(&mut token, self.now(), progress::Flush::Always, |_| ());
             drop(token);
             done?;
         }
@@ -373,10 +376,10 @@ impl DeviceState {
     fn driven_round<R>(
         &self,
         token: &mut progress::Progress,
+        now: crate::engine::Instant,
         flush: progress::Flush,
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<R> {
-        let now = self.now();
         let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             token.round(self, now, flush, call)
         }));
