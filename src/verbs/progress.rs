@@ -41,6 +41,10 @@ pub const TX_BATCH: usize = 128;
 /// An application that polled within this long is "polling": the background thread leaves
 /// the driver to it and looks again after this long.
 pub const POLLER_GRACE: Duration = Duration::from_millis(1);
+/// In wake-up mode, how long the thread keeps polling after its last work before it
+/// sleeps: a stream of frames (a peer's WRITEs to a responder nobody polls) is then served
+/// without a wake-up per burst, and a lone frame costs at most this much spinning.
+pub const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
 /// Longest sleep when the driver has no fd to wait on, or the backlog is waiting for room.
 const SHORT_WAIT: Duration = Duration::from_micros(200);
 /// How often the XDP counters are refreshed while busy (when idle, `Device::xdp_stats` asks
@@ -264,6 +268,7 @@ pub(crate) fn run(shared: Arc<DeviceState>, waker: UnixDatagram) {
             return;
         }
     };
+    let mut last_work = Instant::ZERO;
     while !shared.stop.load(Ordering::SeqCst) {
         if shared.check_alive().is_err() {
             return;
@@ -289,11 +294,15 @@ pub(crate) fn run(shared: Arc<DeviceState>, waker: UnixDatagram) {
         if outcome.is_some_and(|o| o.work > 0)
             || (outcome.is_some() && shared.pending.load(Ordering::SeqCst))
         {
+            last_work = now;
             continue;
         }
         // Someone else holds the token or polls: leave the driver to them for a while.
         let yielding = outcome.is_none();
-        if !yielding && shared.progress_mode == ProgressMode::BusyPoll {
+        if !yielding
+            && (shared.progress_mode == ProgressMode::BusyPoll
+                || now - last_work < SPIN_BEFORE_SLEEP)
+        {
             std::hint::spin_loop();
             continue;
         }
