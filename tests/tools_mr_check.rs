@@ -26,6 +26,7 @@ fn endpoint(dev: &Device, size: usize) -> Box<dyn ToolEndpoint> {
         driver: DriverChoice::Xdp,
         events: false,
         pcap: None,
+        progress: Default::default(),
     };
     let gid = dev.ipv4_gid_index().unwrap();
     open_on(dev, gid, &spec, 1).unwrap().pop().unwrap()

@@ -28,6 +28,7 @@ fn spec(rc: bool, buf_len: usize, send: u32, recv: u32) -> EndpointSpec {
         driver: DriverChoice::Xdp,
         events: false,
         pcap: None,
+        progress: Default::default(),
     }
 }
 

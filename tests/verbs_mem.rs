@@ -808,9 +808,11 @@ fn handles_are_send_and_sync() {
 }
 
 #[test]
-fn posting_receives_does_not_wake_the_progress_thread_but_sends_do() {
+fn posting_receives_does_not_wake_the_progress_thread_and_a_send_at_most_once() {
     // A receive creates no frame and arms no timer, so it costs no wake-up write (one
-    // system call each); a send does need the progress thread.
+    // system call each). A send is transmitted by the posting thread itself (the progress
+    // token is free); it arms a retransmission timer that the background thread, if it is
+    // asleep with no timer, must learn of: at most one wake-up.
     let (a, b, _link) = pair(1500, 8192);
     connect(&a, &b, Mtu::Mtu1024, RcOptions::default());
     let wakeups = |s: &Side| {
@@ -843,10 +845,10 @@ fn posting_receives_does_not_wake_the_progress_thread_but_sends_do() {
     let before = wakeups(&a);
     a.qp.post_send(&wr(1, WrOp::Send, vec![a.mr.sge(0, 64).unwrap()]))
         .unwrap();
-    assert_eq!(
-        wakeups(&a),
-        before + 1,
-        "a send must wake the progress thread"
+    let woke = wakeups(&a) - before;
+    assert!(
+        woke <= 1,
+        "a send woke the progress thread {woke} times (at most once, for its timer)"
     );
     assert_eq!(one(&a.cq).status, WcStatus::Success);
     assert_eq!(one(&b.cq).wr_id, 0);

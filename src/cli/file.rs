@@ -172,6 +172,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 driver: common.driver,
                 events: false,
                 pcap: common.pcap.clone(),
+                progress: Default::default(),
             };
             let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
             let mut stream = setup::connect(&host, common.port, Duration::from_secs(10))?;
@@ -215,6 +216,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 driver: common.driver,
                 events: false,
                 pcap: common.pcap.clone(),
+                progress: Default::default(),
             };
             let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
             let mut stream = setup::accept_one(common.port)?;

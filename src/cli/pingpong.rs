@@ -9,6 +9,7 @@ use xroce::tools::pingpong_oob::DEFAULT_PORT;
 use xroce::tools::setup;
 use xroce::tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
 use xroce::verbs::attr::limits;
+use xroce::verbs::ProgressMode;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -69,6 +70,10 @@ pub struct Args {
     /// type): over AF_XDP, tcpdump on the interface sees no RoCE frames.
     #[arg(long = "pcap", value_name = "FILE")]
     pub pcap: Option<std::path::PathBuf>,
+    /// How the device's background progress thread waits (a thread polling its CQ makes
+    /// progress itself either way; docs/performance.md says when each is right).
+    #[arg(long = "progress", value_parser = super::values::progress(), default_value_t = ProgressMode::Wakeup)]
+    pub progress: ProgressMode,
 }
 
 /// Runs the command.
@@ -140,6 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         driver: args.driver,
         events: args.events,
         pcap: args.pcap.clone(),
+        progress: args.progress,
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
     let ep = eps[0].as_mut();

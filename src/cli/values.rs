@@ -3,6 +3,7 @@
 //! command modules.
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use xroce::tools::verbs_endpoint::DriverChoice;
+use xroce::verbs::ProgressMode;
 
 /// `--driver xdp|udp`: lists each driver with its help line, and refuses any other value
 /// with clap's "invalid value ... [possible values: xdp, udp]".
@@ -13,6 +14,17 @@ pub fn driver() -> impl TypedValueParser<Value = DriverChoice> {
     .map(|name| {
         name.parse::<DriverChoice>()
             .expect("clap passes only the names DriverChoice::ALL lists")
+    })
+}
+
+/// `--progress wakeup|busy-poll`.
+pub fn progress() -> impl TypedValueParser<Value = ProgressMode> {
+    PossibleValuesParser::new(
+        ProgressMode::ALL.map(|m| PossibleValue::new(m.name()).help(m.about())),
+    )
+    .map(|name| {
+        name.parse::<ProgressMode>()
+            .expect("clap passes only the names ProgressMode::ALL lists")
     })
 }
 
@@ -42,5 +54,30 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("[possible values: xdp, udp]"), "{err}");
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct ProgressCli {
+        #[arg(long, value_parser = progress(), default_value_t = ProgressMode::Wakeup)]
+        progress: ProgressMode,
+    }
+
+    #[test]
+    fn progress_values_reach_the_library_type() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            ProgressCli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .map(|c| c.progress)
+        };
+        assert_eq!(parse(&[]).unwrap(), ProgressMode::Wakeup);
+        assert_eq!(
+            parse(&["--progress", "busy-poll"]).unwrap(),
+            ProgressMode::BusyPoll
+        );
+        let err = parse(&["--progress", "spin"]).unwrap_err().to_string();
+        assert!(
+            err.contains("[possible values: wakeup, busy-poll]"),
+            "{err}"
+        );
     }
 }

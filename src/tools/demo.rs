@@ -388,6 +388,7 @@ pub fn open_endpoint(
         driver: DriverChoice::Udp,
         events: true,
         pcap: None,
+        progress: Default::default(),
     };
     let mut eps = verbs_endpoint::open_on(dev, gid_index, &spec, 1)?;
     Ok(eps.remove(0))

@@ -111,6 +111,8 @@ pub struct EndpointSpec {
     pub events: bool,
     /// `--pcap FILE`: write every frame the device sends and receives there.
     pub pcap: Option<std::path::PathBuf>,
+    /// `--progress`: how the device's background progress thread waits.
+    pub progress: ProgressMode,
 }
 
 /// One QP, its CQ and its registered buffer on a verbs [`Device`].
@@ -378,7 +380,11 @@ pub fn open(
     spec: &EndpointSpec,
     count: usize,
 ) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
-    let device = Device::open(&dev.name, device_config(spec.driver, spec.pcap.clone()))?;
+    let config = DeviceConfig {
+        progress: spec.progress,
+        ..device_config(spec.driver, spec.pcap.clone())
+    };
+    let device = Device::open(&dev.name, config)?;
     open_on(&device, gid.index, spec, count)
 }
 

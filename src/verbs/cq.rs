@@ -98,6 +98,7 @@ impl CompletionChannel {
             // `fail` records the cause before it wakes the channel, so a wake-up that
             // raced with this check still finds it on the next round.
             self.device.shared().check_alive()?;
+            self.device.shared().stop_polling();
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 return Err(VerbsError::Timeout(timeout.unwrap_or_default()));
@@ -200,12 +201,16 @@ impl Cq {
     }
 
     /// Takes up to `wcs.len()` completions, oldest first (`ibv_poll_cq`); returns how many.
+    ///
+    /// When no other thread is making progress, this call does it first: it receives the
+    /// frames waiting in the driver, answers them and transmits (see [`super::progress`]), so a
+    /// busy-polling thread needs no hand-off from the background thread.
     pub fn poll(&self, wcs: &mut [Wc]) -> Result<usize> {
         Ok(self
             .inner
             .core
             .shared
-            .with_engine(false, |e| e.poll_cq(self.inner.id, wcs))??)
+            .poll_engine(|e| e.poll_cq(self.inner.id, wcs))??)
     }
 
     /// Takes one completion, if there is one.
@@ -214,17 +219,18 @@ impl Cq {
             .inner
             .core
             .shared
-            .with_engine(false, |e| e.poll_cq_one(self.inner.id))??)
+            .poll_engine(|e| e.poll_cq_one(self.inner.id))??)
     }
 
     /// Arms the CQ (`ibv_req_notify_cq`): the next completion (with `solicited_only`, the
     /// next solicited or failed one) raises one event on the CQ's completion channel.
+    ///
+    /// Arming says this thread is about to sleep on the channel: the background progress
+    /// thread takes over receiving at once (see [`super::progress`]).
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        Ok(self
-            .inner
-            .core
-            .shared
-            .with_engine(false, |e| e.req_notify_cq(self.inner.id, solicited_only))??)
+        let shared = &self.inner.core.shared;
+        shared.stop_polling();
+        Ok(shared.with_engine(false, |e| e.req_notify_cq(self.inner.id, solicited_only))??)
     }
 
     /// Polls until `count` completions have arrived or `timeout` passes; returns what

@@ -30,15 +30,61 @@ pub enum DriverKind {
     Udp,
 }
 
-/// How the progress thread waits for work.
+/// How the background progress thread waits for work when no application thread polls
+/// (a thread that polls a CQ makes progress itself in either mode: see [`super::progress`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ProgressMode {
-    /// Sleep in poll(2) on the driver's fd and a wake-up fd until a frame arrives, a work
-    /// request is posted, or the next transport timer is due. Low CPU use.
+    /// Sleep in poll(2) on the driver's fd and a wake-up fd until a frame arrives or the
+    /// next transport timer is due. Low CPU use; the right mode for applications that poll
+    /// their CQs (they drive progress) or sleep on completion channels, and for any machine
+    /// with fewer spare cores than busy threads.
     #[default]
     Wakeup,
-    /// Never sleep: spin on the driver. Lowest latency, one core at 100%.
+    /// Never sleep while nobody polls: spin on the driver. The responder (READ, WRITE,
+    /// atomics) answers without a wake-up, at the cost of one core at 100%; right only when
+    /// a core is spare for it.
     BusyPoll,
+}
+
+impl ProgressMode {
+    /// Every mode, in the order `--help` lists them.
+    pub const ALL: [ProgressMode; 2] = [ProgressMode::Wakeup, ProgressMode::BusyPoll];
+
+    /// The name `--progress` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProgressMode::Wakeup => "wakeup",
+            ProgressMode::BusyPoll => "busy-poll",
+        }
+    }
+
+    /// One line for `--help`.
+    pub fn about(self) -> &'static str {
+        match self {
+            ProgressMode::Wakeup => {
+                "the background thread sleeps until a frame or a timer; polling threads drive progress"
+            }
+            ProgressMode::BusyPoll => {
+                "the background thread spins while nobody polls (one core at 100%)"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ProgressMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ProgressMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        ProgressMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown progress mode {s:?}: choose wakeup or busy-poll"))
+    }
 }
 
 /// How to open a [`Device`].
@@ -106,8 +152,14 @@ pub struct ProgressStats {
     pub tx_errors: AtomicU64,
     /// Loop iterations that went to sleep.
     pub sleeps: AtomicU64,
-    /// Wake-up writes made by posts (one system call each); posting a receive makes none.
+    /// Wake-up writes to the background thread (one system call each): an application's
+    /// round armed a timer earlier than the sleeping thread would look, or a poller went to
+    /// sleep on a completion channel. Posting makes none.
     pub wakeups: AtomicU64,
+    /// Rounds run by application threads (polls, posts) instead of the background thread.
+    pub driven_rounds: AtomicU64,
+    /// Of `rx_frames`, those received in rounds of application threads.
+    pub driven_rx_frames: AtomicU64,
 }
 
 /// A device's state, shared by its user-facing handles and its progress thread: the engine
@@ -117,13 +169,25 @@ pub(crate) struct DeviceState {
     /// UDP driver: the one address its socket sends from (the only usable source GID).
     pub udp_source: Option<IpAddr>,
     pub engine: Mutex<Engine>,
+    /// The progress token: the driver and a round's buffers (only ever `try_lock`ed; see
+    /// [`progress`]). Lock order: this, then `engine`.
+    pub progress: Mutex<progress::Progress>,
+    /// Work was posted while someone else held the token: its holder runs one more round.
+    pub pending: AtomicBool,
+    /// When an application thread last polled (engine clock, ns; 0 = nobody polls).
+    pub poller_seen: AtomicU64,
+    /// When the sleeping background thread looks again (engine clock, ns), or
+    /// `THREAD_AWAKE` / `THREAD_YIELDING` / `THREAD_ASLEEP_NO_TIMER`.
+    pub thread_wake_at: AtomicU64,
     pub start: Instant,
     /// Writing a byte wakes the progress thread.
     pub waker: UnixDatagram,
     pub progress_mode: ProgressMode,
     pub stop: AtomicBool,
-    /// Set when the progress thread died: why.
+    /// Set when progress stopped for good (a driver failure, a panic): why.
     pub stopped: Mutex<Option<String>>,
+    /// `stopped` is set (checked on every call without taking its lock).
+    pub stopped_flag: AtomicBool,
     pub netdev: NetdevInfo,
     pub gid_table: Vec<GidEntry>,
     pub driver_info: DriverInfo,
@@ -214,9 +278,10 @@ impl DeviceState {
         crate::engine::Instant::from_elapsed(self.start.elapsed())
     }
 
-    /// Runs `f` on the engine, then delivers the events it raised and, if `wake`, wakes the
-    /// progress thread so new work (a posted WR, a state change) is transmitted.
-    pub fn with_engine<R>(&self, wake: bool, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
+    /// Runs `f` on the engine, then delivers the events it raised. With `posted` (`f` posted
+    /// work or changed a QP's state), transmits what it produced: in a round of this thread
+    /// when the progress token is free, else in one more round of the token's holder.
+    pub fn with_engine<R>(&self, posted: bool, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
         self.check_alive()?;
         let (out, events) = {
             let mut engine = lock(&self.engine);
@@ -228,14 +293,136 @@ impl DeviceState {
             (out, events)
         };
         self.dispatch(events);
-        if wake {
-            self.wake();
+        if posted {
+            // After `f`: a holder that clears `pending` from now on sees the posted work.
+            self.pending.store(true, Ordering::SeqCst);
+            // With a poller active, its next poll kicks the frames out with those of
+            // other posts: one system call per batch instead of one per post.
+            let now = self.now();
+            let flush = if self.poller_active(now) {
+                progress::Flush::Batched
+            } else {
+                progress::Flush::Always
+            };
+            // Busy token: its holder runs the round `pending` asks for.
+            let _ = self.drive(now, flush, |_| ())?;
         }
         Ok(out)
     }
 
-    /// `Err(DeviceStopped)` with the cause once the progress thread has stopped.
+    /// Runs `f` (a poll of a CQ or of memory) on the engine inside a progress round of this
+    /// thread when the token is free, so what arrived is received, answered and completed
+    /// here and now; marks this thread as a poller, so the background thread stays away.
+    pub fn poll_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
+        self.check_alive()?;
+        let now = self.now();
+        self.poller_seen
+            .store(now.as_nanos().max(1), Ordering::Relaxed);
+        match self.drive(now, progress::Flush::Always, f)? {
+            Ok(out) => Ok(out),
+            // Someone else is running a round: read what has arrived so far.
+            Err(f) => self.with_engine(false, f),
+        }
+    }
+
+    /// This thread stops polling (it is going to sleep on a completion channel): the
+    /// background thread takes the driver back at once instead of after `POLLER_GRACE`.
+    pub fn stop_polling(&self) {
+        if self.poller_seen.swap(0, Ordering::Relaxed) != 0 {
+            // Kick out what posts left queued for this poller's next poll.
+            let _ = self.drive(self.now(), progress::Flush::Always, |_| ());
+            if self.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING {
+                self.wake();
+            }
+        }
+    }
+
+    /// Whether an application thread polled within `POLLER_GRACE` of `now`.
+    pub fn poller_active(&self, now: crate::engine::Instant) -> bool {
+        let seen = self.poller_seen.load(Ordering::Relaxed);
+        seen != 0 && now.as_nanos().saturating_sub(seen) < progress::POLLER_GRACE.as_nanos() as u64
+    }
+
+    /// Runs `call` in a progress round of this thread if the token is free, then the rounds
+    /// that work posted meanwhile (`pending`) asks for. `Ok(Err(call))`: someone else holds
+    /// the token (and will run the round `pending` asks for).
+    fn drive<R, F: FnOnce(&mut Engine) -> R>(
+        &self,
+        now: crate::engine::Instant,
+        flush: progress::Flush,
+        call: F,
+    ) -> Result<std::result::Result<R, F>> {
+        let Some(mut token) = progress::try_token(self) else {
+            return Ok(Err(call));
+        };
+        self.pending.store(false, Ordering::SeqCst);
+        let out = self.driven_round(&mut token, now, flush, call);
+        drop(token);
+        let out = out?;
+        while self.pending.load(Ordering::SeqCst) {
+            let Some(mut token) = progress::try_token(self) else {
+                break;
+            };
+            self.pending.store(false, Ordering::SeqCst);
+            let done = self.driven_round(&mut token, self.now(), progress::Flush::Always, |_| ());
+            drop(token);
+            done?;
+        }
+        Ok(Ok(out))
+    }
+
+    /// One round in an application thread. A panic in it (an engine or driver bug) stops
+    /// the device as a panic of the background thread does, and this call fails.
+    fn driven_round<R>(
+        &self,
+        token: &mut progress::Progress,
+        now: crate::engine::Instant,
+        flush: progress::Flush,
+        call: impl FnOnce(&mut Engine) -> R,
+    ) -> Result<R> {
+        let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            token.round(self, now, flush, call)
+        }));
+        let (out, outcome) = match round {
+            Ok(Ok(done)) => done,
+            Ok(Err(reason)) => {
+                progress::fail(self, reason);
+                self.check_alive()?;
+                unreachable!("fail records a reason");
+            }
+            Err(panic) => {
+                progress::fail(
+                    self,
+                    format!("progress round panicked: {}", panic_text(&*panic)),
+                );
+                self.check_alive()?;
+                unreachable!("fail records a reason");
+            }
+        };
+        self.stats.driven_rounds.fetch_add(1, Ordering::Relaxed);
+        if outcome.received > 0 {
+            self.stats
+                .driven_rx_frames
+                .fetch_add(outcome.received as u64, Ordering::Relaxed);
+        }
+        // A timer armed earlier than the sleeping thread would look: wake it.
+        if let Some(t) = outcome.next_wanted {
+            let wake_at = self.thread_wake_at.load(Ordering::SeqCst);
+            if wake_at != progress::THREAD_AWAKE
+                && wake_at != progress::THREAD_YIELDING
+                && t.as_nanos() < wake_at
+            {
+                self.wake();
+            }
+        }
+        Ok(out)
+    }
+
+    /// `Err(DeviceStopped)` with the cause once progress has stopped for good.
     pub fn check_alive(&self) -> Result<()> {
+        if !self.stopped_flag.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         match lock(&self.stopped).clone() {
             Some(reason) => Err(VerbsError::DeviceStopped {
                 device: self.name.clone(),
@@ -245,18 +432,16 @@ impl DeviceState {
         }
     }
 
-    /// Wakes the progress thread (no-op cost in busy-poll mode).
+    /// Wakes the background progress thread (one system call).
     pub fn wake(&self) {
-        if self.progress_mode == ProgressMode::Wakeup {
-            self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
-            // A full socket buffer already means "readable": ignore WouldBlock.
-            let _ = self.waker.send(&[1]);
-        }
+        self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+        // A full socket buffer already means "readable": ignore WouldBlock.
+        let _ = self.waker.send(&[1]);
     }
 
     /// Routes engine events: CQ notifications to the CQ's completion channel, the rest to
     /// the device's asynchronous event queue.
-    pub fn dispatch(&self, events: Vec<Event>) {
+    pub fn dispatch(&self, events: impl IntoIterator<Item = Event>) {
         for ev in events {
             match ev {
                 Event::CqNotify(cq) => {
@@ -479,6 +664,7 @@ impl Device {
         );
         engine_config.gids = gid_table.iter().map(|g| g.gid.to_ip()).collect();
         engine_config.fixed_ip_ident = fixed_ip_ident;
+        let driver_info = driver.info();
         let (waker_rx, waker_tx) = UnixDatagram::pair().map_err(|source| VerbsError::Io {
             context: "creating the progress thread's wake-up socket",
             source,
@@ -493,13 +679,18 @@ impl Device {
             name: format!("xroce_{}", net.name),
             udp_source,
             engine: Mutex::new(Engine::new(engine_config)),
+            progress: Mutex::new(progress::Progress::new(driver)),
+            pending: AtomicBool::new(false),
+            poller_seen: AtomicU64::new(0),
+            thread_wake_at: AtomicU64::new(progress::THREAD_AWAKE),
             start: Instant::now(),
             waker: waker_tx,
             progress_mode: config.progress,
             stop: AtomicBool::new(false),
             stopped: Mutex::new(None),
+            stopped_flag: AtomicBool::new(false),
             gid_table,
-            driver_info: driver.info(),
+            driver_info,
             netdev: net,
             neighbour_timeout: config.neighbour_timeout,
             static_neighbours: Mutex::new(HashMap::new()),
@@ -521,14 +712,9 @@ impl Device {
                 // A bug in the engine or a driver must not leave a device that silently
                 // stops answering: record why, so every later verbs call says so.
                 let shared = thread_shared.clone();
-                let run =
-                    std::panic::AssertUnwindSafe(|| progress::run(thread_shared, driver, waker_rx));
+                let run = std::panic::AssertUnwindSafe(|| progress::run(thread_shared, waker_rx));
                 if let Err(panic) = std::panic::catch_unwind(run) {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
+                    let what = panic_text(&*panic);
                     progress::fail(&shared, format!("progress thread panicked: {what}"));
                 }
             })
@@ -728,6 +914,15 @@ impl Device {
 /// The default in-memory link configuration, re-exported for convenience.
 pub fn mem_link_config(mtu: u32, loss: f64, seed: u64) -> MemLinkConfig {
     MemLinkConfig { mtu, loss, seed }
+}
+
+/// What a caught panic said.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// Empties a non-blocking wake-up socket (each byte in it is one "something happened").

@@ -19,11 +19,13 @@
 //! failures are completion statuses.
 //!
 //! # Progress
-//! Each device runs a progress thread that moves frames between the driver and the
-//! engine and runs transport timers (see `progress.rs` and `docs/architecture.md`); the
-//! responder side therefore works even if the application never polls. In
-//! [`ProgressMode::Wakeup`] it sleeps in poll(2) between events; in
-//! [`ProgressMode::BusyPoll`] it spins.
+//! A thread that polls a CQ (or reads an MR, or posts) moves frames between the driver and
+//! the engine itself when no other thread is doing so: it holds the device's progress token
+//! for one round (see `progress.rs` and `docs/performance.md`). A background thread per
+//! device does the same for what nobody polls (the responder, timers, sleepers on completion
+//! channels), so the responder side works even if the application never polls. In
+//! [`ProgressMode::Wakeup`] that thread sleeps in poll(2) between events; in
+//! [`ProgressMode::BusyPoll`] it spins while nobody polls.
 //!
 //! # Example (two devices joined in memory)
 //! ```

@@ -222,6 +222,9 @@ impl Mr {
     }
 
     /// Copies `out.len()` bytes from `offset` into `out`.
+    ///
+    /// Reading is how a program polls memory for a peer's RDMA WRITE (as `ib_write_lat`
+    /// does), so, like polling a CQ, it first makes progress when no other thread is.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let addr = self.check(offset, out.len())?;
         let lkey = self.lkey();
@@ -230,7 +233,7 @@ impl Mr {
             .pd
             .core
             .shared
-            .with_engine(false, |e| e.mr_read(lkey, addr, out))??)
+            .poll_engine(|e| e.mr_read(lkey, addr, out))??)
     }
 
     /// Copies `data` into the region at `offset`.

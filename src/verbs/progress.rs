@@ -1,25 +1,36 @@
-//! The progress thread: the only place the engine meets the driver.
+//! Progress: where the engine meets the driver, and who runs it.
 //!
-//! Each round, with the engine locked:
-//! 1. drain up to [`RX_BATCH`] received frames into `handle_frame(now, ..)` (or
-//!    `handle_frame_unverified` when the driver cannot see the real IP header);
-//! 2. run `handle_timeout(now)` when a transport timer is due;
-//! 3. drain `poll_transmit` into the driver (frames the driver cannot take yet wait in a
-//!    small backlog), and deliver the engine's events to completion channels.
+//! The driver and everything a round needs live in [`Progress`], behind a mutex that is only
+//! ever *tried*: holding it is the **progress token**. Whoever holds it runs one round:
+//! 1. receive up to [`RX_BATCH`] frames into `handle_frame(now, ..)` (or
+//!    `handle_frame_unverified` when the driver cannot see the real IP header), then run
+//!    `handle_timeout(now)` when a transport timer is due;
+//! 2. run the caller's own engine call (poll a CQ, post a WR) under the same engine lock;
+//! 3. drain `poll_transmit` into the driver (frames it cannot take yet wait in a small
+//!    backlog) and deliver the engine's events to completion channels;
+//! 4. with the engine unlocked, `flush` the driver.
 //!
-//! Then, unlocked: `flush` the driver. If nothing happened, wait: in wake-up mode in poll(2)
-//! on the driver's fd and the device's wake-up socket (written by every send post; a posted receive gives it nothing to do) until the
-//! engine's next timer; in busy-poll mode not at all. So the responder answers READs, WRITEs
-//! and atomics even when the application never calls `poll`.
+//! Application threads run rounds themselves: polling a CQ (or reading an MR) and posting
+//! try the token first, so a busy-polling application receives, answers and transmits in its
+//! own thread with no hand-off and no system call but the driver's own (DPDK-style). When the
+//! token is taken, the call sets `pending` and the holder runs one more round before it lets
+//! go of it, so no posted work is left behind.
+//!
+//! The background thread ([`run`]) does what nobody polls for: the responder of READ, WRITE
+//! and atomics, retransmission timers, applications asleep on a completion channel. While an
+//! application polls (it ran a poll within [`POLLER_GRACE`]) the thread stays out of its way:
+//! it sleeps on the wake-up socket alone and looks again after `POLLER_GRACE`. Otherwise, in
+//! wake-up mode it sleeps in poll(2) on the driver's fd and the wake-up socket until the next
+//! timer; in busy-poll mode it spins on rounds.
 use std::collections::VecDeque;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, TryLockError};
 use std::time::Duration;
 
 use crate::driver::{wait_readable, Driver, DriverError};
-use crate::engine::{Instant, MAX_FRAME_LEN};
+use crate::engine::{Engine, Event, Instant, MAX_FRAME_LEN};
 
 use super::device::{drain, lock, DeviceState, ProgressMode};
 
@@ -27,137 +38,328 @@ use super::device::{drain, lock, DeviceState, ProgressMode};
 pub const RX_BATCH: usize = 64;
 /// Frames sent per round before receiving again (keeps ACKs flowing under load).
 pub const TX_BATCH: usize = 128;
+/// An application that polled within this long is "polling": the background thread leaves
+/// the driver to it and looks again after this long.
+pub const POLLER_GRACE: Duration = Duration::from_millis(1);
+/// In wake-up mode, how long the thread keeps polling after its last work before it
+/// sleeps: a stream of frames (a peer's WRITEs to a responder nobody polls) is then served
+/// without a wake-up per burst, and a lone frame costs at most this much spinning.
+pub const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
 /// Longest sleep when the driver has no fd to wait on, or the backlog is waiting for room.
 const SHORT_WAIT: Duration = Duration::from_micros(200);
 /// How often the XDP counters are refreshed while busy (when idle, `Device::xdp_stats` asks
 /// for a fresh reading and wakes the thread).
 const STATS_PERIOD: Duration = Duration::from_millis(100);
+/// `DeviceState::thread_wake_at` while the thread is awake.
+pub(crate) const THREAD_AWAKE: u64 = 0;
+/// `DeviceState::thread_wake_at` while the thread leaves the driver to a poller (timers
+/// are the poller's then: do not wake it for them).
+pub(crate) const THREAD_YIELDING: u64 = 1;
+/// `DeviceState::thread_wake_at` while the thread sleeps with no timer.
+pub(crate) const THREAD_ASLEEP_NO_TIMER: u64 = u64::MAX;
 
-pub(crate) fn run(shared: Arc<DeviceState>, mut driver: Box<dyn Driver>, waker: UnixDatagram) {
-    let mut buf = vec![0u8; MAX_FRAME_LEN.max(driver.info().max_frame)];
-    let mut backlog: VecDeque<Vec<u8>> = VecDeque::new();
-    let mut last_stats = Instant::ZERO;
-    let verify = driver.info().icrc_verifiable;
-    while !shared.stop.load(Ordering::SeqCst) {
-        let now = shared.now();
-        let mut work = 0usize;
-        let mut events = Vec::new();
-        let next_timer;
-        {
+/// Frames a posting thread may leave queued in the driver, unflushed, while a poller is
+/// active: its next poll flushes them with one kick instead of one per post.
+pub const POST_FLUSH_BATCH: usize = 32;
+
+/// When a round kicks the driver's queued frames out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// Always (polls, the background thread, posts with nobody polling).
+    Always,
+    /// Only once [`POST_FLUSH_BATCH`] frames wait (posts while a poller is active: it polls
+    /// again within microseconds and flushes then).
+    Batched,
+}
+
+/// What the token holder owns: the driver and a round's buffers.
+pub(crate) struct Progress {
+    driver: Box<dyn Driver>,
+    /// Frames handed to the driver since its last flush.
+    unflushed: usize,
+    buf: Vec<u8>,
+    backlog: VecDeque<Vec<u8>>,
+    events: Vec<Event>,
+    last_stats: Instant,
+    verify: bool,
+}
+
+/// What one round did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RoundOutcome {
+    /// Frames received, sent, or timers run.
+    pub work: usize,
+    /// Frames received.
+    pub received: usize,
+    /// When the engine next needs a round, from its timers or from a backlog waiting for room.
+    pub next_wanted: Option<Instant>,
+}
+
+impl Progress {
+    pub fn new(driver: Box<dyn Driver>) -> Progress {
+        let info = driver.info();
+        Progress {
+            buf: vec![0u8; MAX_FRAME_LEN.max(info.max_frame)],
+            unflushed: 0,
+            backlog: VecDeque::new(),
+            events: Vec::new(),
+            last_stats: Instant::ZERO,
+            verify: info.icrc_verifiable,
+            driver,
+        }
+    }
+
+    /// A second handle on the driver's readiness fd, for the background thread to sleep on
+    /// without holding the token.
+    pub fn wait_fd(&self) -> std::io::Result<Option<OwnedFd>> {
+        self.driver
+            .wait_fd()
+            .map(|fd| fd.try_clone_to_owned())
+            .transpose()
+    }
+
+    /// One round (see the module comment), running `call` on the engine between receiving
+    /// and transmitting. `Err` is why the device must stop (a driver failure).
+    pub fn round<R>(
+        &mut self,
+        shared: &DeviceState,
+        now: Instant,
+        flush: Flush,
+        call: impl FnOnce(&mut Engine) -> R,
+    ) -> Result<(R, RoundOutcome), String> {
+        let (out, mut outcome) = {
             let mut engine = lock(&shared.engine);
-            let received = driver.recv(RX_BATCH, &mut |frame, meta| {
+            let (received, timers) = self.receive(shared, &mut engine, now)?;
+            let out = call(&mut engine);
+            let work = received + timers + self.transmit(shared, &mut engine, now);
+            while let Some(ev) = engine.poll_event() {
+                self.events.push(ev);
+            }
+            let outcome = RoundOutcome {
+                work,
+                received,
+                next_wanted: engine.poll_timeout(),
+            };
+            (out, outcome)
+        };
+        shared.dispatch(self.events.drain(..));
+        let flush_now = match flush {
+            Flush::Always => true,
+            Flush::Batched => self.unflushed >= POST_FLUSH_BATCH || !self.backlog.is_empty(),
+        };
+        if flush_now {
+            self.unflushed = 0;
+            if let Err(e) = self.driver.flush() {
+                if !matches!(e, DriverError::TxBusy) {
+                    return Err(format!("transmit failed: {e}"));
+                }
+            }
+        }
+        if !self.backlog.is_empty() {
+            let soon = now.checked_add(SHORT_WAIT).unwrap_or(now);
+            outcome.next_wanted = Some(outcome.next_wanted.map_or(soon, |t| t.min(soon)));
+        }
+        self.refresh_xdp_stats(shared, now);
+        Ok((out, outcome))
+    }
+
+    fn receive(
+        &mut self,
+        shared: &DeviceState,
+        engine: &mut Engine,
+        now: Instant,
+    ) -> Result<(usize, usize), String> {
+        let verify = self.verify;
+        let received = self
+            .driver
+            .recv(RX_BATCH, &mut |frame, meta| {
                 shared.record(false, frame);
                 if verify && meta.icrc_verifiable {
                     engine.handle_frame(now, frame);
                 } else {
                     engine.handle_frame_unverified(now, frame);
                 }
-            });
-            match received {
-                Ok(n) => {
-                    work += n;
-                    shared
-                        .stats
-                        .rx_frames
-                        .fetch_add(n as u64, Ordering::Relaxed);
+            })
+            .map_err(|e| format!("receive failed: {e}"))?;
+        shared
+            .stats
+            .rx_frames
+            .fetch_add(received as u64, Ordering::Relaxed);
+        let mut timers = 0;
+        if engine.poll_timeout().is_some_and(|t| t <= now) {
+            engine.handle_timeout(now);
+            timers = 1;
+        }
+        Ok((received, timers))
+    }
+
+    fn transmit(&mut self, shared: &DeviceState, engine: &mut Engine, now: Instant) -> usize {
+        let mut work = 0;
+        // Older frames first, then new ones while the driver has room.
+        while let Some(frame) = self.backlog.front() {
+            match self.driver.send(frame) {
+                Ok(()) => {
+                    self.backlog.pop_front();
+                    self.unflushed += 1;
+                    work += 1;
                 }
+                Err(DriverError::TxBusy) => break,
+                Err(_) => {
+                    self.backlog.pop_front();
+                    shared.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut sent = 0;
+        while self.backlog.is_empty() && sent < TX_BATCH {
+            let Some(len) = engine.poll_transmit(now, &mut self.buf) else {
+                break;
+            };
+            sent += 1;
+            let frame = &self.buf[..len];
+            shared.record(true, frame);
+            match self.driver.send(frame) {
+                Ok(()) => {
+                    self.unflushed += 1;
+                    shared.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(DriverError::TxBusy) => self.backlog.push_back(frame.to_vec()),
+                // A frame the driver refuses is lost like a frame lost on the wire (RC
+                // retries it), but the engine learns of it: a UD send completes with an
+                // error instead of success.
                 Err(e) => {
-                    fail(&shared, format!("receive failed: {e}"));
-                    return;
+                    shared.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
+                    engine.report_send_failure(&e.to_string());
                 }
-            }
-            if engine.poll_timeout().is_some_and(|t| t <= now) {
-                engine.handle_timeout(now);
-                work += 1;
-            }
-            // Older frames first, then new ones while the driver has room.
-            while let Some(frame) = backlog.front() {
-                match driver.send(frame) {
-                    Ok(()) => {
-                        backlog.pop_front();
-                        work += 1;
-                    }
-                    Err(DriverError::TxBusy) => break,
-                    Err(_) => {
-                        backlog.pop_front();
-                        shared.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            let mut sent = 0;
-            while backlog.is_empty() && sent < TX_BATCH {
-                let Some(len) = engine.poll_transmit(now, &mut buf) else {
-                    break;
-                };
-                sent += 1;
-                shared.record(true, &buf[..len]);
-                match driver.send(&buf[..len]) {
-                    Ok(()) => {
-                        shared.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(DriverError::TxBusy) => backlog.push_back(buf[..len].to_vec()),
-                    // A frame the driver refuses is lost like a frame lost on the wire
-                    // (RC retries it), but the engine learns of it: a UD send completes
-                    // with an error instead of success.
-                    Err(e) => {
-                        shared.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
-                        engine.report_send_failure(&e.to_string());
-                    }
-                }
-            }
-            work += sent;
-            while let Some(ev) = engine.poll_event() {
-                events.push(ev);
-            }
-            next_timer = engine.poll_timeout();
-        }
-        shared.dispatch(events);
-        if let Err(e) = driver.flush() {
-            if !matches!(e, DriverError::TxBusy) {
-                fail(&shared, format!("transmit failed: {e}"));
-                return;
             }
         }
+        work + sent
+    }
+
+    fn refresh_xdp_stats(&mut self, shared: &DeviceState, now: Instant) {
         let wanted = shared.xdp_stats_wanted.swap(false, Ordering::SeqCst);
-        if wanted || now - last_stats >= STATS_PERIOD {
-            last_stats = now;
-            if let Some(stats) = driver.xdp_stats() {
+        if wanted || now - self.last_stats >= STATS_PERIOD {
+            self.last_stats = now;
+            if let Some(stats) = self.driver.xdp_stats() {
                 *lock(&shared.xdp_stats) = Some(stats);
             }
             shared.xdp_stats_generation.fetch_add(1, Ordering::SeqCst);
         }
-        if work > 0 {
-            continue;
-        }
-        match shared.progress_mode {
-            ProgressMode::BusyPoll => std::hint::spin_loop(),
-            ProgressMode::Wakeup => {
-                let mut timeout = next_timer.map(|t: Instant| t - shared.now());
-                let mut fds = vec![waker.as_fd()];
-                match driver.wait_fd() {
-                    Some(fd) => fds.push(fd),
-                    None => timeout = Some(timeout.map_or(SHORT_WAIT, |t| t.min(SHORT_WAIT))),
-                }
-                if !backlog.is_empty() {
-                    timeout = Some(timeout.map_or(SHORT_WAIT, |t| t.min(SHORT_WAIT)));
-                }
-                shared.stats.sleeps.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = wait_readable(&fds, timeout) {
-                    fail(&shared, format!("poll failed: {e}"));
-                    return;
-                }
-                drain(&waker);
-            }
-        }
     }
 }
 
-/// Records why the progress thread stops (a driver error or a panic), then wakes every
-/// completion channel so callers blocked in `get_cq_event` learn it; every later verbs call
-/// (posts, polls, waits) returns `DeviceStopped` with this reason.
+/// Takes the progress token if nobody holds it.
+pub(crate) fn try_token(shared: &DeviceState) -> Option<std::sync::MutexGuard<'_, Progress>> {
+    match shared.progress.try_lock() {
+        Ok(guard) => Some(guard),
+        // A round that panicked leaves the driver in a usable state (the device is marked
+        // stopped anyway).
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// The background progress thread.
+pub(crate) fn run(shared: Arc<DeviceState>, waker: UnixDatagram) {
+    let driver_fd = match lock(&shared.progress).wait_fd() {
+        Ok(fd) => fd,
+        Err(e) => {
+            fail(&shared, format!("duplicating the driver's fd failed: {e}"));
+            return;
+        }
+    };
+    let mut last_work = Instant::ZERO;
+    while !shared.stop.load(Ordering::SeqCst) {
+        if shared.check_alive().is_err() {
+            return;
+        }
+        let now = shared.now();
+        let stats_wanted = shared.xdp_stats_wanted.load(Ordering::SeqCst);
+        let poller = shared.poller_active(now) && !stats_wanted;
+        let mut outcome = None;
+        if !poller {
+            if let Some(mut progress) = try_token(&shared) {
+                shared.pending.store(false, Ordering::SeqCst);
+                match progress.round(&shared, now, Flush::Always, |_| ()) {
+                    Ok(((), o)) => outcome = Some(o),
+                    Err(reason) => {
+                        drop(progress);
+                        fail(&shared, reason);
+                        return;
+                    }
+                }
+            }
+        }
+        // (While yielding, `pending` is the token holder's to serve.)
+        if outcome.is_some_and(|o| o.work > 0)
+            || (outcome.is_some() && shared.pending.load(Ordering::SeqCst))
+        {
+            last_work = now;
+            continue;
+        }
+        // Someone else holds the token or polls: leave the driver to them for a while.
+        let yielding = outcome.is_none();
+        if !yielding
+            && (shared.progress_mode == ProgressMode::BusyPoll
+                || now - last_work < SPIN_BEFORE_SLEEP)
+        {
+            std::hint::spin_loop();
+            continue;
+        }
+        let next_wanted = outcome.and_then(|o| o.next_wanted);
+        let mut timeout = next_wanted.map(|t| t.saturating_duration_since(shared.now()));
+        let mut fds = vec![waker.as_fd()];
+        if yielding {
+            timeout = Some(timeout.map_or(POLLER_GRACE, |t| t.min(POLLER_GRACE)));
+        } else {
+            match &driver_fd {
+                Some(fd) => fds.push(fd.as_fd()),
+                None => timeout = Some(timeout.map_or(SHORT_WAIT, |t| t.min(SHORT_WAIT))),
+            }
+        }
+        // Say when we will look again, then look once more for work that a poller's round
+        // left (it reads `thread_wake_at` after arming its timers, so one of us sees it).
+        let wake_at = match timeout {
+            _ if yielding => THREAD_YIELDING,
+            Some(t) => shared
+                .now()
+                .checked_add(t)
+                .map_or(THREAD_ASLEEP_NO_TIMER, |i| i.as_nanos().max(2)),
+            None => THREAD_ASLEEP_NO_TIMER,
+        };
+        shared.thread_wake_at.store(wake_at, Ordering::SeqCst);
+        let earlier_timer = lock(&shared.engine)
+            .poll_timeout()
+            .is_some_and(|t| t.as_nanos() < wake_at);
+        if !yielding && (shared.pending.load(Ordering::SeqCst) || earlier_timer) {
+            shared.thread_wake_at.store(THREAD_AWAKE, Ordering::SeqCst);
+            continue;
+        }
+        shared.stats.sleeps.fetch_add(1, Ordering::Relaxed);
+        let waited = wait_readable(&fds, timeout);
+        shared.thread_wake_at.store(THREAD_AWAKE, Ordering::SeqCst);
+        if let Err(e) = waited {
+            fail(&shared, format!("poll failed: {e}"));
+            return;
+        }
+        drain(&waker);
+    }
+}
+
+/// Records why progress stops (a driver error or a panic), then wakes every completion
+/// channel so callers blocked in `get_cq_event` learn it; every later verbs call (posts,
+/// polls, waits) returns `DeviceStopped` with this reason.
 pub(crate) fn fail(shared: &DeviceState, reason: String) {
-    tracing::error!(device = %shared.name, %reason, "progress thread stopped");
-    *lock(&shared.stopped) = Some(reason);
+    tracing::error!(device = %shared.name, %reason, "progress stopped");
+    {
+        let mut stopped = lock(&shared.stopped);
+        if stopped.is_some() {
+            return;
+        }
+        *stopped = Some(reason);
+    }
+    shared.stopped_flag.store(true, Ordering::SeqCst);
+    let _ = shared.waker.send(&[1]);
     let channels: Vec<_> = lock(&shared.all_channels)
         .iter()
         .filter_map(std::sync::Weak::upgrade)
