@@ -55,6 +55,25 @@ pub trait Driver: Send {
     /// completed ones: call [`Driver::flush`] and retry later (back-pressure, not a failure).
     fn send(&mut self, frame: &[u8]) -> Result<(), DriverError>;
 
+    /// Queue one frame written by `fill` straight into the driver's transmit buffer: `fill`
+    /// gets a buffer of exactly `max_len` bytes, writes a frame at its start and returns the
+    /// frame's length, or `None` when it has nothing to send (the slot stays free). Returns
+    /// the length queued, or `None` if `fill` sent nothing.
+    ///
+    /// A driver that owns its transmit memory (AF_XDP: a UMEM frame) hands `fill` that
+    /// memory, so the frame is never copied, and calls `fill` only once a slot is reserved:
+    /// [`DriverError::TxBusy`] then means `fill` was not called. The default implementation
+    /// lets `fill` write into a per-thread scratch buffer and passes the frame to
+    /// [`Driver::send`]; if that is busy even after a [`Driver::flush`] the frame is lost
+    /// (returned as `TxBusy`), like a frame lost on the wire.
+    fn send_with(
+        &mut self,
+        max_len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> Result<Option<usize>, DriverError> {
+        send_through_scratch(self, max_len, fill)
+    }
+
     /// Push queued frames to the wire (AF_XDP: kick the kernel when it asked for a wakeup).
     fn flush(&mut self) -> Result<(), DriverError>;
 
@@ -85,6 +104,13 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     fn send(&mut self, frame: &[u8]) -> Result<(), DriverError> {
         (**self).send(frame)
     }
+    fn send_with(
+        &mut self,
+        max_len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> Result<Option<usize>, DriverError> {
+        (**self).send_with(max_len, fill)
+    }
     fn flush(&mut self) -> Result<(), DriverError> {
         (**self).flush()
     }
@@ -104,6 +130,41 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     fn xdp_stats(&self) -> Option<XdpStats> {
         (**self).xdp_stats()
     }
+}
+
+thread_local! {
+    /// The frame buffer of [`send_through_scratch`], kept per thread so that sending
+    /// through it does not allocate after the first frame.
+    static TX_SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// [`Driver::send_with`] for drivers without their own transmit memory: `fill` writes into a
+/// reused buffer and the frame goes to [`Driver::send`] (flushing once if that is busy).
+pub fn send_through_scratch<D: Driver + ?Sized>(
+    driver: &mut D,
+    max_len: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+) -> Result<Option<usize>, DriverError> {
+    // Taken out of the cell while in use: a nested call simply gets a new buffer.
+    let mut buf = TX_SCRATCH.take();
+    if buf.len() < max_len {
+        buf.resize(max_len, 0);
+    }
+    let result = match fill(&mut buf[..max_len]) {
+        None => Ok(None),
+        Some(len) if len > max_len => Err(DriverError::InvalidFrame {
+            reason: format!("the frame writer reported {len} bytes in a {max_len}-byte buffer"),
+        }),
+        Some(len) => match driver.send(&buf[..len]) {
+            Err(DriverError::TxBusy) => driver
+                .flush()
+                .and_then(|()| driver.send(&buf[..len]))
+                .map(|()| Some(len)),
+            other => other.map(|()| Some(len)),
+        },
+    };
+    TX_SCRATCH.set(buf);
+    result
 }
 
 /// What the driver knows about one received frame.
