@@ -13,12 +13,16 @@ use super::time::Instant;
 use super::timers::local_ack_timeout;
 use super::transmit::OutPacket;
 use super::types::{
-    Access, EngineError, QpState, QpType, SendFlags, SendWr, Sge, Wc, WcStatus, WrOp,
+    Access, EngineError, QpState, QpType, SendFlags, SendWrRef, Sge, Wc, WcStatus, WrOp,
 };
 use super::{DeviceState, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
 
 /// Check a send WR and turn it into a WQE (inline data copied now).
-pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe, EngineError> {
+pub(crate) fn make_wqe(
+    qp: &Qp,
+    sh: &DeviceState,
+    wr: &SendWrRef<'_>,
+) -> Result<SendWqe, EngineError> {
     let bad = |s: String| Err(EngineError::InvalidWr(s));
     match (qp.qp_type, &wr.op) {
         (QpType::Ud, WrOp::Send | WrOp::SendWithImm { .. }) => {
@@ -40,7 +44,7 @@ pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe
     }
     let total = sh
         .mrs
-        .check_sges(qp.pd, &wr.sg_list, need)
+        .check_sges(qp.pd, wr.sg_list, need)
         .map_err(|f| EngineError::InvalidWr(format!("SGE: {f:?}")))?;
     if total > super::responder::MAX_MESSAGE_LEN {
         return bad(format!(
@@ -68,7 +72,7 @@ pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe
             ));
         }
         let mut data = vec![0; len as usize];
-        if !sh.mrs.gather(&wr.sg_list, 0, &mut data) {
+        if !sh.mrs.gather(wr.sg_list, 0, &mut data) {
             return bad("inline SGE not readable".into());
         }
         Some(data)
@@ -81,7 +85,7 @@ pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe
         sges: if inline {
             (&[][..]).into()
         } else {
-            wr.sg_list.as_slice().into()
+            wr.sg_list.into()
         },
         inline: inline_data,
         signaled: qp.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
