@@ -2,10 +2,14 @@
 //! in-memory driver (the default implementation), through `PcapTap` (which must record it)
 //! and behind a `Box<dyn Driver>`. The AF_XDP implementation is tested on a veth pair in
 //! `tests/driver_xdp.rs`.
+#[path = "common/pair.rs"]
+mod pair;
+
 use xroce::capture::read_capture;
 use xroce::driver::mem::{MemDriver, MemLinkConfig};
 use xroce::driver::tap::PcapTap;
 use xroce::driver::{Driver, DriverError};
+use xroce::engine::{Instant, WcStatus, WrOp, MAX_FRAME_LEN};
 
 const MAC_A: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const MAC_B: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -72,6 +76,11 @@ fn through_a_box_and_a_pcap_tap_every_frame_is_sent_and_recorded() {
     let path = std::env::temp_dir().join(xroce::netns::unique_name("xroce-send-with-"));
     let tap = PcapTap::create(a, &path).unwrap();
     let mut boxed: Box<dyn Driver> = Box::new(tap);
+    assert_eq!(
+        boxed.send_with_room(),
+        usize::MAX,
+        "no limit through scratch"
+    );
     let frames: Vec<Vec<u8>> = (0..10u8).map(|i| frame(i, 64 + i as usize)).collect();
     send_all(&mut boxed, &frames);
     assert_eq!(received(&mut b), frames);
@@ -86,4 +95,45 @@ fn through_a_box_and_a_pcap_tap_every_frame_is_sent_and_recorded() {
         recorded, frames,
         "the tap records what was written, once each"
     );
+}
+
+#[test]
+fn engines_emit_straight_into_the_drivers_buffers_and_messages_complete() {
+    let mut p = pair::Pair::new(pair::PairOptions::default());
+    let (mut da, mut db, _link) = MemDriver::pair(MAC_A, MAC_B, &MemLinkConfig::default()).unwrap();
+    let (lkey, addr) = (p.mr_a.lkey, p.mr_a.addr);
+    p.a().mr_write(lkey, addr, b"sent in place").unwrap();
+    for i in 0..20u64 {
+        p.post_recv_b(i, i * 64, 64);
+    }
+    for i in 0..20u64 {
+        p.post_a(i, WrOp::Send, vec![p.sge_a(0, 13)]);
+    }
+    let now = Instant::ZERO;
+    for _ in 0..10 {
+        for (e, d) in [(0, &mut da), (1, &mut db)] {
+            let engine = &mut p.net.engines[e];
+            while d
+                .send_with(MAX_FRAME_LEN, &mut |buf| engine.poll_transmit(now, buf))
+                .unwrap()
+                .is_some()
+            {}
+            d.flush().unwrap();
+        }
+        for (e, d) in [(0, &mut da), (1, &mut db)] {
+            let engine = &mut p.net.engines[e];
+            d.recv(1024, &mut |f, _| engine.handle_frame(now, f))
+                .unwrap();
+        }
+    }
+    let (cq_a, cq_b) = (p.cq_a, p.cq_b);
+    let wcs = pair::drain(p.a(), cq_a);
+    assert_eq!(wcs.len(), 20);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    let got = pair::drain(p.b(), cq_b);
+    assert_eq!(got.len(), 20);
+    let mut bytes = [0u8; 13];
+    let (lkey, addr) = (p.mr_b.lkey, p.mr_b.addr);
+    p.b().mr_read(lkey, addr + 19 * 64, &mut bytes).unwrap();
+    assert_eq!(&bytes, b"sent in place");
 }

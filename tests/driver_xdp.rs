@@ -1000,6 +1000,7 @@ fn helper() {
                 Ok(d) => d,
                 Err(e) => return say(format!("ERROR {e:?}: {e}")),
             };
+            assert_eq!(d.send_with_room(), d.frame_size() as usize - 256);
             let frames = read_frames();
             for f in &frames {
                 assert_eq!(d.send_with(2048, &mut |_| None).unwrap(), None);

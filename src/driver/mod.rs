@@ -74,6 +74,14 @@ pub trait Driver: Send {
         send_through_scratch(self, max_len, fill)
     }
 
+    /// The largest `max_len` for which [`Driver::send_with`] hands `fill` the driver's own
+    /// transmit memory; a larger one goes through a scratch buffer and a copy. AF_XDP: one
+    /// UMEM chunk's room (3840 bytes with 4096-byte chunks: enough for path MTU 2048 frames,
+    /// not for 4096, which span two chunks). `usize::MAX` for drivers with no such limit.
+    fn send_with_room(&self) -> usize {
+        usize::MAX
+    }
+
     /// Push queued frames to the wire (AF_XDP: kick the kernel when it asked for a wakeup).
     fn flush(&mut self) -> Result<(), DriverError>;
 
@@ -110,6 +118,9 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
         fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
     ) -> Result<Option<usize>, DriverError> {
         (**self).send_with(max_len, fill)
+    }
+    fn send_with_room(&self) -> usize {
+        (**self).send_with_room()
     }
     fn flush(&mut self) -> Result<(), DriverError> {
         (**self).flush()

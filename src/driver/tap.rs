@@ -181,6 +181,10 @@ impl<D: Driver> Driver for PcapTap<D> {
         })
     }
 
+    fn send_with_room(&self) -> usize {
+        self.inner.send_with_room()
+    }
+
     fn flush(&mut self) -> Result<(), DriverError> {
         let result = self.inner.flush();
         if self.last_write_out.elapsed() >= WRITE_OUT_EVERY || self.buffered() >= WRITE_OUT_BYTES {

@@ -799,6 +799,10 @@ impl Driver for XdpDriver {
         Ok(Some(len))
     }
 
+    fn send_with_room(&self) -> usize {
+        self.chunk_room
+    }
+
     fn flush(&mut self) -> Result<(), DriverError> {
         if !self.tx_pending.is_empty() {
             // Safety: the pending descriptors were written by `send` and are not used again
