@@ -71,6 +71,8 @@ struct Run {
     bufs: (Vec<u8>, Vec<u8>),
     wcs: Vec<Wc>,
     completions: u64,
+    /// The clock: it moves on every frame, so timers are re-armed as in a real run.
+    now: Instant,
 }
 
 impl Run {
@@ -97,6 +99,7 @@ impl Run {
             bufs: (vec![0; MAX_FRAME_LEN], vec![0; MAX_FRAME_LEN]),
             wcs: vec![wc; 256],
             completions: 0,
+            now: Instant::ZERO,
         }
     }
 
@@ -127,16 +130,19 @@ impl Run {
             };
             p.net.engines[0].post_send_ref(qa, &wr).unwrap();
         }
-        let now = Instant::ZERO;
         let (a_buf, b_buf) = (&mut self.bufs.0, &mut self.bufs.1);
+        let now = &mut self.now;
+        let tick = std::time::Duration::from_nanos(100);
         loop {
             let mut moved = false;
-            while let Some(n) = p.net.engines[0].poll_transmit(now, a_buf) {
-                p.net.engines[1].handle_frame(now, &a_buf[..n]);
+            while let Some(n) = p.net.engines[0].poll_transmit(*now, a_buf) {
+                *now = *now + tick;
+                p.net.engines[1].handle_frame(*now, &a_buf[..n]);
                 moved = true;
             }
-            while let Some(n) = p.net.engines[1].poll_transmit(now, b_buf) {
-                p.net.engines[0].handle_frame(now, &b_buf[..n]);
+            while let Some(n) = p.net.engines[1].poll_transmit(*now, b_buf) {
+                *now = *now + tick;
+                p.net.engines[0].handle_frame(*now, &b_buf[..n]);
                 moved = true;
             }
             if !moved {
