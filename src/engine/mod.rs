@@ -172,9 +172,11 @@ pub struct Engine {
     next_qpn: u32,
     /// QPs that may have a packet to send, round robin.
     tx_list: VecDeque<u32>,
-    /// The QP of the frame the last `poll_transmit` returned, with its UD completion (for
-    /// `report_send_failure`).
-    last_tx: Option<(u32, Option<(Wc, bool)>)>,
+    /// The QP of the frame the last `poll_transmit` returned (for `report_send_failure`).
+    last_tx: Option<u32>,
+    /// The UD completion of that frame, if it was a UD send (kept apart so that an RC
+    /// frame stores one word, not a `Wc`, on every transmit).
+    last_tx_ud: Option<(Wc, bool)>,
     /// Each QP's next timer deadline, earliest first. Every entry point that may change a
     /// QP's deadlines calls [`Engine::sync_timer`] for it afterwards.
     timers: TimerQueue,
@@ -204,6 +206,7 @@ impl Engine {
             next_qpn: 0x11,
             tx_list: VecDeque::new(),
             last_tx: None,
+            last_tx_ud: None,
             timers: TimerQueue::default(),
             expired: Vec::new(),
             timer_visits: 0,

@@ -68,6 +68,9 @@ impl Engine {
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.last_tx = None;
+        if self.last_tx_ud.is_some() {
+            self.last_tx_ud = None;
+        }
         let mut budget = self.tx_list.len();
         while budget > 0 {
             budget -= 1;
@@ -100,7 +103,10 @@ impl Engine {
                         let cq = qp.send_cq;
                         cq::post(qp, &mut self.sh, cq, wc, false);
                     }
-                    self.last_tx = Some((qpn, pkt.ud_completion));
+                    self.last_tx = Some(qpn);
+                    if pkt.ud_completion.is_some() {
+                        self.last_tx_ud = pkt.ud_completion;
+                    }
                     Engine::sync_timer(&mut self.timers, qp);
                     if has_tx_work(qp) {
                         schedule(&mut self.tx_list, qp);
@@ -134,7 +140,8 @@ impl Engine {
     /// wire. Either way it is counted in
     /// [`Counters::emit_failed`](super::Counters::emit_failed) with its cause.
     pub fn report_send_failure(&mut self, reason: &str) {
-        let Some((qpn, ud_completion)) = self.last_tx.take() else {
+        let ud_completion = self.last_tx_ud.take();
+        let Some(qpn) = self.last_tx.take() else {
             return;
         };
         self.sh.counters.emit_failed += 1;
