@@ -26,6 +26,16 @@
 //! `recv` a batch, and when there is nothing to do, wait for [`Driver::wait_fd`] to become
 //! readable ([`wait::wait_readable`], with a timeout = the engine's next timer) before going
 //! round again.
+//!
+//! To skip the copy from the engine's buffer into the driver's, transmit with
+//! [`Driver::send_with`]: `driver.send_with(len, &mut |buf| engine.poll_transmit(now, buf))`
+//! lets the engine emit the frame straight into an AF_XDP UMEM frame (for `len` up to
+//! [`Driver::send_with_room`]; the engine wants its QPs' path MTU plus 113 bytes). Receiving
+//! is copy-free already: `recv` hands `on_frame` the frame where the kernel put it (for
+//! AF_XDP, in the UMEM), and the engine copies the payload from there into the MR once.
+//! AF_XDP rings are batched both ways: `send`/`send_with` only queue descriptors and
+//! `flush` submits them to the TX ring at once; `recv` consumes up to a batch of RX
+//! descriptors per ring access and gives the batch back to the fill ring in one submit.
 
 pub mod iface;
 pub mod mem;

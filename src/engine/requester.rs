@@ -417,12 +417,20 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     if sh.scratch.len() < plen {
         sh.scratch.resize(plen, 0);
     }
+    let mut payload_mr = None;
     let ok = match &wqe.inline {
         Some(data) => {
             sh.scratch[..plen].copy_from_slice(data);
             true
         }
-        None => sh.mrs.gather(&wqe.sges, 0, &mut sh.scratch[..plen]),
+        None => match single_sge_span(&wqe.sges, 0, plen as u64) {
+            // Contiguous in one MR: emitted straight from it, as for RC.
+            Some((key, va)) => {
+                payload_mr = Some((key, va));
+                sh.mrs.slice(key, va, plen as u64).is_some()
+            }
+            None => sh.mrs.gather(&wqe.sges, 0, &mut sh.scratch[..plen]),
+        },
     };
     if !ok {
         let wc = wc_for(qp, &wqe, WcStatus::LocProtErr);
@@ -452,6 +460,7 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     }
     pkt.solicited = wqe.solicited;
     pkt.payload_len = plen;
+    pkt.payload_mr = payload_mr;
     // Pushed by poll_transmit once the frame is emitted (with an error if it cannot be).
     let mut wc = wc_for(qp, &wqe, WcStatus::Success);
     wc.src_qp = dest.remote_qpn;
