@@ -136,12 +136,12 @@ impl Run {
         loop {
             let mut moved = false;
             while let Some(n) = p.net.engines[0].poll_transmit(*now, a_buf) {
-                *now = *now + tick;
+                *now += tick;
                 p.net.engines[1].handle_frame(*now, &a_buf[..n]);
                 moved = true;
             }
             while let Some(n) = p.net.engines[1].poll_transmit(*now, b_buf) {
-                *now = *now + tick;
+                *now += tick;
                 p.net.engines[0].handle_frame(*now, &b_buf[..n]);
                 moved = true;
             }
