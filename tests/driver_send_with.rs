@@ -9,7 +9,7 @@ use xroce::capture::read_capture;
 use xroce::driver::mem::{MemDriver, MemLinkConfig};
 use xroce::driver::tap::PcapTap;
 use xroce::driver::{Driver, DriverError};
-use xroce::engine::{Instant, WcStatus, WrOp, MAX_FRAME_LEN};
+use xroce::engine::{transmit_buffer_len, Instant, Mtu, WcStatus, WrOp, MAX_FRAME_LEN};
 
 const MAC_A: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const MAC_B: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -110,11 +110,14 @@ fn engines_emit_straight_into_the_drivers_buffers_and_messages_complete() {
         p.post_a(i, WrOp::Send, vec![p.sge_a(0, 13)]);
     }
     let now = Instant::ZERO;
+    // The pair's path MTU is 1024: a buffer of exactly what it needs is enough.
+    let len = transmit_buffer_len(Mtu::Mtu1024);
+    assert!(len < MAX_FRAME_LEN);
     for _ in 0..10 {
         for (e, d) in [(0, &mut da), (1, &mut db)] {
             let engine = &mut p.net.engines[e];
             while d
-                .send_with(MAX_FRAME_LEN, &mut |buf| engine.poll_transmit(now, buf))
+                .send_with(len, &mut |buf| engine.poll_transmit(now, buf))
                 .unwrap()
                 .is_some()
             {}
@@ -136,4 +139,17 @@ fn engines_emit_straight_into_the_drivers_buffers_and_messages_complete() {
     let (lkey, addr) = (p.mr_b.lkey, p.mr_b.addr);
     p.b().mr_read(lkey, addr + 19 * 64, &mut bytes).unwrap();
     assert_eq!(&bytes, b"sent in place");
+}
+
+#[test]
+fn transmit_buffer_len_is_what_poll_transmit_needs_at_each_mtu() {
+    assert_eq!(transmit_buffer_len(Mtu::Mtu4096), MAX_FRAME_LEN);
+    // One byte less and the engine refuses the buffer (counted), sending nothing.
+    let mut p = pair::Pair::new(pair::PairOptions::default());
+    p.post_a(1, WrOp::Send, vec![p.sge_a(0, 8)]);
+    let mut small = vec![0u8; transmit_buffer_len(Mtu::Mtu1024) - 1];
+    assert_eq!(p.a().poll_transmit(Instant::ZERO, &mut small), None);
+    assert_eq!(p.a().counters().drops.tx_buffer_too_small, 1);
+    let mut exact = vec![0u8; transmit_buffer_len(Mtu::Mtu1024)];
+    assert!(p.a().poll_transmit(Instant::ZERO, &mut exact).is_some());
 }

@@ -30,7 +30,7 @@
 //! To skip the copy from the engine's buffer into the driver's, transmit with
 //! [`Driver::send_with`]: `driver.send_with(len, &mut |buf| engine.poll_transmit(now, buf))`
 //! lets the engine emit the frame straight into an AF_XDP UMEM frame (for `len` up to
-//! [`Driver::send_with_room`]; the engine wants its QPs' path MTU plus 113 bytes). Receiving
+//! [`Driver::send_with_room`]; `len` = `engine::transmit_buffer_len` of the QPs' path MTU). Receiving
 //! is copy-free already: `recv` hands `on_frame` the frame where the kernel put it (for
 //! AF_XDP, in the UMEM), and the engine copies the payload from there into the MR once.
 //! AF_XDP rings are batched both ways: `send`/`send_with` only queue descriptors and

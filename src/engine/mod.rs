@@ -92,6 +92,13 @@ pub const MAX_FRAME_LEN: usize = 18 + 40 + 8 + 12 + 28 + 4096 + 3 + 4;
 /// Header bytes a frame may need beyond its payload (see [`MAX_FRAME_LEN`]).
 const MAX_FRAME_OVERHEAD: usize = MAX_FRAME_LEN - 4096;
 
+/// The buffer [`Engine::poll_transmit`] needs when no QP's path MTU exceeds `mtu`: what to
+/// ask a driver's `send_with` for, so that the frame can be written straight into its
+/// transmit memory (a larger buffer is never needed; a smaller one is refused).
+pub fn transmit_buffer_len(mtu: Mtu) -> usize {
+    mtu.bytes() as usize + MAX_FRAME_OVERHEAD
+}
+
 /// rxe: at most 128 unacknowledged PSNs per QP.
 pub const MAX_UNACKED_PSNS: i32 = 128;
 

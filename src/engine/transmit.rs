@@ -63,7 +63,8 @@ impl OutPacket {
 
 impl Engine {
     /// Write the next frame to send into `buf` (at least
-    /// [`MAX_FRAME_LEN`](super::MAX_FRAME_LEN) bytes, or the QP's path MTU plus 132) and
+    /// [`MAX_FRAME_LEN`](super::MAX_FRAME_LEN) bytes, or
+    /// [`transmit_buffer_len`](super::transmit_buffer_len) of the largest path MTU in use) and
     /// return its length, or `None` if nothing is to be sent.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
