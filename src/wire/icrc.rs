@@ -36,9 +36,14 @@ pub const IPV4_VARIANT_BYTES: [usize; 4] = [1, 8, 10, 11];
 /// UDP checksum and BTH byte 4.
 pub const UDP_BTH_VARIANT_BYTES: [usize; 3] = [6, 7, 8 + 4];
 
-/// A hasher that has already consumed the eight `0xFF` LRH stand-in bytes.
+/// A hasher that has already consumed the eight `0xFF` LRH stand-in bytes. Cloned from one
+/// made once: `Hasher::new_with_initial` detects the CPU's CRC instructions on every call,
+/// which cost as much as masking the headers.
 fn start() -> Hasher {
-    Hasher::new_with_initial(CRC_OF_LRH_STANDIN)
+    static PROTOTYPE: std::sync::OnceLock<Hasher> = std::sync::OnceLock::new();
+    PROTOTYPE
+        .get_or_init(|| Hasher::new_with_initial(CRC_OF_LRH_STANDIN))
+        .clone()
 }
 
 /// Bytes from the IP header on that are copied to the stack and masked before hashing: the
@@ -112,25 +117,27 @@ pub(crate) fn icrc_in_place(packet: &mut [u8], ip_len: usize) -> u32 {
     const V4: [usize; 7] = [1, 8, 10, 11, 20 + 6, 20 + 7, 20 + 8 + 4];
     const V6: [usize; 7] = [1, 2, 3, 7, 40 + 6, 40 + 7, 40 + 8 + 4];
     let (positions, v6) = if ip_len == 20 {
-        (&V4, false)
+        (V4, false)
     } else {
-        (&V6, true)
+        (V6, true)
     };
-    let byte0 = packet[0];
-    let mut saved = [0u8; 7];
-    for (s, &i) in saved.iter_mut().zip(positions) {
-        *s = packet[i];
-        packet[i] = 0xFF;
+    // One bounds check for all the variant bytes (the last is the furthest), not one each.
+    let head = &mut packet[..positions[6] + 1];
+    let byte0 = head[0];
+    let saved = positions.map(|i| head[i]);
+    for i in positions {
+        head[i] = 0xFF;
     }
     if v6 {
-        packet[0] = byte0 | 0x0F;
+        head[0] = byte0 | 0x0F;
     }
     let mut h = start();
     h.update(packet);
-    for (s, &i) in saved.iter().zip(positions) {
-        packet[i] = *s;
+    let head = &mut packet[..positions[6] + 1];
+    for (s, i) in saved.into_iter().zip(positions) {
+        head[i] = s;
     }
-    packet[0] = byte0;
+    head[0] = byte0;
     h.finalize()
 }
 
