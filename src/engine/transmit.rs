@@ -85,10 +85,15 @@ impl Engine {
                 schedule(&mut self.tx_list, qp);
                 return None;
             }
-            let (pkt, is_request) = match responder::next_response(qp, &mut self.sh) {
-                Some(p) => (p, false),
+            // Not a (packet, bool) tuple: that moved the whole OutPacket once more.
+            let mut is_request = false;
+            let pkt = match responder::next_response(qp, &mut self.sh) {
+                Some(p) => p,
                 None => match requester::next_request(qp, &mut self.sh, now) {
-                    Some(p) => (p, true),
+                    Some(p) => {
+                        is_request = true;
+                        p
+                    }
                     None => {
                         Engine::sync_timer(&mut self.timers, qp);
                         continue;
