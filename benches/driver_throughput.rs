@@ -4,7 +4,9 @@
 //! For each driver (AF_XDP, UDP socket) and frame size, a sender process in namespace A
 //! pushes FRAMES RoCE frames as fast as the driver takes them, and a receiver process in
 //! namespace B counts them. Reported: frames received, loss, and the receive rate measured
-//! from the first to the last frame. There is no flow control at this level, so a receiver
+//! from the first to the last frame. The sender emits each frame as the engine does; `xdp`
+//! hands it to `Driver::send` (one copy into the UMEM), `xdp-with` emits it straight into the
+//! UMEM frame through `Driver::send_with`. There is no flow control at this level, so a receiver
 //! slower than the sender shows up as loss, not as a lower send rate.
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr};
@@ -17,7 +19,14 @@ use xroce::driver::{poll_readable, Driver, DriverError};
 use xroce::netns::{LinkConfig, Netns, VethLink};
 use xroce::wire::{EthRepr, FrameRepr, IpRepr, Opcode, PacketRepr, Psn, RethRepr};
 
-fn frame(src: Ipv4Addr, dst: Ipv4Addr, dst_mac: [u8; 6], payload: &[u8], psn: u32) -> Vec<u8> {
+/// The frame of packet `psn`, as the engine would build it.
+fn frame_repr<'a>(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    dst_mac: [u8; 6],
+    payload: &'a [u8],
+    psn: u32,
+) -> FrameRepr<'a> {
     let mut roce = PacketRepr::new(Opcode::RC_RDMA_WRITE_ONLY, 0x11);
     roce.reth = Some(RethRepr {
         va: 0x1000,
@@ -26,7 +35,7 @@ fn frame(src: Ipv4Addr, dst: Ipv4Addr, dst_mac: [u8; 6], payload: &[u8], psn: u3
     });
     roce.bth.psn = Psn::new(psn & 0xff_ffff);
     roce.payload = payload;
-    let f = FrameRepr {
+    FrameRepr {
         eth: EthRepr {
             dst: dst_mac,
             src: [2, 0, 0, 0, 0, 1],
@@ -42,15 +51,14 @@ fn frame(src: Ipv4Addr, dst: Ipv4Addr, dst_mac: [u8; 6], payload: &[u8], psn: u3
         },
         udp_src_port: 0xc000,
         roce,
-    };
-    let mut buf = vec![0; f.buffer_len()];
-    f.emit(&mut buf).expect("valid frame");
-    buf
+    }
 }
 
 fn open(kind: &str, ifname: &str, ip: Ipv4Addr) -> Box<dyn Driver> {
     match kind {
-        "xdp" => Box::new(XdpDriver::open(&XdpConfig::new(ifname)).expect("open AF_XDP driver")),
+        "xdp" | "xdp-with" => {
+            Box::new(XdpDriver::open(&XdpConfig::new(ifname)).expect("open AF_XDP driver"))
+        }
         _ => Box::new(
             UdpDriver::open(&UdpConfig::new(ifname, IpAddr::V4(ip))).expect("open UDP driver"),
         ),
@@ -73,11 +81,24 @@ fn child_main(role: &str) {
             .collect();
         let size: usize = var("SIZE").parse().unwrap();
         let payload = vec![0xa5u8; size];
-        let f = frame(ip, peer, mac.try_into().unwrap(), &payload, 0);
+        let mac: [u8; 6] = mac.try_into().unwrap();
+        // Each frame is emitted anew, as the engine does: into a buffer handed to `send`
+        // (which copies it into the driver's memory), or with `send_with` ("xdp-with")
+        // straight into the AF_XDP UMEM frame.
+        let mut buf = vec![0u8; 9216];
+        let in_place = kind == "xdp-with";
         let start = Instant::now();
         let mut sent = 0u64;
         while sent < count {
-            match d.send(&f) {
+            let f = frame_repr(ip, peer, mac, &payload, sent as u32);
+            let result = if in_place {
+                d.send_with(f.buffer_len(), &mut |b| f.emit(b).ok())
+                    .map(|_| ())
+            } else {
+                let n = f.emit(&mut buf).expect("valid frame");
+                d.send(&buf[..n])
+            };
+            match result {
                 Ok(()) => sent += 1,
                 Err(DriverError::TxBusy) => d.flush().unwrap(),
                 Err(e) => panic!("send: {e}"),
@@ -154,8 +175,8 @@ fn main() {
         "driver throughput over veth, {count} frames per run (receive rate, first to last frame)"
     );
     println!(
-        "{:<5} {:>6} {:>10} {:>8} {:>12} {:>10}",
-        "drv", "frame", "received", "loss", "frames/s", "Gbit/s"
+        "{:<8} {:>6} {:>10} {:>8} {:>12} {:>10} {:>12}",
+        "drv", "frame", "received", "loss", "frames/s", "Gbit/s", "sent/s"
     );
     for (mtu, sizes) in [(1500u32, &[64usize, 1024][..]), (9000, &[4096][..])] {
         let link = VethLink::create(&LinkConfig {
@@ -164,7 +185,7 @@ fn main() {
         })
         .expect("veth");
         link.add_static_neighbours().expect("neighbours");
-        for kind in ["xdp", "udp"] {
+        for kind in ["xdp", "xdp-with", "udp"] {
             for &size in sizes {
                 let base = |ifn: &str, ip: Ipv4Addr| {
                     vec![
@@ -191,6 +212,9 @@ fn main() {
                 let got = rx_lines
                     .recv_timeout(Duration::from_secs(120))
                     .expect("receiver result");
+                let sent = tx_lines
+                    .recv_timeout(Duration::from_secs(120))
+                    .unwrap_or_default();
                 let _ = tx.wait();
                 let _ = rx.wait();
                 let f: Vec<f64> = got
@@ -200,14 +224,25 @@ fn main() {
                     .collect();
                 let (n, bytes, secs) = (f[0], f[1], f[2].max(1e-9));
                 let frame_len = if n > 0.0 { bytes / n } else { 0.0 };
+                // The sender's own rate: how fast the driver took the frames.
+                let tx: Vec<f64> = sent
+                    .split_whitespace()
+                    .skip(1)
+                    .filter_map(|v| v.parse().ok())
+                    .collect();
+                let tx_rate = match tx[..] {
+                    [frames, secs] if secs > 0.0 => frames / secs,
+                    _ => 0.0,
+                };
                 println!(
-                    "{:<5} {:>6.0} {:>10.0} {:>7.2}% {:>12.0} {:>10.2}",
+                    "{:<8} {:>6.0} {:>10.0} {:>7.2}% {:>12.0} {:>10.2} {:>12.0}",
                     kind,
                     frame_len,
                     n,
                     100.0 * (1.0 - n / count as f64),
                     n / secs,
-                    bytes * 8.0 / secs / 1e9
+                    bytes * 8.0 / secs / 1e9,
+                    tx_rate
                 );
             }
         }

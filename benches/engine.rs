@@ -39,21 +39,14 @@ fn run_batch(
     wcs: &mut [Wc],
 ) {
     let qa = p.qa;
-    let s = p.sge_a(0, len);
+    // The borrowing post calls: no Vec per WR (tests/no_alloc.rs checks the whole path).
+    let s = [p.sge_a(0, len)];
     let is_send = matches!(op, WrOp::Send);
     if is_send {
         let qb = p.qb;
-        let sge = p.sge_b(0, 4096);
+        let sge = [p.sge_b(0, 4096)];
         for i in 0..batch {
-            p.net.engines[1]
-                .post_recv(
-                    qb,
-                    &RecvWr {
-                        wr_id: i,
-                        sg_list: vec![sge],
-                    },
-                )
-                .unwrap();
+            p.net.engines[1].post_recv_sges(qb, i, &sge).unwrap();
         }
     }
     for i in 0..batch {
@@ -64,12 +57,12 @@ fn run_batch(
             SendFlags::default()
         };
         p.net.engines[0]
-            .post_send(
+            .post_send_ref(
                 qa,
-                &SendWr {
+                &SendWrRef {
                     wr_id: i,
                     op,
-                    sg_list: vec![s],
+                    sg_list: &s,
                     flags,
                     ud: None,
                 },

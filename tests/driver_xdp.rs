@@ -210,6 +210,30 @@ fn roce_frames_cross_byte_for_byte_between_two_xdp_drivers() {
 }
 
 #[test]
+fn frames_written_into_the_umem_with_send_with_cross_byte_for_byte_in_order() {
+    if !common::privileged_or_skip(
+        "frames_written_into_the_umem_with_send_with_cross_byte_for_byte_in_order",
+    ) {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig::default()).expect("veth link");
+    let mut frames: Vec<Vec<u8>> = [0usize, 1, 3, 64, 1024, 1400]
+        .into_iter()
+        .enumerate()
+        .map(|(i, len)| ipv4_frame(&link, Vlan::None, ROCE_PORT, &roce_payload(i as u8, len)))
+        .collect();
+    // More frames than one kick moves, each with its sequence number.
+    frames.extend((0..1000u32).map(|i| {
+        let mut p = roce_payload(i as u8, 100);
+        p[8..12].copy_from_slice(&i.to_be_bytes());
+        ipv4_frame(&link, Vlan::None, ROCE_PORT, &p)
+    }));
+    let (got, stats) = receive_all(&link, frames.clone(), "xdp-send-with", &[]);
+    assert_eq!(got.len(), frames.len(), "{stats}");
+    assert!(got == frames, "frames differ or are reordered; {stats}");
+}
+
+#[test]
 fn a_burst_larger_than_one_kick_arrives_complete_and_in_order() {
     if !common::privileged_or_skip("a_burst_larger_than_one_kick_arrives_complete_and_in_order") {
         return;
@@ -965,6 +989,34 @@ fn helper() {
             let frames = read_frames();
             for f in &frames {
                 d.send(f).unwrap();
+            }
+            d.flush().unwrap();
+            say(format!("SENT {}", frames.len()));
+        }
+        "xdp-send-with" => {
+            // Each frame written straight into a UMEM frame, after a writer with nothing to
+            // send (its slot must stay free: 1000 frames still fit).
+            let mut d = match open_from_env() {
+                Ok(d) => d,
+                Err(e) => return say(format!("ERROR {e:?}: {e}")),
+            };
+            assert_eq!(d.send_with_room(), d.frame_size() as usize - 256);
+            let frames = read_frames();
+            for f in &frames {
+                assert_eq!(d.send_with(2048, &mut |_| None).unwrap(), None);
+                let mut write = |buf: &mut [u8]| {
+                    assert_eq!(buf.len(), 2048);
+                    buf[..f.len()].copy_from_slice(f);
+                    Some(f.len())
+                };
+                let sent = match d.send_with(2048, &mut write) {
+                    Err(DriverError::TxBusy) => {
+                        d.flush().unwrap();
+                        d.send_with(2048, &mut write)
+                    }
+                    other => other,
+                };
+                assert_eq!(sent.unwrap(), Some(f.len()));
             }
             d.flush().unwrap();
             say(format!("SENT {}", frames.len()));

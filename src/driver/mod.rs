@@ -26,6 +26,16 @@
 //! `recv` a batch, and when there is nothing to do, wait for [`Driver::wait_fd`] to become
 //! readable ([`wait::wait_readable`], with a timeout = the engine's next timer) before going
 //! round again.
+//!
+//! To skip the copy from the engine's buffer into the driver's, transmit with
+//! [`Driver::send_with`]: `driver.send_with(len, &mut |buf| engine.poll_transmit(now, buf))`
+//! lets the engine emit the frame straight into an AF_XDP UMEM frame (for `len` up to
+//! [`Driver::send_with_room`]; `len` = `engine::transmit_buffer_len` of the QPs' path MTU). Receiving
+//! is copy-free already: `recv` hands `on_frame` the frame where the kernel put it (for
+//! AF_XDP, in the UMEM), and the engine copies the payload from there into the MR once.
+//! AF_XDP rings are batched both ways: `send`/`send_with` only queue descriptors and
+//! `flush` submits them to the TX ring at once; `recv` consumes up to a batch of RX
+//! descriptors per ring access and gives the batch back to the fill ring in one submit.
 
 pub mod iface;
 pub mod mem;
@@ -54,6 +64,33 @@ pub trait Driver: Send {
     /// Returns [`DriverError::TxBusy`] when no transmit slot is free even after reclaiming
     /// completed ones: call [`Driver::flush`] and retry later (back-pressure, not a failure).
     fn send(&mut self, frame: &[u8]) -> Result<(), DriverError>;
+
+    /// Queue one frame written by `fill` straight into the driver's transmit buffer: `fill`
+    /// gets a buffer of exactly `max_len` bytes, writes a frame at its start and returns the
+    /// frame's length, or `None` when it has nothing to send (the slot stays free). Returns
+    /// the length queued, or `None` if `fill` sent nothing.
+    ///
+    /// A driver that owns its transmit memory (AF_XDP: a UMEM frame) hands `fill` that
+    /// memory, so the frame is never copied, and calls `fill` only once a slot is reserved:
+    /// [`DriverError::TxBusy`] then means `fill` was not called. The default implementation
+    /// lets `fill` write into a per-thread scratch buffer and passes the frame to
+    /// [`Driver::send`]; if that is busy even after a [`Driver::flush`] the frame is lost
+    /// (returned as `TxBusy`), like a frame lost on the wire.
+    fn send_with(
+        &mut self,
+        max_len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> Result<Option<usize>, DriverError> {
+        send_through_scratch(self, max_len, fill)
+    }
+
+    /// The largest `max_len` for which [`Driver::send_with`] hands `fill` the driver's own
+    /// transmit memory; a larger one goes through a scratch buffer and a copy. AF_XDP: one
+    /// UMEM chunk's room (3840 bytes with 4096-byte chunks: enough for path MTU 2048 frames,
+    /// not for 4096, which span two chunks). `usize::MAX` for drivers with no such limit.
+    fn send_with_room(&self) -> usize {
+        usize::MAX
+    }
 
     /// Push queued frames to the wire (AF_XDP: kick the kernel when it asked for a wakeup).
     fn flush(&mut self) -> Result<(), DriverError>;
@@ -85,6 +122,16 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     fn send(&mut self, frame: &[u8]) -> Result<(), DriverError> {
         (**self).send(frame)
     }
+    fn send_with(
+        &mut self,
+        max_len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> Result<Option<usize>, DriverError> {
+        (**self).send_with(max_len, fill)
+    }
+    fn send_with_room(&self) -> usize {
+        (**self).send_with_room()
+    }
     fn flush(&mut self) -> Result<(), DriverError> {
         (**self).flush()
     }
@@ -104,6 +151,41 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     fn xdp_stats(&self) -> Option<XdpStats> {
         (**self).xdp_stats()
     }
+}
+
+thread_local! {
+    /// The frame buffer of [`send_through_scratch`], kept per thread so that sending
+    /// through it does not allocate after the first frame.
+    static TX_SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// [`Driver::send_with`] for drivers without their own transmit memory: `fill` writes into a
+/// reused buffer and the frame goes to [`Driver::send`] (flushing once if that is busy).
+pub fn send_through_scratch<D: Driver + ?Sized>(
+    driver: &mut D,
+    max_len: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+) -> Result<Option<usize>, DriverError> {
+    // Taken out of the cell while in use: a nested call simply gets a new buffer.
+    let mut buf = TX_SCRATCH.take();
+    if buf.len() < max_len {
+        buf.resize(max_len, 0);
+    }
+    let result = match fill(&mut buf[..max_len]) {
+        None => Ok(None),
+        Some(len) if len > max_len => Err(DriverError::InvalidFrame {
+            reason: format!("the frame writer reported {len} bytes in a {max_len}-byte buffer"),
+        }),
+        Some(len) => match driver.send(&buf[..len]) {
+            Err(DriverError::TxBusy) => driver
+                .flush()
+                .and_then(|()| driver.send(&buf[..len]))
+                .map(|()| Some(len)),
+            other => other.map(|()| Some(len)),
+        },
+    };
+    TX_SCRATCH.set(buf);
+    result
 }
 
 /// What the driver knows about one received frame.

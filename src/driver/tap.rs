@@ -155,6 +155,36 @@ impl<D: Driver> Driver for PcapTap<D> {
         Ok(())
     }
 
+    fn send_with(
+        &mut self,
+        max_len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> Result<Option<usize>, DriverError> {
+        let PcapTap {
+            inner,
+            pcap,
+            file,
+            stats,
+            ..
+        } = self;
+        let capturing = file.is_some();
+        // Recorded from the driver's own buffer as soon as it is written.
+        inner.send_with(max_len, &mut |buf| {
+            let len = fill(buf)?;
+            if capturing {
+                if let Some(frame) = buf.get(..len) {
+                    record(pcap, frame);
+                    stats.sent += 1;
+                }
+            }
+            Some(len)
+        })
+    }
+
+    fn send_with_room(&self) -> usize {
+        self.inner.send_with_room()
+    }
+
     fn flush(&mut self) -> Result<(), DriverError> {
         let result = self.inner.flush();
         if self.last_write_out.elapsed() >= WRITE_OUT_EVERY || self.buffered() >= WRITE_OUT_BYTES {

@@ -131,22 +131,28 @@ fn progressed(qp: &mut Qp, now: Instant) {
 /// The oldest WQE is done: complete it (if signaled) and consider every PSN it used
 /// acknowledged.
 fn complete_front(qp: &mut Qp, sh: &mut DeviceState) {
-    if let Some(wqe) = qp.sq.pop_front() {
-        if wqe.signaled {
-            let wc = requester::wc_for(qp, &wqe, WcStatus::Success);
-            let cq = qp.send_cq;
-            super::cq::post(qp, sh, cq, wc, false);
-        }
-        if qp.req.send_idx > 0 {
-            qp.req.send_idx -= 1;
-        } else {
-            qp.req.send_pkt = 0;
-        }
-        if let Some(last) = wqe.last_psn() {
-            advance_una(qp, last.wrapping_add(1));
-        }
-        check_sq_drained(qp, sh);
+    // Read in place, then dropped: popping it into a local moved the whole WQE.
+    let Some(wqe) = qp.sq.front() else {
+        return;
+    };
+    let wc = wqe
+        .signaled
+        .then(|| requester::wc_for(qp, wqe, WcStatus::Success));
+    let last = wqe.last_psn();
+    qp.sq.pop_front();
+    if let Some(wc) = wc {
+        let cq = qp.send_cq;
+        super::cq::post(qp, sh, cq, wc, false);
     }
+    if qp.req.send_idx > 0 {
+        qp.req.send_idx -= 1;
+    } else {
+        qp.req.send_pkt = 0;
+    }
+    if let Some(last) = last {
+        advance_una(qp, last.wrapping_add(1));
+    }
+    check_sq_drained(qp, sh);
 }
 
 fn advance_una(qp: &mut Qp, to: Psn) -> bool {

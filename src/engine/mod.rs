@@ -92,6 +92,13 @@ pub const MAX_FRAME_LEN: usize = 18 + 40 + 8 + 12 + 28 + 4096 + 3 + 4;
 /// Header bytes a frame may need beyond its payload (see [`MAX_FRAME_LEN`]).
 const MAX_FRAME_OVERHEAD: usize = MAX_FRAME_LEN - 4096;
 
+/// The buffer [`Engine::poll_transmit`] needs when no QP's path MTU exceeds `mtu`: what to
+/// ask a driver's `send_with` for, so that the frame can be written straight into its
+/// transmit memory (a larger buffer is never needed; a smaller one is refused).
+pub fn transmit_buffer_len(mtu: Mtu) -> usize {
+    mtu.bytes() as usize + MAX_FRAME_OVERHEAD
+}
+
 /// rxe: at most 128 unacknowledged PSNs per QP.
 pub const MAX_UNACKED_PSNS: i32 = 128;
 
@@ -172,9 +179,11 @@ pub struct Engine {
     next_qpn: u32,
     /// QPs that may have a packet to send, round robin.
     tx_list: VecDeque<u32>,
-    /// The QP of the frame the last `poll_transmit` returned, with its UD completion (for
-    /// `report_send_failure`).
-    last_tx: Option<(u32, Option<(Wc, bool)>)>,
+    /// The QP of the frame the last `poll_transmit` returned (for `report_send_failure`).
+    last_tx: Option<u32>,
+    /// The UD completion of that frame, if it was a UD send (kept apart so that an RC
+    /// frame stores one word, not a `Wc`, on every transmit).
+    last_tx_ud: Option<(Wc, bool)>,
     /// Each QP's next timer deadline, earliest first. Every entry point that may change a
     /// QP's deadlines calls [`Engine::sync_timer`] for it afterwards.
     timers: TimerQueue,
@@ -204,6 +213,7 @@ impl Engine {
             next_qpn: 0x11,
             tx_list: VecDeque::new(),
             last_tx: None,
+            last_tx_ud: None,
             timers: TimerQueue::default(),
             expired: Vec::new(),
             timer_visits: 0,

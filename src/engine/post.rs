@@ -2,13 +2,18 @@
 //! it (or complete it at once with a flush error in ERR).
 use super::qp::RecvWqe;
 use super::transmit::schedule;
-use super::types::{Access, EngineError, QpState, RecvWr, SendWr, WcStatus};
+use super::types::{Access, EngineError, QpState, RecvWr, SendWr, SendWrRef, Sge, WcStatus};
 use super::{requester, responder, Engine};
 
 impl Engine {
     /// Post a send WR. Errors are API misuse (bad state, full queue, bad SGE); remote
     /// failures arrive later as completion statuses.
     pub fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<(), EngineError> {
+        self.post_send_ref(qpn, &wr.borrowed())
+    }
+
+    /// [`Engine::post_send`] with the SGE list borrowed (no `Vec` needed per WR).
+    pub fn post_send_ref(&mut self, qpn: u32, wr: &SendWrRef<'_>) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         let state = qp.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
@@ -44,6 +49,16 @@ impl Engine {
 
     /// Post a receive WR.
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), EngineError> {
+        self.post_recv_sges(qpn, wr.wr_id, &wr.sg_list)
+    }
+
+    /// [`Engine::post_recv`] with the SGE list borrowed (no `Vec` needed per WR).
+    pub fn post_recv_sges(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        sg_list: &[Sge],
+    ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         if qp.state() == QpState::Reset {
             return Err(EngineError::BadState {
@@ -54,21 +69,21 @@ impl Engine {
         if qp.rq.len() >= qp.caps.max_recv_wr as usize {
             return Err(EngineError::QueueFull("receive"));
         }
-        if wr.sg_list.len() > qp.caps.max_recv_sge as usize {
+        if sg_list.len() > qp.caps.max_recv_sge as usize {
             return Err(EngineError::InvalidWr(format!(
                 "{} SGEs > max_recv_sge {}",
-                wr.sg_list.len(),
+                sg_list.len(),
                 qp.caps.max_recv_sge
             )));
         }
         let len = self
             .sh
             .mrs
-            .check_sges(qp.pd, &wr.sg_list, Access::LOCAL_WRITE)
+            .check_sges(qp.pd, sg_list, Access::LOCAL_WRITE)
             .map_err(|f| EngineError::InvalidWr(format!("receive SGE: {f:?}")))?;
         let wqe = RecvWqe {
-            wr_id: wr.wr_id,
-            sges: wr.sg_list.as_slice().into(),
+            wr_id,
+            sges: sg_list.into(),
             len,
         };
         if qp.state() == QpState::Err {

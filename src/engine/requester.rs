@@ -13,12 +13,16 @@ use super::time::Instant;
 use super::timers::local_ack_timeout;
 use super::transmit::OutPacket;
 use super::types::{
-    Access, EngineError, QpState, QpType, SendFlags, SendWr, Sge, Wc, WcStatus, WrOp,
+    Access, EngineError, QpState, QpType, SendFlags, SendWrRef, Sge, Wc, WcStatus, WrOp,
 };
 use super::{DeviceState, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
 
 /// Check a send WR and turn it into a WQE (inline data copied now).
-pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe, EngineError> {
+pub(crate) fn make_wqe(
+    qp: &Qp,
+    sh: &DeviceState,
+    wr: &SendWrRef<'_>,
+) -> Result<SendWqe, EngineError> {
     let bad = |s: String| Err(EngineError::InvalidWr(s));
     match (qp.qp_type, &wr.op) {
         (QpType::Ud, WrOp::Send | WrOp::SendWithImm { .. }) => {
@@ -40,7 +44,7 @@ pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe
     }
     let total = sh
         .mrs
-        .check_sges(qp.pd, &wr.sg_list, need)
+        .check_sges(qp.pd, wr.sg_list, need)
         .map_err(|f| EngineError::InvalidWr(format!("SGE: {f:?}")))?;
     if total > super::responder::MAX_MESSAGE_LEN {
         return bad(format!(
@@ -68,7 +72,7 @@ pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe
             ));
         }
         let mut data = vec![0; len as usize];
-        if !sh.mrs.gather(&wr.sg_list, 0, &mut data) {
+        if !sh.mrs.gather(wr.sg_list, 0, &mut data) {
             return bad("inline SGE not readable".into());
         }
         Some(data)
@@ -81,7 +85,7 @@ pub(crate) fn make_wqe(qp: &Qp, sh: &DeviceState, wr: &SendWr) -> Result<SendWqe
         sges: if inline {
             (&[][..]).into()
         } else {
-            wr.sg_list.as_slice().into()
+            wr.sg_list.into()
         },
         inline: inline_data,
         signaled: qp.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
@@ -413,12 +417,20 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     if sh.scratch.len() < plen {
         sh.scratch.resize(plen, 0);
     }
+    let mut payload_mr = None;
     let ok = match &wqe.inline {
         Some(data) => {
             sh.scratch[..plen].copy_from_slice(data);
             true
         }
-        None => sh.mrs.gather(&wqe.sges, 0, &mut sh.scratch[..plen]),
+        None => match single_sge_span(&wqe.sges, 0, plen as u64) {
+            // Contiguous in one MR: emitted straight from it, as for RC.
+            Some((key, va)) => {
+                payload_mr = Some((key, va));
+                sh.mrs.slice(key, va, plen as u64).is_some()
+            }
+            None => sh.mrs.gather(&wqe.sges, 0, &mut sh.scratch[..plen]),
+        },
     };
     if !ok {
         let wc = wc_for(qp, &wqe, WcStatus::LocProtErr);
@@ -448,6 +460,7 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     }
     pkt.solicited = wqe.solicited;
     pkt.payload_len = plen;
+    pkt.payload_mr = payload_mr;
     // Pushed by poll_transmit once the frame is emitted (with an error if it cannot be).
     let mut wc = wc_for(qp, &wqe, WcStatus::Success);
     wc.src_qp = dest.remote_qpn;

@@ -103,11 +103,15 @@ impl TimerQueue {
     /// as many as live ones (so the heap stays O(QPs) however often timers are re-armed).
     fn prune(&mut self) {
         if self.heap.len() > 2 * self.armed.len() + 32 {
-            let live = self
-                .armed
-                .iter()
-                .map(|(&qpn, &(at, seq))| Reverse((at, seq, qpn)));
-            self.heap = live.collect();
+            // Rebuilt in the heap's own storage: no allocation on this path.
+            let mut entries = std::mem::take(&mut self.heap).into_vec();
+            entries.clear();
+            entries.extend(
+                self.armed
+                    .iter()
+                    .map(|(&qpn, &(at, seq))| Reverse((at, seq, qpn))),
+            );
+            self.heap = BinaryHeap::from(entries);
             return;
         }
         while let Some(Reverse(top)) = self.heap.peek() {

@@ -63,11 +63,15 @@ impl OutPacket {
 
 impl Engine {
     /// Write the next frame to send into `buf` (at least
-    /// [`MAX_FRAME_LEN`](super::MAX_FRAME_LEN) bytes, or the QP's path MTU plus 132) and
+    /// [`MAX_FRAME_LEN`](super::MAX_FRAME_LEN) bytes, or
+    /// [`transmit_buffer_len`](super::transmit_buffer_len) of the largest path MTU in use) and
     /// return its length, or `None` if nothing is to be sent.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.last_tx = None;
+        if self.last_tx_ud.is_some() {
+            self.last_tx_ud = None;
+        }
         let mut budget = self.tx_list.len();
         while budget > 0 {
             budget -= 1;
@@ -81,10 +85,15 @@ impl Engine {
                 schedule(&mut self.tx_list, qp);
                 return None;
             }
-            let (pkt, is_request) = match responder::next_response(qp, &mut self.sh) {
-                Some(p) => (p, false),
+            // Not a (packet, bool) tuple: that moved the whole OutPacket once more.
+            let mut is_request = false;
+            let pkt = match responder::next_response(qp, &mut self.sh) {
+                Some(p) => p,
                 None => match requester::next_request(qp, &mut self.sh, now) {
-                    Some(p) => (p, true),
+                    Some(p) => {
+                        is_request = true;
+                        p
+                    }
                     None => {
                         Engine::sync_timer(&mut self.timers, qp);
                         continue;
@@ -100,7 +109,10 @@ impl Engine {
                         let cq = qp.send_cq;
                         cq::post(qp, &mut self.sh, cq, wc, false);
                     }
-                    self.last_tx = Some((qpn, pkt.ud_completion));
+                    self.last_tx = Some(qpn);
+                    if pkt.ud_completion.is_some() {
+                        self.last_tx_ud = pkt.ud_completion;
+                    }
                     Engine::sync_timer(&mut self.timers, qp);
                     if has_tx_work(qp) {
                         schedule(&mut self.tx_list, qp);
@@ -134,7 +146,8 @@ impl Engine {
     /// wire. Either way it is counted in
     /// [`Counters::emit_failed`](super::Counters::emit_failed) with its cause.
     pub fn report_send_failure(&mut self, reason: &str) {
-        let Some((qpn, ud_completion)) = self.last_tx.take() else {
+        let ud_completion = self.last_tx_ud.take();
+        let Some(qpn) = self.last_tx.take() else {
             return;
         };
         self.sh.counters.emit_failed += 1;

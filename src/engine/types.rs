@@ -501,6 +501,35 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
 }
 
+impl SendWr {
+    /// The WR with its SGE list borrowed, as [`Engine::post_send_ref`](super::Engine::post_send_ref) takes it.
+    pub fn borrowed(&self) -> SendWrRef<'_> {
+        SendWrRef {
+            wr_id: self.wr_id,
+            op: self.op,
+            sg_list: &self.sg_list,
+            flags: self.flags,
+            ud: self.ud,
+        }
+    }
+}
+
+/// A send work request whose SGE list is borrowed: posting it through
+/// [`Engine::post_send_ref`](super::Engine::post_send_ref) needs no `Vec` per WR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWrRef<'a> {
+    /// Caller's id, returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: WrOp,
+    /// Local data (gathered for SEND/WRITE, scattered into for READ/atomics).
+    pub sg_list: &'a [Sge],
+    /// Flags.
+    pub flags: SendFlags,
+    /// UD only: where to send.
+    pub ud: Option<UdDest>,
+}
+
 /// A receive work request (`ibv_recv_wr`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecvWr {

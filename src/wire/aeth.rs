@@ -246,6 +246,7 @@ pub struct AethRepr {
 
 impl AethRepr {
     /// Reads an AETH.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(v: &Aeth<T>) -> Result<AethRepr> {
         v.check_len()?;
         Ok(AethRepr {
@@ -258,6 +259,7 @@ impl AethRepr {
         AETH_LEN
     }
     /// Writes both fields.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Aeth<T>) {
         v.set_syndrome(self.syndrome);
         v.set_msn(self.msn);

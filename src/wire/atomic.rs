@@ -115,6 +115,7 @@ pub struct AtomicEthRepr {
 
 impl AtomicEthRepr {
     /// Reads an AtomicETH.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(v: &AtomicEth<T>) -> Result<AtomicEthRepr> {
         v.check_len()?;
         Ok(AtomicEthRepr {
@@ -129,6 +130,7 @@ impl AtomicEthRepr {
         ATOMIC_ETH_LEN
     }
     /// Writes every field.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut AtomicEth<T>) {
         v.set_va(self.va);
         v.set_rkey(self.rkey);
@@ -188,6 +190,7 @@ pub struct AtomicAckEthRepr {
 
 impl AtomicAckEthRepr {
     /// Reads an AtomicAckETH.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(v: &AtomicAckEth<T>) -> Result<AtomicAckEthRepr> {
         v.check_len()?;
         Ok(AtomicAckEthRepr {
@@ -199,6 +202,7 @@ impl AtomicAckEthRepr {
         ATOMIC_ACK_ETH_LEN
     }
     /// Writes the field.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut AtomicAckEth<T>) {
         v.set_orig_data(self.orig_data);
     }

@@ -198,6 +198,7 @@ pub struct BthRepr {
 impl BthRepr {
     /// Reads a BTH. Rejects TVer != 0 (IBTA 9.2: only version 0 is defined; rxe drops others). Reserved bits
     /// are ignored.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(bth: &Bth<T>) -> Result<BthRepr> {
         bth.check_len()?;
         if bth.tver() != 0 {
@@ -225,6 +226,7 @@ impl BthRepr {
 
     /// Writes every field (reserved bits zero). Fields wider than the wire are truncated;
     /// [`PacketRepr::emit`](super::PacketRepr::emit) checks them first.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, bth: &mut Bth<T>) {
         bth.set_opcode(self.opcode);
         bth.buffer.as_mut()[field::FLAGS] = 0;

@@ -87,6 +87,7 @@ pub struct DethRepr {
 
 impl DethRepr {
     /// Reads a DETH (the reserved byte is ignored).
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(v: &Deth<T>) -> Result<DethRepr> {
         v.check_len()?;
         Ok(DethRepr {
@@ -99,6 +100,7 @@ impl DethRepr {
         DETH_LEN
     }
     /// Writes every field (reserved byte zero).
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Deth<T>) {
         v.set_qkey(self.qkey);
         v.set_src_qp(self.src_qp);

@@ -36,9 +36,14 @@ pub const IPV4_VARIANT_BYTES: [usize; 4] = [1, 8, 10, 11];
 /// UDP checksum and BTH byte 4.
 pub const UDP_BTH_VARIANT_BYTES: [usize; 3] = [6, 7, 8 + 4];
 
-/// A hasher that has already consumed the eight `0xFF` LRH stand-in bytes.
+/// A hasher that has already consumed the eight `0xFF` LRH stand-in bytes. Cloned from one
+/// made once: `Hasher::new_with_initial` detects the CPU's CRC instructions on every call,
+/// which cost as much as masking the headers.
 fn start() -> Hasher {
-    Hasher::new_with_initial(CRC_OF_LRH_STANDIN)
+    static PROTOTYPE: std::sync::OnceLock<Hasher> = std::sync::OnceLock::new();
+    PROTOTYPE
+        .get_or_init(|| Hasher::new_with_initial(CRC_OF_LRH_STANDIN))
+        .clone()
 }
 
 /// Bytes from the IP header on that are copied to the stack and masked before hashing: the
@@ -47,13 +52,15 @@ fn start() -> Hasher {
 /// CRC call; each call ends in a fixed-cost reduction that dominates at these sizes.
 const HEAD_LEN: usize = 128;
 
-/// ICRC over `ip` (the IP header, already masked, at most 60 bytes) followed by
-/// `udp_datagram` with the UDP checksum and BTH byte 4 masked. Whatever of the datagram
-/// does not fit in the stack copy is hashed in place, so this never allocates.
-fn icrc_masked_ip(ip: &[u8], udp_datagram: &[u8]) -> u32 {
+/// ICRC over the IP header (at most 60 bytes), masked by `mask_ip`, followed by
+/// `udp_datagram` with the UDP checksum and BTH byte 4 masked. The headers (and as much of the
+/// datagram as fits, all of a small packet) are copied once into a stack buffer and masked
+/// there; the rest is hashed in place, so this never allocates.
+fn icrc_masked(ip_header: &[u8], mask_ip: fn(&mut [u8]), udp_datagram: &[u8]) -> u32 {
     let mut head = [0u8; HEAD_LEN];
-    let ip_len = ip.len();
-    head[..ip_len].copy_from_slice(ip);
+    let ip_len = ip_header.len();
+    head[..ip_len].copy_from_slice(ip_header);
+    mask_ip(&mut head[..ip_len]);
     let udp_head = udp_datagram.len().min(HEAD_LEN - ip_len);
     head[ip_len..ip_len + udp_head].copy_from_slice(&udp_datagram[..udp_head]);
     for i in UDP_BTH_VARIANT_BYTES {
@@ -72,35 +79,33 @@ fn icrc_masked_ip(ip: &[u8], udp_datagram: &[u8]) -> u32 {
 /// `ip_header` is the IPv4 header (20-60 bytes, as on the wire); `udp_datagram` is the UDP
 /// header and everything after it up to, but not including, the ICRC.
 pub fn icrc_ipv4(ip_header: &[u8], udp_datagram: &[u8]) -> u32 {
-    let len = ip_header.len().min(60);
-    let mut ip = [0u8; 60];
-    ip[..len].copy_from_slice(&ip_header[..len]);
-    for i in IPV4_VARIANT_BYTES {
-        if i < len {
-            ip[i] = 0xFF;
+    fn mask(ip: &mut [u8]) {
+        for i in IPV4_VARIANT_BYTES {
+            if let Some(b) = ip.get_mut(i) {
+                *b = 0xFF;
+            }
         }
     }
-    icrc_masked_ip(&ip[..len], udp_datagram)
+    icrc_masked(&ip_header[..ip_header.len().min(60)], mask, udp_datagram)
 }
 
 /// ICRC of a RoCEv2 packet carried over IPv6.
 ///
 /// `ip_header` is the 40-byte IPv6 header; `udp_datagram` as for [`icrc_ipv4`].
 pub fn icrc_ipv6(ip_header: &[u8], udp_datagram: &[u8]) -> u32 {
-    let len = ip_header.len().min(40);
-    let mut ip = [0u8; 40];
-    ip[..len].copy_from_slice(&ip_header[..len]);
-    // Version (high nibble of byte 0) stays; traffic class and flow label (the next 28
-    // bits) and the hop limit (byte 7) become ones.
-    if len > 0 {
-        ip[0] |= 0x0F;
-    }
-    for i in [1, 2, 3, 7] {
-        if i < len {
-            ip[i] = 0xFF;
+    fn mask(ip: &mut [u8]) {
+        // Version (high nibble of byte 0) stays; traffic class and flow label (the next 28
+        // bits) and the hop limit (byte 7) become ones.
+        if let Some(b) = ip.first_mut() {
+            *b |= 0x0F;
+        }
+        for i in [1, 2, 3, 7] {
+            if let Some(b) = ip.get_mut(i) {
+                *b = 0xFF;
+            }
         }
     }
-    icrc_masked_ip(&ip[..len], udp_datagram)
+    icrc_masked(&ip_header[..ip_header.len().min(40)], mask, udp_datagram)
 }
 
 /// ICRC of a packet being built: `packet` runs from the IP header (IPv4 without options or
@@ -112,25 +117,27 @@ pub(crate) fn icrc_in_place(packet: &mut [u8], ip_len: usize) -> u32 {
     const V4: [usize; 7] = [1, 8, 10, 11, 20 + 6, 20 + 7, 20 + 8 + 4];
     const V6: [usize; 7] = [1, 2, 3, 7, 40 + 6, 40 + 7, 40 + 8 + 4];
     let (positions, v6) = if ip_len == 20 {
-        (&V4, false)
+        (V4, false)
     } else {
-        (&V6, true)
+        (V6, true)
     };
-    let byte0 = packet[0];
-    let mut saved = [0u8; 7];
-    for (s, &i) in saved.iter_mut().zip(positions) {
-        *s = packet[i];
-        packet[i] = 0xFF;
+    // One bounds check for all the variant bytes (the last is the furthest), not one each.
+    let head = &mut packet[..positions[6] + 1];
+    let byte0 = head[0];
+    let saved = positions.map(|i| head[i]);
+    for i in positions {
+        head[i] = 0xFF;
     }
     if v6 {
-        packet[0] = byte0 | 0x0F;
+        head[0] = byte0 | 0x0F;
     }
     let mut h = start();
     h.update(packet);
-    for (s, &i) in saved.iter().zip(positions) {
-        packet[i] = *s;
+    let head = &mut packet[..positions[6] + 1];
+    for (s, i) in saved.into_iter().zip(positions) {
+        head[i] = s;
     }
-    packet[0] = byte0;
+    head[0] = byte0;
     h.finalize()
 }
 

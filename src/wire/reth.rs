@@ -97,6 +97,7 @@ pub struct RethRepr {
 
 impl RethRepr {
     /// Reads a RETH.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(v: &Reth<T>) -> Result<RethRepr> {
         v.check_len()?;
         Ok(RethRepr {
@@ -110,6 +111,7 @@ impl RethRepr {
         RETH_LEN
     }
     /// Writes every field.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, v: &mut Reth<T>) {
         v.set_va(self.va);
         v.set_rkey(self.rkey);

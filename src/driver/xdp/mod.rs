@@ -750,6 +750,59 @@ impl Driver for XdpDriver {
         Ok(())
     }
 
+    fn send_with(
+        &mut self,
+        max_len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> Result<Option<usize>, DriverError> {
+        if max_len > self.chunk_room {
+            // A frame that may span several chunks (multi-buffer) is split by `send`.
+            return super::send_through_scratch(self, max_len, fill);
+        }
+        if self.tx_free.is_empty() {
+            self.reclaim();
+        }
+        if self.tx_free.is_empty() {
+            self.flush()?;
+            self.reclaim();
+        }
+        let Some(mut desc) = self.tx_free.pop() else {
+            return Err(DriverError::TxBusy);
+        };
+        // Safety: `desc` is a free TX descriptor of this UMEM (from the initial split or the
+        // completion ring), so neither the kernel nor anything else uses its memory.
+        let mut data = unsafe { self.umem.data_mut(&mut desc) };
+        // The segment's length is the cursor's position: open `max_len` bytes (at most one
+        // chunk's room, checked above) for `fill`, then cut them to the frame's length.
+        data.cursor().set_pos(max_len);
+        let written = fill(data.contents_mut());
+        let len = match written {
+            Some(len) if len > 0 && len <= max_len => len,
+            Some(len) => {
+                data.cursor().set_pos(0);
+                self.tx_free.push(desc);
+                return Err(DriverError::InvalidFrame {
+                    reason: format!(
+                        "the frame writer reported {len} bytes in a {max_len}-byte buffer"
+                    ),
+                });
+            }
+            None => {
+                data.cursor().set_pos(0);
+                self.tx_free.push(desc);
+                return Ok(None);
+            }
+        };
+        data.cursor().set_pos(len);
+        desc.set_options(0);
+        self.tx_pending.push(desc);
+        Ok(Some(len))
+    }
+
+    fn send_with_room(&self) -> usize {
+        self.chunk_room
+    }
+
     fn flush(&mut self) -> Result<(), DriverError> {
         if !self.tx_pending.is_empty() {
             // Safety: the pending descriptors were written by `send` and are not used again
