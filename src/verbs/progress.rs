@@ -30,7 +30,7 @@ use std::sync::{Arc, TryLockError};
 use std::time::Duration;
 
 use crate::driver::{wait_readable, Driver, DriverError};
-use crate::engine::{Engine, Event, Instant, MAX_FRAME_LEN};
+use crate::engine::{transmit_buffer_len, Engine, Event, Instant, Mtu, MAX_FRAME_LEN};
 
 use super::device::{drain, lock, DeviceState, ProgressMode};
 
@@ -77,6 +77,11 @@ pub(crate) struct Progress {
     driver: Box<dyn Driver>,
     /// Frames handed to the driver since its last flush.
     unflushed: usize,
+    /// The buffer to ask `Driver::send_with` for (0: the driver has no transmit memory of
+    /// its own, or too little for any frame; every frame is copied from `buf`).
+    direct_room: usize,
+    /// The last round found no free transmit frame for `send_with`.
+    tx_blocked: bool,
     buf: Vec<u8>,
     backlog: VecDeque<Vec<u8>>,
     events: Vec<Event>,
@@ -101,6 +106,15 @@ impl Progress {
         Progress {
             buf: vec![0u8; MAX_FRAME_LEN.max(info.max_frame)],
             unflushed: 0,
+            direct_room: {
+                let room = driver.send_with_room();
+                if room == usize::MAX || room < transmit_buffer_len(Mtu::Mtu256) {
+                    0
+                } else {
+                    room.min(MAX_FRAME_LEN)
+                }
+            },
+            tx_blocked: false,
             backlog: VecDeque::new(),
             events: Vec::new(),
             last_stats: Instant::ZERO,
@@ -145,7 +159,9 @@ impl Progress {
         shared.dispatch(self.events.drain(..));
         let flush_now = match flush {
             Flush::Always => true,
-            Flush::Batched => self.unflushed >= POST_FLUSH_BATCH || !self.backlog.is_empty(),
+            Flush::Batched => {
+                self.unflushed >= POST_FLUSH_BATCH || !self.backlog.is_empty() || self.tx_blocked
+            }
         };
         if flush_now {
             self.unflushed = 0;
@@ -155,7 +171,7 @@ impl Progress {
                 }
             }
         }
-        if !self.backlog.is_empty() {
+        if !self.backlog.is_empty() || self.tx_blocked {
             let soon = now.checked_add(SHORT_WAIT).unwrap_or(now);
             outcome.next_wanted = Some(outcome.next_wanted.map_or(soon, |t| t.min(soon)));
         }
@@ -211,7 +227,39 @@ impl Progress {
             }
         }
         let mut sent = 0;
+        self.tx_blocked = false;
         while self.backlog.is_empty() && sent < TX_BATCH {
+            // Straight into the driver's transmit memory (AF_XDP: a UMEM frame) when the
+            // frame fits there: the engine's one copy out of the MR is the only copy.
+            if self.direct_room > 0 {
+                let written = self.driver.send_with(self.direct_room, &mut |frame| {
+                    let len = engine.poll_transmit(now, frame)?;
+                    shared.record(true, &frame[..len]);
+                    Some(len)
+                });
+                match written {
+                    Ok(Some(_)) => {
+                        sent += 1;
+                        self.unflushed += 1;
+                        shared.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    // Nothing to send, or a frame larger than the room (path MTU 4096 on
+                    // 4 KiB chunks): the copy path below takes it.
+                    Ok(None) => {}
+                    // No free frame: nothing was written; try again next round.
+                    Err(DriverError::TxBusy) => {
+                        self.tx_blocked = true;
+                        break;
+                    }
+                    Err(e) => {
+                        sent += 1;
+                        shared.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
+                        engine.report_send_failure(&e.to_string());
+                        continue;
+                    }
+                }
+            }
             let Some(len) = engine.poll_transmit(now, &mut self.buf) else {
                 break;
             };
