@@ -78,22 +78,7 @@ fn run_batch(
 
 fn bench(c: &mut Criterion) {
     const BATCH: u64 = 128;
-    let mut wcs = vec![
-        Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm_data: None,
-            invalidated_rkey: None,
-            qp_num: 0,
-            src_qp: 0,
-            grh_present: false,
-            sender_ip: None,
-            sender_mac: None,
-        };
-        256
-    ];
+    let mut wcs = vec![Wc::EMPTY; 256];
     let mut bufs = (vec![0u8; MAX_FRAME_LEN], vec![0u8; MAX_FRAME_LEN]);
 
     let mut g = c.benchmark_group("engine");

@@ -77,19 +77,7 @@ struct Run {
 
 impl Run {
     fn new(mtu: Mtu) -> Run {
-        let wc = Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm_data: None,
-            invalidated_rkey: None,
-            qp_num: 0,
-            src_qp: 0,
-            grh_present: false,
-            sender_ip: None,
-            sender_mac: None,
-        };
+        let wc = Wc::EMPTY;
         Run {
             pair: Pair::new(PairOptions {
                 depth: 1024,

@@ -9,20 +9,6 @@ use std::time::{Duration, Instant};
 use xroce::verbs::*;
 
 const WAIT: Duration = Duration::from_secs(30);
-/// What a completion array holds before the first poll.
-const BLANK: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm_data: None,
-    invalidated_rkey: None,
-    qp_num: 0,
-    src_qp: 0,
-    grh_present: false,
-    sender_ip: None,
-    sender_mac: None,
-};
 
 struct Side {
     dev: Device,
@@ -213,7 +199,7 @@ fn work_posted_while_another_thread_holds_the_token_is_never_left_behind() {
             });
             scope.spawn(move || {
                 let mut done = 0u64;
-                let mut wcs = [BLANK; 32];
+                let mut wcs = [Wc::EMPTY; 32];
                 let deadline = Instant::now() + WAIT;
                 for i in 0..MESSAGES {
                     // At most 64 messages not yet taken by the receiver, which keeps 128
@@ -260,7 +246,7 @@ fn a_thread_that_stops_polling_hands_progress_back() {
     connect(&a, &b);
     post_recv(&b, 1);
     let until = Instant::now() + Duration::from_millis(20);
-    let mut wcs = [BLANK; 4];
+    let mut wcs = [Wc::EMPTY; 4];
     while Instant::now() < until {
         assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
     }

@@ -634,6 +634,24 @@ pub struct Wc {
     pub sender_mac: Option<[u8; 6]>,
 }
 
+impl Wc {
+    /// A completion array's contents before the first poll fills it (`poll_cq` takes
+    /// `&mut [Wc]`).
+    pub const EMPTY: Wc = Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: None,
+        invalidated_rkey: None,
+        qp_num: 0,
+        src_qp: 0,
+        grh_present: false,
+        sender_ip: None,
+        sender_mac: None,
+    };
+}
+
 /// Asynchronous events for a completion channel or an async-event fd.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {

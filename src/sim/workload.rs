@@ -24,8 +24,8 @@ use serde::Serialize;
 use super::{LinkConfig, LinkStats, Network};
 use crate::engine::{
     Access, AddressVector, Counters, CqId, Engine, EngineConfig, Instant, MrInfo, Mtu, QpAttr,
-    QpAttrMask as M, QpCaps, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Wc, WcOpcode,
-    WcStatus, WrOp,
+    QpAttrMask as M, QpCaps, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Wc, WcStatus,
+    WrOp,
 };
 
 /// MAC of simulated endpoint A.
@@ -409,22 +409,7 @@ pub fn run(
     let depth = cfg.depth.max(1);
     let mut next_wr_id = 1u64;
     let mut wrong_rkey_pending = cfg.scenario.wrong_rkey_at;
-    let mut wcs = vec![
-        Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm_data: None,
-            invalidated_rkey: None,
-            qp_num: 0,
-            src_qp: 0,
-            grh_present: false,
-            sender_ip: None,
-            sender_mac: None,
-        };
-        64
-    ];
+    let mut wcs = vec![Wc::EMPTY; 64];
     loop {
         // B posts its receive WQEs (now, later, or never).
         let recv_ok = !cfg.scenario.no_recv

@@ -187,21 +187,6 @@ impl VerbsEndpoint {
 /// Completions taken per `Cq::poll` by [`ToolEndpoint::poll`].
 const POLL_BATCH: usize = 32;
 
-/// What a completion array holds before it is polled into.
-const BLANK_WC: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm_data: None,
-    invalidated_rkey: None,
-    qp_num: 0,
-    src_qp: 0,
-    grh_present: false,
-    sender_ip: None,
-    sender_mac: None,
-};
-
 fn tool_wc(wc: &Wc) -> ToolWc {
     let kind = match wc.opcode {
         WcOpcode::Send => WcKind::Send,
@@ -360,7 +345,7 @@ impl ToolEndpoint for VerbsEndpoint {
         }
         // One poll for the rest: one progress round, however many completions it returns
         // (a round per completion would also send an ACK and kick the driver per message).
-        let mut wcs = [BLANK_WC; POLL_BATCH];
+        let mut wcs = [Wc::EMPTY; POLL_BATCH];
         while n < max {
             let want = (max - n).min(POLL_BATCH);
             let got = self.cq.poll(&mut wcs[..want])?;
