@@ -235,6 +235,9 @@ impl ToolEndpoint for CountingWaits {
 
 #[test]
 fn perf_with_events_sleeps_on_the_completion_channel() {
+    // A poll drives progress itself, so a run may find a completion every time it polls and
+    // never need to sleep: the channel must be used in some of the runs, never without -e.
+    let mut slept = Vec::new();
     for kind in [
         TestKind::SendBw,
         TestKind::ReadBw,
@@ -255,10 +258,7 @@ fn perf_with_events_sleeps_on_the_completion_channel() {
         let (srv, cli) = (Arc::<AtomicUsize>::default(), Arc::<AtomicUsize>::default());
         let (_, (client, rows)) = perf_over_counting(opts.clone(), srv.clone(), cli.clone());
         assert_eq!(rows, 1, "{kind:?}\n{client}");
-        assert!(
-            cli.load(Ordering::Relaxed) > 0,
-            "{kind:?}: the client never slept on the channel"
-        );
+        slept.push((kind, cli.load(Ordering::Relaxed)));
         // Without -e the same run never touches the channel.
         opts.events = false;
         let (srv, cli) = (Arc::<AtomicUsize>::default(), Arc::<AtomicUsize>::default());
@@ -269,6 +269,10 @@ fn perf_with_events_sleeps_on_the_completion_channel() {
             "{kind:?}"
         );
     }
+    assert!(
+        slept.iter().filter(|(_, waits)| *waits > 0).count() >= 2,
+        "with -e the clients slept on the channel in fewer than 2 of the runs: {slept:?}"
+    );
     // perftest refuses -e on the WRITE tests; xroce with more than one QP.
     let mut opts = PerfOptions::defaults(TestKind::WriteLat);
     opts.events = true;
