@@ -113,7 +113,16 @@ pub struct DeviceConfig {
     /// type; see [`crate::driver::tap::PcapTap`]). Over AF_XDP this is the only way to
     /// capture: tcpdump on the interface does not see the redirected frames.
     pub pcap: Option<std::path::PathBuf>,
+    /// Engine shards (1..=[`MAX_SHARDS`]): each has its own engine, lock, progress token,
+    /// progress thread and AF_XDP sockets (on the receive queues `q` with
+    /// `q % shards == shard`), so threads that each own a CQ and its QPs do not share a lock.
+    /// A CQ is placed on the shards in turn; a QP lives on its send CQ's shard. AF_XDP
+    /// needs at least this many receive queues (`ethtool -L`); other drivers take only 1.
+    pub shards: u32,
 }
+
+/// Most engine shards a device can have.
+pub const MAX_SHARDS: u32 = 64;
 
 impl Default for DeviceConfig {
     fn default() -> Self {
@@ -126,6 +135,7 @@ impl Default for DeviceConfig {
             trace_frames: 0,
             udp_local_ip: None,
             pcap: None,
+            shards: 1,
         }
     }
 }
@@ -525,6 +535,7 @@ impl Device {
     /// Errors name the cause: a missing or down interface, missing privileges for AF_XDP,
     /// another XDP program attached, no IPv4 address for the UDP driver, ...
     pub fn open(ifname: &str, config: DeviceConfig) -> Result<Device> {
+        check_shards(config.shards)?;
         let mut net = netdev::query(ifname)?;
         if !net.admin_up {
             return Err(crate::driver::DriverError::InterfaceDown {
@@ -909,6 +920,21 @@ impl Device {
             shared.neighbour_timeout,
         )?)
     }
+}
+
+/// A shard count out of range is a typed error.
+fn check_shards(shards: u32) -> Result<()> {
+    if !(1..=MAX_SHARDS).contains(&shards) {
+        return Err(VerbsError::InvalidArgument(format!(
+            "shards {shards}: a device has 1 to {MAX_SHARDS} engine shards"
+        )));
+    }
+    if shards > 1 {
+        return Err(VerbsError::InvalidArgument(format!(
+            "shards {shards}: only one engine shard is built so far"
+        )));
+    }
+    Ok(())
 }
 
 /// The default in-memory link configuration, re-exported for convenience.

@@ -70,7 +70,7 @@ pub use attr::{DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
 pub use device::{
     mem_link_config, Device, DeviceConfig, DeviceIdentity, DriverKind, ProgressMode, ProgressStats,
-    TracedFrame,
+    TracedFrame, MAX_SHARDS,
 };
 pub use error::{Result, VerbsError};
 pub use pd::{AddressHandle, AhAttr, Mr, Pd};
