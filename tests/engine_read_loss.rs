@@ -64,7 +64,7 @@ fn run(n: usize, size: usize, outstanding: u8, loss: f64, seed: u64, limit: Dura
             .enumerate()
             .all(|(i, w)| w.wr_id == i as u64 && w.status == WcStatus::Success);
     let (lkey_a, addr_a) = (p.mr_a.lkey, p.mr_a.addr);
-    let got = p.a().mr_slice(lkey_a, addr_a, n * size).unwrap().to_vec();
+    let got = p.a().mr_to_vec(lkey_a, addr_a, n * size).unwrap();
     let ca = p.a().counters().clone();
     let cb = p.b().counters().clone();
     let o = Outcome {
@@ -373,7 +373,7 @@ fn later_read_is_held_until_the_retried_read_flows() {
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
     let (lkey_a, addr_a) = (p.mr_a.lkey, p.mr_a.addr);
     assert_eq!(
-        p.a().mr_slice(lkey_a, addr_a, 64 * 1024).unwrap(),
+        p.a().mr_to_vec(lkey_a, addr_a, 64 * 1024).unwrap(),
         &data[..64 * 1024]
     );
     let log = log.borrow().clone();

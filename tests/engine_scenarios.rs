@@ -58,7 +58,7 @@ fn read_mem(p: &mut Pair, a_side: bool, offset: u64, len: usize) -> Vec<u8> {
         (p.mr_b.lkey, p.mr_b.addr)
     };
     let e = if a_side { p.a() } else { p.b() };
-    e.mr_slice(lkey, addr + offset, len).unwrap().to_vec()
+    e.mr_to_vec(lkey, addr + offset, len).unwrap()
 }
 
 fn statuses(wcs: &[Wc]) -> Vec<(u64, WcStatus)> {
@@ -993,11 +993,11 @@ fn ud_send_with_grh_and_qkey_checks() {
     assert_eq!(wc.sender_ip, Some(IpAddr::V4(IP_A)));
     assert_eq!(wc.sender_mac, Some(MAC_A));
     assert_eq!(
-        b.mr_slice(mr_b.lkey, mr_b.addr + 40, 15).unwrap(),
+        b.mr_to_vec(mr_b.lkey, mr_b.addr + 40, 15).unwrap(),
         b"hello, datagram"
     );
     // The IPv4 header sits in the last 20 bytes of the GRH: version/IHL byte 0x45.
-    assert_eq!(b.mr_slice(mr_b.lkey, mr_b.addr + 20, 1).unwrap(), &[0x45]);
+    assert_eq!(b.mr_to_vec(mr_b.lkey, mr_b.addr + 20, 1).unwrap(), [0x45]);
     // Sender completions: both sends completed when sent.
     assert_eq!(drain(&mut a, cq_a).len(), 2);
     // No receive WQE left: the next datagram is dropped and counted.

@@ -1,9 +1,10 @@
 //! Completion queues: bounded FIFOs of work completions with an arm flag for notification.
 use std::collections::VecDeque;
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 use super::modify::flush_qp;
 use super::qp::Qp;
-use super::types::{CqId, Event, QpState, Wc};
+use super::types::{CqId, EngineError, Event, QpState, Wc};
 use super::DeviceState;
 
 #[derive(Debug)]
@@ -17,74 +18,96 @@ pub(crate) struct Cq {
     /// 10.10.2.3, "CQ Error": CQEs can no longer be posted to it). What it holds can still be
     /// polled.
     pub error: bool,
+    /// QPs (on any shard) that complete into it: it cannot be destroyed before them.
+    pub qp_refs: u32,
 }
 
+/// The CQs of a device, shared by its engine shards: a QP on any shard may complete into any
+/// CQ. Each CQ has its own lock, so shards completing into different CQs never wait for
+/// each other; the table's lock is written only to create and destroy.
 #[derive(Debug, Default)]
 pub(crate) struct CqTable {
-    pub slots: Vec<Option<Cq>>,
+    slots: RwLock<Vec<Option<Mutex<Cq>>>>,
 }
 
 impl CqTable {
-    pub fn create(&mut self, depth: usize) -> CqId {
-        let cq = Cq {
+    fn read(&self) -> RwLockReadGuard<'_, Vec<Option<Mutex<Cq>>>> {
+        self.slots.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn create(&self, depth: usize) -> CqId {
+        let cq = Mutex::new(Cq {
             entries: VecDeque::with_capacity(depth.min(4096)),
             depth,
             armed: None,
             overruns: 0,
             error: false,
-        };
-        match self.slots.iter().position(|s| s.is_none()) {
+            qp_refs: 0,
+        });
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        match slots.iter().position(|s| s.is_none()) {
             Some(i) => {
-                self.slots[i] = Some(cq);
+                slots[i] = Some(cq);
                 CqId(i as u32)
             }
             None => {
-                self.slots.push(Some(cq));
-                CqId(self.slots.len() as u32 - 1)
+                slots.push(Some(cq));
+                CqId(slots.len() as u32 - 1)
             }
         }
     }
 
-    pub fn get_mut(&mut self, id: CqId) -> Option<&mut Cq> {
-        self.slots.get_mut(id.0 as usize)?.as_mut()
+    /// Runs `f` on the CQ `id`; `None` if there is none. `f` must not touch the table.
+    pub fn with<R>(&self, id: CqId, f: impl FnOnce(&mut Cq) -> R) -> Option<R> {
+        let slots = self.read();
+        let cq = slots.get(id.0 as usize)?.as_ref()?;
+        let mut cq = cq.lock().unwrap_or_else(|p| p.into_inner());
+        Some(f(&mut cq))
     }
 
     pub fn exists(&self, id: CqId) -> bool {
-        matches!(self.slots.get(id.0 as usize), Some(Some(_)))
+        matches!(self.read().get(id.0 as usize), Some(Some(_)))
+    }
+
+    /// Destroys the CQ `id` unless a QP still uses it.
+    pub fn destroy(&self, id: CqId) -> Result<(), EngineError> {
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let Some(Some(cq)) = slots.get_mut(id.0 as usize) else {
+            return Err(EngineError::UnknownCq(id));
+        };
+        if cq.get_mut().unwrap_or_else(|p| p.into_inner()).qp_refs > 0 {
+            return Err(EngineError::InUse("completion queue"));
+        }
+        slots[id.0 as usize] = None;
+        Ok(())
     }
 
     /// Add a completion. Returns false if it was lost: the CQ is full (the first time, it
     /// enters the error state and raises [`Event::CqError`], IBTA 10.10.2.3 affiliated
     /// asynchronous error "CQ Error", caused by a CQ overrun) or already in error. The caller
     /// decides what that means for its QP; live paths use [`post`].
-    pub fn push(
-        &mut self,
-        id: CqId,
-        wc: Wc,
-        solicited: bool,
-        events: &mut VecDeque<Event>,
-    ) -> bool {
-        let Some(cq) = self.get_mut(id) else {
-            return false;
-        };
-        if cq.error {
-            cq.overruns += 1;
-            return false;
-        }
-        if cq.entries.len() >= cq.depth {
-            cq.overruns += 1;
-            cq.error = true;
-            events.push_back(Event::CqError(id));
-            return false;
-        }
-        cq.entries.push_back(wc);
-        if let Some(solicited_only) = cq.armed {
-            if !solicited_only || solicited || wc.status != super::types::WcStatus::Success {
-                cq.armed = None;
-                events.push_back(Event::CqNotify(id));
+    pub fn push(&self, id: CqId, wc: Wc, solicited: bool, events: &mut VecDeque<Event>) -> bool {
+        self.with(id, |cq| {
+            if cq.error {
+                cq.overruns += 1;
+                return false;
             }
-        }
-        true
+            if cq.entries.len() >= cq.depth {
+                cq.overruns += 1;
+                cq.error = true;
+                events.push_back(Event::CqError(id));
+                return false;
+            }
+            cq.entries.push_back(wc);
+            if let Some(solicited_only) = cq.armed {
+                if !solicited_only || solicited || wc.status != super::types::WcStatus::Success {
+                    cq.armed = None;
+                    events.push_back(Event::CqNotify(id));
+                }
+            }
+            true
+        })
+        .unwrap_or(false)
     }
 }
 

@@ -54,6 +54,7 @@
 //! an [`EngineError`].
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 pub mod av;
 mod completer;
@@ -77,6 +78,7 @@ pub mod types;
 pub use counters::{Counters, DropCounters};
 pub use objects::MrInfo;
 pub use time::Instant;
+
 pub use types::*;
 
 use cq::CqTable;
@@ -139,8 +141,10 @@ impl EngineConfig {
 /// `sh`): configuration, memory regions, completion queues, counters, events.
 pub(crate) struct DeviceState {
     pub cfg: EngineConfig,
-    pub mrs: MrTable,
-    pub cqs: CqTable,
+    /// Shared with the other shards of the device, if any.
+    pub mrs: Arc<MrTable>,
+    /// Shared with the other shards of the device, if any.
+    pub cqs: Arc<CqTable>,
     pub counters: Counters,
     pub events: VecDeque<Event>,
     /// Reused buffer for gathering payloads.
@@ -148,6 +152,48 @@ pub(crate) struct DeviceState {
     pub ip_ident: u16,
     /// Why the last frame that could not be emitted failed (see `Counters::emit_failed`).
     pub last_emit_error: Option<String>,
+}
+
+/// Which shard of a device owns the QP `qpn` when the device has `count` shards.
+pub fn shard_of_qpn(qpn: u32, count: u32) -> u32 {
+    qpn % count.max(1)
+}
+
+/// An engine's place among its device's shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shard {
+    index: u32,
+    count: u32,
+}
+
+impl Shard {
+    /// rxe numbers QPs from 17 (0 and 1 are the special QPs): the first of those in this
+    /// shard's lane.
+    fn first_qpn(self) -> u32 {
+        let mut qpn = 0x11;
+        while shard_of_qpn(qpn, self.count) != self.index {
+            qpn += 1;
+        }
+        qpn
+    }
+
+    /// The QPN after `qpn` in this shard's lane, wrapping to the first below 2^24.
+    fn next_qpn(self, qpn: u32) -> u32 {
+        let next = qpn + self.count;
+        if next > 0xFF_FFFF {
+            self.first_qpn()
+        } else {
+            next
+        }
+    }
+}
+
+/// The tables a device's shards share.
+#[derive(Default)]
+struct Tables {
+    mrs: Arc<MrTable>,
+    cqs: Arc<CqTable>,
+    pds: Arc<objects::PdTable>,
 }
 
 /// Hasher for QPN keys: QPNs are small distinct integers, so one multiply spreads them well
@@ -175,8 +221,12 @@ type QpMap = HashMap<u32, Qp, std::hash::BuildHasherDefault<QpnHasher>>;
 pub struct Engine {
     sh: DeviceState,
     qps: QpMap,
-    pds: Vec<bool>,
+    /// Shared with the other shards of the device, if any.
+    pds: Arc<objects::PdTable>,
     next_qpn: u32,
+    /// This engine's shard of the device: it numbers its QPs `qpn % count == index`, so a
+    /// frame's destination QPN names the shard that owns the QP.
+    shard: Shard,
     /// QPs that may have a packet to send, round robin.
     tx_list: VecDeque<u32>,
     /// The QP of the frame the last `poll_transmit` returned (for `report_send_failure`).
@@ -196,11 +246,28 @@ pub struct Engine {
 impl Engine {
     /// A new engine with no objects.
     pub fn new(cfg: EngineConfig) -> Engine {
+        Engine::shard_of(cfg, Shard { index: 0, count: 1 }, &Tables::default())
+    }
+
+    /// `count` engines (1..=64) that are the shards of one device: they share its PDs, MRs
+    /// and CQs (a QP on one shard may use a region or complete into a CQ another shard's
+    /// QPs use too), and each owns the QPs it creates, numbered `qpn % count == shard`
+    /// ([`shard_of_qpn`]). Each is driven on its own (its own lock, its own frames): a frame
+    /// belongs to the shard of its destination QPN.
+    pub fn new_shards(cfg: EngineConfig, count: u32) -> Vec<Engine> {
+        let count = count.clamp(1, 64);
+        let tables = Tables::default();
+        (0..count)
+            .map(|index| Engine::shard_of(cfg.clone(), Shard { index, count }, &tables))
+            .collect()
+    }
+
+    fn shard_of(cfg: EngineConfig, shard: Shard, tables: &Tables) -> Engine {
         Engine {
             sh: DeviceState {
                 cfg,
-                mrs: MrTable::default(),
-                cqs: CqTable::default(),
+                mrs: tables.mrs.clone(),
+                cqs: tables.cqs.clone(),
                 counters: Counters::default(),
                 events: VecDeque::new(),
                 scratch: vec![0; 4096],
@@ -208,9 +275,9 @@ impl Engine {
                 last_emit_error: None,
             },
             qps: QpMap::default(),
-            pds: Vec::new(),
-            // rxe numbers QPs from 17 (0 and 1 are the special QPs).
-            next_qpn: 0x11,
+            pds: tables.pds.clone(),
+            next_qpn: shard.first_qpn(),
+            shard,
             tx_list: VecDeque::new(),
             last_tx: None,
             last_tx_ud: None,
@@ -218,6 +285,11 @@ impl Engine {
             expired: Vec::new(),
             timer_visits: 0,
         }
+    }
+
+    /// This engine's shard index and the device's shard count (0 and 1 for a lone engine).
+    pub fn shard(&self) -> (u32, u32) {
+        (self.shard.index, self.shard.count)
     }
 
     /// The configuration.

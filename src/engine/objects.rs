@@ -1,7 +1,9 @@
 //! Creating, querying and destroying the engine's objects: protection domains, memory
 //! regions, completion queues and queue pairs. State changes of a QP are in `modify.rs`.
 use std::collections::VecDeque;
+use std::sync::Mutex;
 
+use super::mr::MrTable;
 use super::qp::Qp;
 use super::types::{Access, CqId, EngineError, PdId, QpAttr, QpCaps, QpInit, QpState, QpType, Wc};
 use super::{limits, Engine};
@@ -23,38 +25,74 @@ pub struct MrInfo {
     pub access: Access,
 }
 
-impl Engine {
-    // ----- protection domains and memory regions -----
+/// The PDs of a device, shared by its shards: for each, how many QPs use it.
+#[derive(Debug, Default)]
+pub(crate) struct PdTable {
+    slots: Mutex<Vec<Option<u32>>>,
+}
 
-    /// Allocate a protection domain.
-    pub fn alloc_pd(&mut self) -> PdId {
-        match self.pds.iter().position(|used| !used) {
+impl PdTable {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Option<u32>>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn alloc(&self) -> PdId {
+        let mut slots = self.slots();
+        match slots.iter().position(Option::is_none) {
             Some(i) => {
-                self.pds[i] = true;
+                slots[i] = Some(0);
                 PdId(i as u32)
             }
             None => {
-                self.pds.push(true);
-                PdId(self.pds.len() as u32 - 1)
+                slots.push(Some(0));
+                PdId(slots.len() as u32 - 1)
             }
         }
     }
 
-    fn check_pd(&self, pd: PdId) -> Result<(), EngineError> {
-        match self.pds.get(pd.0 as usize) {
-            Some(true) => Ok(()),
+    fn exists(&self, pd: PdId) -> bool {
+        matches!(self.slots().get(pd.0 as usize), Some(Some(_)))
+    }
+
+    fn free(&self, pd: PdId, mrs: &MrTable) -> Result<(), EngineError> {
+        let mut slots = self.slots();
+        match slots.get(pd.0 as usize) {
+            Some(Some(0)) if !mrs.any_in_pd(pd) => {
+                slots[pd.0 as usize] = None;
+                Ok(())
+            }
+            Some(Some(_)) => Err(EngineError::InUse("protection domain")),
             _ => Err(EngineError::UnknownPd(pd)),
         }
     }
 
-    /// Free a protection domain that no MR or QP uses.
-    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), EngineError> {
-        self.check_pd(pd)?;
-        if self.sh.mrs.any_in_pd(pd) || self.qps.values().any(|q| q.pd == pd) {
-            return Err(EngineError::InUse("protection domain"));
+    /// A QP starts (`+1`) or stops (`-1`) using `pd`.
+    fn count_qp(&self, pd: PdId, delta: i32) {
+        if let Some(Some(n)) = self.slots().get_mut(pd.0 as usize) {
+            *n = n.saturating_add_signed(delta);
         }
-        self.pds[pd.0 as usize] = false;
-        Ok(())
+    }
+}
+
+impl Engine {
+    // ----- protection domains and memory regions -----
+
+    /// Allocate a protection domain (on every shard of the device: PDs are shared).
+    pub fn alloc_pd(&mut self) -> PdId {
+        self.pds.alloc()
+    }
+
+    fn check_pd(&self, pd: PdId) -> Result<(), EngineError> {
+        if self.pds.exists(pd) {
+            Ok(())
+        } else {
+            Err(EngineError::UnknownPd(pd))
+        }
+    }
+
+    /// Free a protection domain that no MR or QP (of any shard) uses.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), EngineError> {
+        self.pds.free(pd, &self.sh.mrs)
     }
 
     /// Register a zero-filled memory region of `len` bytes that the engine owns.
@@ -91,68 +129,67 @@ impl Engine {
 
     /// Deregister a memory region (its bytes are freed).
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<(), EngineError> {
-        self.sh
-            .mrs
-            .remove(lkey)
-            .map(|_| ())
-            .ok_or(EngineError::UnknownKey(lkey))
+        if self.sh.mrs.remove(lkey) {
+            Ok(())
+        } else {
+            Err(EngineError::UnknownKey(lkey))
+        }
     }
 
     /// Facts about a registered MR.
     pub fn query_mr(&self, lkey: u32) -> Result<MrInfo, EngineError> {
-        let mr = self.sh.mrs.get(lkey).ok_or(EngineError::UnknownKey(lkey))?;
+        let mr = self
+            .sh
+            .mrs
+            .facts(lkey)
+            .ok_or(EngineError::UnknownKey(lkey))?;
         Ok(MrInfo {
             lkey: mr.key,
             rkey: mr.key,
             addr: mr.iova,
-            length: mr.data.len(),
+            length: mr.len,
             pd: mr.pd,
             access: mr.access,
         })
     }
 
-    /// The bytes `[addr, addr+len)` of an MR.
-    pub fn mr_slice(&self, lkey: u32, addr: u64, len: usize) -> Result<&[u8], EngineError> {
-        self.sh.mrs.get(lkey).ok_or(EngineError::UnknownKey(lkey))?;
-        self.sh
-            .mrs
-            .slice(lkey, addr, len as u64)
-            .ok_or(EngineError::OutOfBounds {
-                key: lkey,
-                addr,
-                len,
-            })
-    }
-
-    /// The bytes `[addr, addr+len)` of an MR, writable.
-    pub fn mr_slice_mut(
-        &mut self,
-        lkey: u32,
-        addr: u64,
-        len: usize,
-    ) -> Result<&mut [u8], EngineError> {
-        self.sh.mrs.get(lkey).ok_or(EngineError::UnknownKey(lkey))?;
-        self.sh
-            .mrs
-            .slice_mut(lkey, addr, len as u64)
-            .ok_or(EngineError::OutOfBounds {
-                key: lkey,
-                addr,
-                len,
-            })
-    }
-
     /// Copy MR bytes at `addr` into `out`.
     pub fn mr_read(&self, lkey: u32, addr: u64, out: &mut [u8]) -> Result<(), EngineError> {
-        out.copy_from_slice(self.mr_slice(lkey, addr, out.len())?);
-        Ok(())
+        self.sh
+            .mrs
+            .facts(lkey)
+            .ok_or(EngineError::UnknownKey(lkey))?;
+        self.sh
+            .mrs
+            .with_bytes(lkey, addr, out.len() as u64, |b| out.copy_from_slice(b))
+            .ok_or(EngineError::OutOfBounds {
+                key: lkey,
+                addr,
+                len: out.len(),
+            })
+    }
+
+    /// A copy of the MR bytes `[addr, addr+len)`.
+    pub fn mr_to_vec(&self, lkey: u32, addr: u64, len: usize) -> Result<Vec<u8>, EngineError> {
+        let mut out = vec![0; len];
+        self.mr_read(lkey, addr, &mut out)?;
+        Ok(out)
     }
 
     /// Copy `data` into an MR at `addr`.
     pub fn mr_write(&mut self, lkey: u32, addr: u64, data: &[u8]) -> Result<(), EngineError> {
-        self.mr_slice_mut(lkey, addr, data.len())?
-            .copy_from_slice(data);
-        Ok(())
+        self.sh
+            .mrs
+            .facts(lkey)
+            .ok_or(EngineError::UnknownKey(lkey))?;
+        self.sh
+            .mrs
+            .with_bytes_mut(lkey, addr, data.len() as u64, |b| b.copy_from_slice(data))
+            .ok_or(EngineError::OutOfBounds {
+                key: lkey,
+                addr,
+                len: data.len(),
+            })
     }
 
     // ----- completion queues -----
@@ -165,52 +202,48 @@ impl Engine {
         Ok(self.sh.cqs.create(depth as usize))
     }
 
-    /// Destroy a CQ no QP uses.
+    /// Destroy a CQ no QP (of any shard) uses.
     pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), EngineError> {
-        if !self.sh.cqs.exists(cq) {
-            return Err(EngineError::UnknownCq(cq));
-        }
-        if self
-            .qps
-            .values()
-            .any(|q| q.send_cq == cq || q.recv_cq == cq)
-        {
-            return Err(EngineError::InUse("completion queue"));
-        }
-        self.sh.cqs.slots[cq.0 as usize] = None;
-        Ok(())
+        self.sh.cqs.destroy(cq)
     }
 
     /// Take up to `out.len()` completions, oldest first; returns how many.
     pub fn poll_cq(&mut self, cq: CqId, out: &mut [Wc]) -> Result<usize, EngineError> {
-        let q = self.sh.cqs.get_mut(cq).ok_or(EngineError::UnknownCq(cq))?;
-        let n = out.len().min(q.entries.len());
-        for (slot, wc) in out.iter_mut().zip(q.entries.drain(..n)) {
-            *slot = wc;
-        }
-        Ok(n)
+        self.sh
+            .cqs
+            .with(cq, |q| {
+                let n = out.len().min(q.entries.len());
+                for (slot, wc) in out.iter_mut().zip(q.entries.drain(..n)) {
+                    *slot = wc;
+                }
+                n
+            })
+            .ok_or(EngineError::UnknownCq(cq))
     }
 
     /// Take one completion.
     pub fn poll_cq_one(&mut self, cq: CqId) -> Result<Option<Wc>, EngineError> {
-        let q = self.sh.cqs.get_mut(cq).ok_or(EngineError::UnknownCq(cq))?;
-        Ok(q.entries.pop_front())
+        self.sh
+            .cqs
+            .with(cq, |q| q.entries.pop_front())
+            .ok_or(EngineError::UnknownCq(cq))
     }
 
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: CqId) -> Result<usize, EngineError> {
-        match self.sh.cqs.slots.get(cq.0 as usize) {
-            Some(Some(q)) => Ok(q.entries.len()),
-            _ => Err(EngineError::UnknownCq(cq)),
-        }
+        self.sh
+            .cqs
+            .with(cq, |q| q.entries.len())
+            .ok_or(EngineError::UnknownCq(cq))
     }
 
     /// Arm a CQ: the next completion (or next solicited one) raises
     /// [`Event::CqNotify`](super::Event::CqNotify).
     pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<(), EngineError> {
-        let q = self.sh.cqs.get_mut(cq).ok_or(EngineError::UnknownCq(cq))?;
-        q.armed = Some(solicited_only);
-        Ok(())
+        self.sh
+            .cqs
+            .with(cq, |q| q.armed = Some(solicited_only))
+            .ok_or(EngineError::UnknownCq(cq))
     }
 
     // ----- queue pairs -----
@@ -226,6 +259,14 @@ impl Engine {
         if !(2..1 << 24).contains(&qpn) || self.qps.contains_key(&qpn) {
             return Err(EngineError::InvalidArgument(format!(
                 "QPN {qpn:#x} is reserved, out of range or in use"
+            )));
+        }
+        if super::shard_of_qpn(qpn, self.shard.count) != self.shard.index {
+            return Err(EngineError::InvalidArgument(format!(
+                "QPN {qpn:#x} belongs to shard {} of {}, not to this one ({})",
+                super::shard_of_qpn(qpn, self.shard.count),
+                self.shard.count,
+                self.shard.index
             )));
         }
         self.create_qp_inner(init, Some(qpn))
@@ -256,10 +297,10 @@ impl Engine {
             Some(q) => q,
             None => {
                 let mut qpn = self.next_qpn;
-                while self.qps.contains_key(&qpn) || qpn < 2 {
-                    qpn = (qpn + 1) & 0xFF_FFFF;
+                while self.qps.contains_key(&qpn) {
+                    qpn = self.shard.next_qpn(qpn);
                 }
-                self.next_qpn = (qpn + 1) & 0xFF_FFFF;
+                self.next_qpn = self.shard.next_qpn(qpn);
                 qpn
             }
         };
@@ -279,14 +320,24 @@ impl Engine {
             in_tx_list: false,
             sqd_notified: false,
         };
+        self.pds.count_qp(init.pd, 1);
+        for cq in [init.send_cq, init.recv_cq] {
+            self.sh.cqs.with(cq, |q| q.qp_refs += 1);
+        }
         self.qps.insert(qpn, qp);
         Ok(qpn)
     }
 
     /// Destroy a QP; outstanding WRs are dropped without completions (as ibv_destroy_qp).
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
-        self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        let qp = self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         self.timers.set(qpn, None);
+        self.pds.count_qp(qp.pd, -1);
+        for cq in [qp.send_cq, qp.recv_cq] {
+            self.sh
+                .cqs
+                .with(cq, |q| q.qp_refs = q.qp_refs.saturating_sub(1));
+        }
         Ok(())
     }
 

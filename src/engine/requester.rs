@@ -271,7 +271,7 @@ fn data_request(
             // The packet's bytes are contiguous in one MR: emit them from there.
             Some((key, va)) => {
                 pkt.payload_mr = Some((key, va));
-                sh.mrs.slice(key, va, plen as u64).is_some()
+                sh.mrs.in_bounds(key, va, plen as u64)
             }
             None => sh.mrs.gather(&wqe.sges, offset, &mut sh.scratch[..plen]),
         },
@@ -427,7 +427,7 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
             // Contiguous in one MR: emitted straight from it, as for RC.
             Some((key, va)) => {
                 payload_mr = Some((key, va));
-                sh.mrs.slice(key, va, plen as u64).is_some()
+                sh.mrs.in_bounds(key, va, plen as u64)
             }
             None => sh.mrs.gather(&wqe.sges, 0, &mut sh.scratch[..plen]),
         },

@@ -485,13 +485,11 @@ fn check_receive_space(end: u64, wqe_len: u64) -> Result<(), ResponderError> {
 
 /// SEND with invalidate: the R_Key stops working (IBTA 10.6); it must name an MR of
 /// the QP's PD.
-fn invalidate_rkey(mrs: &mut MrTable, pd: PdId, rkey: u32) -> Result<(), ResponderError> {
-    match mrs.get_mut(rkey) {
-        Some(mr) if mr.pd == pd => {
-            mr.rkey_valid = false;
-            Ok(())
-        }
-        _ => Err(ResponderError::InvalidateRkey),
+fn invalidate_rkey(mrs: &MrTable, pd: PdId, rkey: u32) -> Result<(), ResponderError> {
+    if mrs.invalidate(rkey, pd) {
+        Ok(())
+    } else {
+        Err(ResponderError::InvalidateRkey)
     }
 }
 
@@ -531,7 +529,7 @@ fn execute_send(
     let mut wc = recv_wc(qp, &wqe, WcStatus::Success, offset as u32);
     wc.imm_data = pkt.immdt;
     if let Some(rkey) = pkt.ieth {
-        invalidate_rkey(&mut sh.mrs, qp.pd, rkey)?;
+        invalidate_rkey(&sh.mrs, qp.pd, rkey)?;
         wc.invalidated_rkey = Some(rkey);
     }
     qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
@@ -577,10 +575,12 @@ fn execute_write(
     };
     check_write_payload(plen, *remaining, last)?;
     if plen > 0 {
-        let Some(dst) = sh.mrs.slice_mut(*rkey, *va, plen) else {
+        let written = sh
+            .mrs
+            .with_bytes_mut(*rkey, *va, plen, |dst| dst.copy_from_slice(pkt.payload));
+        if written.is_none() {
             return Err(ResponderError::RemoteAccess);
-        };
-        dst.copy_from_slice(pkt.payload);
+        }
     }
     // Wrapping, and harmless: a non-zero length was bounds-checked as a whole above, so
     // [va, va+len) does not wrap; with length 0 nothing is added. The next packet's
@@ -664,22 +664,27 @@ fn execute_atomic(
     // Misaligned is an invalid request, not an access error: checked before the R_Key.
     check_atomic_alignment(a.va)?;
     check_rkey(qp, sh, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
-    let Some(cell) = sh.mrs.slice_mut(a.rkey, a.va, 8) else {
+    // Read, modify and write under the region's lock: atomic against every other shard.
+    let compare_swap = pkt.bth.opcode == crate::wire::Opcode::RC_COMPARE_SWAP;
+    let executed = sh.mrs.with_bytes_mut(a.rkey, a.va, 8, |cell| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(cell);
+        let orig = u64::from_ne_bytes(word);
+        let new = if compare_swap {
+            if orig == a.compare {
+                a.swap_add
+            } else {
+                orig
+            }
+        } else {
+            orig.wrapping_add(a.swap_add)
+        };
+        cell.copy_from_slice(&new.to_ne_bytes());
+        orig
+    });
+    let Some(orig) = executed else {
         return Err(ResponderError::RemoteAccess);
     };
-    let mut word = [0u8; 8];
-    word.copy_from_slice(cell);
-    let orig = u64::from_ne_bytes(word);
-    let new = if pkt.bth.opcode == crate::wire::Opcode::RC_COMPARE_SWAP {
-        if orig == a.compare {
-            a.swap_add
-        } else {
-            orig
-        }
-    } else {
-        orig.wrapping_add(a.swap_add)
-    };
-    cell.copy_from_slice(&new.to_ne_bytes());
     qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
     let msn = qp.resp.msn;
     save_resource(qp, SavedResource::Atomic { psn, orig, msn });
@@ -980,7 +985,6 @@ mod tests {
     use std::collections::VecDeque;
 
     use super::*;
-    use crate::engine::cq::CqTable;
     use crate::engine::qp::SgeList;
     use crate::engine::types::CqId;
     use crate::engine::{Counters, EngineConfig};
@@ -997,8 +1001,8 @@ mod tests {
     fn device() -> DeviceState {
         DeviceState {
             cfg: EngineConfig::new([2, 0, 0, 0, 0, 1], "198.18.0.1".parse().unwrap()),
-            mrs: MrTable::default(),
-            cqs: CqTable::default(),
+            mrs: Default::default(),
+            cqs: Default::default(),
             counters: Counters::default(),
             events: VecDeque::new(),
             scratch: vec![0; 4096],
@@ -1216,7 +1220,7 @@ mod tests {
 
     #[test]
     fn check_rkey_wants_the_qp_enable_and_the_mr_rights() {
-        let mut sh = device();
+        let sh = device();
         let pd = PdId(0);
         let (key, addr) = sh.mrs.register(pd, 4096, every_access()).unwrap();
         let (read_only, _) = sh.mrs.register(pd, 4096, Access::REMOTE_READ).unwrap();
@@ -1264,14 +1268,14 @@ mod tests {
 
     #[test]
     fn invalidate_rkey_wants_an_mr_of_the_qps_pd() {
-        let mut sh = device();
+        let sh = device();
         let (key, addr) = sh.mrs.register(PdId(0), 64, every_access()).unwrap();
         assert_eq!(
-            invalidate_rkey(&mut sh.mrs, PdId(1), key),
+            invalidate_rkey(&sh.mrs, PdId(1), key),
             Err(ResponderError::InvalidateRkey)
         );
-        assert!(sh.mrs.get(key).unwrap().rkey_valid);
-        assert_eq!(invalidate_rkey(&mut sh.mrs, PdId(0), key), Ok(()));
+        assert!(sh.mrs.facts(key).unwrap().rkey_valid);
+        assert_eq!(invalidate_rkey(&sh.mrs, PdId(0), key), Ok(()));
         let qp = rts_qp(PdId(0), CqId(0));
         assert_eq!(
             check_rkey(&qp, &sh, key, addr, 8, Access::REMOTE_READ),

@@ -159,11 +159,11 @@ impl Engine {
         };
         if signaled {
             // Nobody polled since poll_transmit pushed the success: take it back.
-            if let Some(cq) = self.sh.cqs.get_mut(qp.send_cq) {
+            self.sh.cqs.with(qp.send_cq, |cq| {
                 if cq.entries.back() == Some(&wc) {
                     cq.entries.pop_back();
                 }
-            }
+            });
         }
         fail_unemitted_request(qp, &mut self.sh, ud_completion);
         Engine::sync_timer(&mut self.timers, qp);
@@ -246,51 +246,56 @@ fn emit_packet(
             ))
         }
     };
-    let payload = match pkt.payload_mr {
-        Some((key, va)) => sh
-            .mrs
-            .slice(key, va, pkt.payload_len as u64)
-            .ok_or_else(|| format!("payload {va:#x}+{} of MR {key:#x} is gone", pkt.payload_len))?,
-        None => &sh.scratch[..pkt.payload_len],
-    };
     let udp_src_port = av
         .udp_src_port
         .unwrap_or_else(|| crate::wire::rxe_udp_source_port(qp.qpn, pkt.dest_qp));
-    let frame = FrameRepr {
-        eth: EthRepr {
-            dst: av.dest_mac,
-            src: sh.cfg.mac,
-            vlan: av.vlan_id.map(|vid| VlanTag {
-                pcp: av.traffic_class >> 5,
-                dei: false,
-                vid,
-            }),
-        },
-        ip,
-        udp_src_port,
-        roce: PacketRepr {
-            bth: BthRepr {
-                opcode: pkt.opcode,
-                solicited: pkt.solicited,
-                migreq: false,
-                pad_count: ((4 - (pkt.payload_len % 4)) % 4) as u8,
-                tver: 0,
-                pkey: DEFAULT_PKEY,
-                fecn: false,
-                becn: false,
-                dest_qp: pkt.dest_qp,
-                ack_req: pkt.ack_req,
-                psn: pkt.psn,
+    let mac = sh.cfg.mac;
+    // The payload is copied from the region straight into the frame, under the region's
+    // lock (another shard may be writing it).
+    let mut build = |payload: &[u8]| {
+        let frame = FrameRepr {
+            eth: EthRepr {
+                dst: av.dest_mac,
+                src: mac,
+                vlan: av.vlan_id.map(|vid| VlanTag {
+                    pcp: av.traffic_class >> 5,
+                    dei: false,
+                    vid,
+                }),
             },
-            reth: pkt.reth,
-            aeth: pkt.aeth,
-            atomic_eth: pkt.atomic_eth,
-            atomic_ack_eth: pkt.atomic_ack_eth,
-            immdt: pkt.immdt,
-            ieth: pkt.ieth,
-            deth: pkt.deth,
-            payload,
-        },
+            ip,
+            udp_src_port,
+            roce: PacketRepr {
+                bth: BthRepr {
+                    opcode: pkt.opcode,
+                    solicited: pkt.solicited,
+                    migreq: false,
+                    pad_count: ((4 - (pkt.payload_len % 4)) % 4) as u8,
+                    tver: 0,
+                    pkey: DEFAULT_PKEY,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: pkt.dest_qp,
+                    ack_req: pkt.ack_req,
+                    psn: pkt.psn,
+                },
+                reth: pkt.reth,
+                aeth: pkt.aeth,
+                atomic_eth: pkt.atomic_eth,
+                atomic_ack_eth: pkt.atomic_ack_eth,
+                immdt: pkt.immdt,
+                ieth: pkt.ieth,
+                deth: pkt.deth,
+                payload,
+            },
+        };
+        frame.emit(buf).map_err(|e| e.to_string())
     };
-    frame.emit(buf).map_err(|e| e.to_string())
+    match pkt.payload_mr {
+        Some((key, va)) => sh
+            .mrs
+            .with_bytes(key, va, pkt.payload_len as u64, build)
+            .ok_or_else(|| format!("payload {va:#x}+{} of MR {key:#x} is gone", pkt.payload_len))?,
+        None => build(&sh.scratch[..pkt.payload_len]),
+    }
 }

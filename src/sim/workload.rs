@@ -739,9 +739,9 @@ fn drain_completions(
             let mut bad = wc.imm_data != exp.imm || wc.byte_len != exp.len;
             if let Some(data) = &exp.data {
                 let addr = p.b_recv_mr.addr + wc.wr_id * slot_size;
-                let got = net.engines[1].mr_slice(p.b_recv_mr.lkey, addr, data.len())?;
+                let got = net.engines[1].mr_to_vec(p.b_recv_mr.lkey, addr, data.len())?;
                 sum.bytes_verified += data.len() as u64;
-                bad |= got != &data[..];
+                bad |= got != data[..];
             }
             if bad {
                 sum.data_mismatches += 1;
@@ -847,11 +847,11 @@ fn verify(
         OpKind::Send | OpKind::SendImm => true,
         OpKind::Write | OpKind::WriteImm => {
             sum.bytes_verified += n as u64;
-            net.engines[1].mr_slice(p.b_mr.lkey, b_addr, n)? == &op.data[..]
+            net.engines[1].mr_to_vec(p.b_mr.lkey, b_addr, n)? == op.data[..]
         }
         OpKind::Read => {
             sum.bytes_verified += n as u64;
-            net.engines[0].mr_slice(p.a_mr.lkey, a_addr, n)? == &op.data[..]
+            net.engines[0].mr_to_vec(p.a_mr.lkey, a_addr, n)? == op.data[..]
         }
         OpKind::Cas | OpKind::Fadd => {
             let mut word = [0u8; 8];

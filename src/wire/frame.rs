@@ -568,6 +568,15 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>> {
     })
 }
 
+/// The BTH destination QPN of a RoCEv2 frame, found without parsing the rest of the frame
+/// or checking its ICRC: what a device with several engine shards steers by. `None` if the
+/// frame is not RoCEv2 or too short for a BTH.
+pub fn frame_dest_qpn(frame: &[u8]) -> Option<u32> {
+    let loc = locate(frame).ok()?;
+    let bth = crate::wire::bth::Bth::new_checked(loc.udp_datagram.get(UDP_LEN..)?).ok()?;
+    Some(bth.dest_qp())
+}
+
 /// Parses a frame and rejects it with [`WireError::BadIcrc`] unless its ICRC verifies.
 /// The ICRC is checked before the RoCE headers are parsed, so a damaged frame is reported
 /// as damaged rather than as whatever its damaged headers look like.
