@@ -29,6 +29,12 @@ macro_rules! counters {
             pub fn fields(&self) -> impl Iterator<Item = (&'static str, u64)> {
                 [$((stringify!($field), self.$field)),*].into_iter()
             }
+
+            /// Adds `other`'s counts to these (the shards of one device).
+            pub fn add(&mut self, other: &Self) {
+                $(self.$field += other.$field;)*
+                $(self.$group.add(&other.$group);)?
+            }
         }
     };
 }

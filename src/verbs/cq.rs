@@ -2,6 +2,7 @@
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -127,8 +128,31 @@ pub(crate) struct CqInner {
     pub core: Arc<Core>,
     pub id: CqId,
     pub depth: u32,
+    /// The shard it was placed on: its QPs are created there.
+    pub home: usize,
+    /// A bit for each shard that has a QP completing into this CQ (the home shard always):
+    /// polling drives those shards.
+    pub shards: AtomicU64,
     has_channel: bool,
     _slot: ObjectSlot,
+}
+
+impl CqInner {
+    /// A QP on shard `shard` completes into this CQ.
+    pub fn add_shard(&self, shard: usize) {
+        self.shards.fetch_or(1 << shard, Ordering::Relaxed);
+    }
+
+    /// Runs `f` (a poll) in a progress round of each shard whose QPs complete here.
+    fn poll_with<R>(&self, f: impl FnOnce(&mut crate::engine::Engine) -> R) -> Result<R> {
+        let shared = &self.core.shared;
+        let shards = self.shards.load(Ordering::Relaxed);
+        if shards == 1 << self.home {
+            shared.poll_engine(self.home, f)
+        } else {
+            shared.poll_shards(shards, self.home, f)
+        }
+    }
 }
 
 impl Drop for CqInner {
@@ -137,7 +161,7 @@ impl Drop for CqInner {
         if self.has_channel {
             lock(&shared.channels).remove(&self.id.0);
         }
-        let _ = shared.with_engine(false, |e| e.destroy_cq(self.id));
+        let _ = shared.with_engine(self.home, false, |e| e.destroy_cq(self.id));
     }
 }
 
@@ -175,7 +199,9 @@ impl Cq {
         }
         let slot = ObjectSlot::take(&device.core, ObjectKind::Cq)?;
         let shared = device.shared();
-        let id = shared.with_engine(false, |e| e.create_cq(depth))??;
+        // Round robin: threads that each create their CQ (and its QPs) get their own shard.
+        let home = shared.next_cq_shard.fetch_add(1, Ordering::Relaxed) % shared.shards.len();
+        let id = shared.with_engine(home, false, |e| e.create_cq(depth))??;
         if let Some(channel) = channel {
             lock(&shared.channels).insert(id.0, channel.inner.clone());
         }
@@ -184,6 +210,8 @@ impl Cq {
                 core: device.core.clone(),
                 id,
                 depth,
+                home,
+                shards: AtomicU64::new(1 << home),
                 has_channel: channel.is_some(),
                 _slot: slot,
             }),
@@ -200,26 +228,24 @@ impl Cq {
         self.inner.depth
     }
 
+    /// The engine shard it was placed on (its QPs live there; see
+    /// [`super::DeviceConfig::shards`]).
+    pub fn shard(&self) -> u32 {
+        self.inner.home as u32
+    }
+
     /// Takes up to `wcs.len()` completions, oldest first (`ibv_poll_cq`); returns how many.
     ///
     /// When no other thread is making progress, this call does it first: it receives the
     /// frames waiting in the driver, answers them and transmits (see [`super::progress`]), so a
     /// busy-polling thread needs no hand-off from the background thread.
     pub fn poll(&self, wcs: &mut [Wc]) -> Result<usize> {
-        Ok(self
-            .inner
-            .core
-            .shared
-            .poll_engine(|e| e.poll_cq(self.inner.id, wcs))??)
+        Ok(self.inner.poll_with(|e| e.poll_cq(self.inner.id, wcs))??)
     }
 
     /// Takes one completion, if there is one.
     pub fn poll_one(&self) -> Result<Option<Wc>> {
-        Ok(self
-            .inner
-            .core
-            .shared
-            .poll_engine(|e| e.poll_cq_one(self.inner.id))??)
+        Ok(self.inner.poll_with(|e| e.poll_cq_one(self.inner.id))??)
     }
 
     /// Arms the CQ (`ibv_req_notify_cq`): the next completion (with `solicited_only`, the
@@ -230,7 +256,8 @@ impl Cq {
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         let shared = &self.inner.core.shared;
         shared.stop_polling();
-        Ok(shared.with_engine(false, |e| e.req_notify_cq(self.inner.id, solicited_only))??)
+        let id = self.inner.id;
+        Ok(shared.with_engine(self.inner.home, false, |e| e.req_notify_cq(id, solicited_only))??)
     }
 
     /// Polls until `count` completions have arrived or `timeout` passes; returns what

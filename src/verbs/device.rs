@@ -3,7 +3,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -168,6 +168,9 @@ pub struct ProgressStats {
     pub wakeups: AtomicU64,
     /// Rounds run by application threads (polls, posts) instead of the background thread.
     pub driven_rounds: AtomicU64,
+    /// Frames a shard received for a QP of another shard and handed to it (a device with
+    /// several shards; each costs a copy).
+    pub handed_off_frames: AtomicU64,
     /// Of `rx_frames`, those received in rounds of application threads.
     pub driven_rx_frames: AtomicU64,
 }
@@ -178,20 +181,11 @@ pub(crate) struct DeviceState {
     pub name: String,
     /// UDP driver: the one address its socket sends from (the only usable source GID).
     pub udp_source: Option<IpAddr>,
-    pub engine: Mutex<Engine>,
-    /// The progress token: the driver and a round's buffers (only ever `try_lock`ed; see
-    /// [`progress`]). Lock order: this, then `engine`.
-    pub progress: Mutex<progress::Progress>,
-    /// Work was posted while someone else held the token: its holder runs one more round.
-    pub pending: AtomicBool,
-    /// When an application thread last polled (engine clock, ns; 0 = nobody polls).
-    pub poller_seen: AtomicU64,
-    /// When the sleeping background thread looks again (engine clock, ns), or
-    /// `THREAD_AWAKE` / `THREAD_YIELDING` / `THREAD_ASLEEP_NO_TIMER`.
-    pub thread_wake_at: AtomicU64,
+    /// The engine shards (at least one): see [`DeviceConfig::shards`].
+    pub shards: Vec<Shard>,
+    /// The shard the next CQ is placed on (round robin).
+    pub next_cq_shard: AtomicUsize,
     pub start: Instant,
-    /// Writing a byte wakes the progress thread.
-    pub waker: UnixDatagram,
     pub progress_mode: ProgressMode,
     pub stop: AtomicBool,
     /// Set when progress stopped for good (a driver failure, a panic): why.
@@ -219,6 +213,29 @@ pub(crate) struct DeviceState {
     pub trace: Mutex<VecDeque<TracedFrame>>,
     /// Live objects of each kind, against the device limits.
     pub objects: [AtomicU32; 5],
+}
+
+/// One engine shard of a device: its engine, its progress token (with its driver) and its
+/// background thread's state. Shards share the device's objects through the engine's tables
+/// and nothing else, so threads working on different shards never wait for each other.
+pub(crate) struct Shard {
+    pub engine: Mutex<Engine>,
+    /// The progress token: the driver and a round's buffers (only ever `try_lock`ed; see
+    /// [`progress`]). Lock order: this, then `engine`.
+    pub progress: Mutex<progress::Progress>,
+    /// Work was posted while someone else held the token: its holder runs one more round.
+    pub pending: AtomicBool,
+    /// When an application thread last polled (engine clock, ns; 0 = nobody polls).
+    pub poller_seen: AtomicU64,
+    /// When the sleeping background thread looks again (engine clock, ns), or
+    /// `THREAD_AWAKE` / `THREAD_YIELDING` / `THREAD_ASLEEP_NO_TIMER`.
+    pub thread_wake_at: AtomicU64,
+    /// Writing a byte wakes the shard's background thread.
+    pub waker: UnixDatagram,
+    /// Frames other shards received for this shard's QPs.
+    pub inbox: Mutex<progress::Inbox>,
+    /// `inbox` has frames (checked by every round without taking its lock).
+    pub inbox_waiting: AtomicBool,
 }
 
 /// The kinds of object the device limits ([`DeviceAttr`]'s `max_pd`, `max_mr`, ...).
@@ -288,13 +305,20 @@ impl DeviceState {
         crate::engine::Instant::from_elapsed(self.start.elapsed())
     }
 
-    /// Runs `f` on the engine, then delivers the events it raised. With `posted` (`f` posted
-    /// work or changed a QP's state), transmits what it produced: in a round of this thread
-    /// when the progress token is free, else in one more round of the token's holder.
-    pub fn with_engine<R>(&self, posted: bool, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
+    /// Runs `f` on the engine of shard `shard`, then delivers the events it raised. With
+    /// `posted` (`f` posted work or changed a QP's state), transmits what it produced: in a
+    /// round of this thread when the shard's progress token is free, else in one more round
+    /// of the token's holder.
+    pub fn with_engine<R>(
+        &self,
+        shard: usize,
+        posted: bool,
+        f: impl FnOnce(&mut Engine) -> R,
+    ) -> Result<R> {
         self.check_alive()?;
+        let s = &self.shards[shard];
         let (out, events) = {
-            let mut engine = lock(&self.engine);
+            let mut engine = lock(&s.engine);
             let out = f(&mut engine);
             let mut events = Vec::new();
             while let Some(ev) = engine.poll_event() {
@@ -305,76 +329,107 @@ impl DeviceState {
         self.dispatch(events);
         if posted {
             // After `f`: a holder that clears `pending` from now on sees the posted work.
-            self.pending.store(true, Ordering::SeqCst);
+            s.pending.store(true, Ordering::SeqCst);
             // With a poller active, its next poll kicks the frames out with those of
             // other posts: one system call per batch instead of one per post.
             let now = self.now();
-            let flush = if self.poller_active(now) {
+            let flush = if self.poller_active(shard, now) {
                 progress::Flush::Batched
             } else {
                 progress::Flush::Always
             };
             // Busy token: its holder runs the round `pending` asks for.
-            let _ = self.drive(now, flush, |_| ())?;
+            let _ = self.drive(shard, now, flush, |_| ())?;
         }
         Ok(out)
     }
 
-    /// Runs `f` (a poll of a CQ or of memory) on the engine inside a progress round of this
-    /// thread when the token is free, so what arrived is received, answered and completed
-    /// here and now; marks this thread as a poller, so the background thread stays away.
-    pub fn poll_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
+    /// Runs `f` (a poll of a CQ or of memory) on the engine of shard `shard` inside a
+    /// progress round of this thread when its token is free, so what arrived is received,
+    /// answered and completed here and now; marks this thread as the shard's poller, so the
+    /// background thread stays away.
+    pub fn poll_engine<R>(&self, shard: usize, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
         self.check_alive()?;
         let now = self.now();
-        self.poller_seen
+        self.shards[shard]
+            .poller_seen
             .store(now.as_nanos().max(1), Ordering::Relaxed);
-        match self.drive(now, progress::Flush::Always, f)? {
+        match self.drive(shard, now, progress::Flush::Always, f)? {
             Ok(out) => Ok(out),
             // Someone else is running a round: read what has arrived so far.
-            Err(f) => self.with_engine(false, f),
+            Err(f) => self.with_engine(shard, false, f),
         }
     }
 
+    /// A poll that runs a round on each shard of `shards` (a bit per shard) when its token
+    /// is free, then `f` on the engine of `home` (in its round): for a CQ whose QPs live on
+    /// several shards, or memory any shard may write.
+    pub fn poll_shards<R>(
+        &self,
+        shards: u64,
+        home: usize,
+        f: impl FnOnce(&mut Engine) -> R,
+    ) -> Result<R> {
+        for shard in (0..self.shards.len()).filter(|&i| i != home && shards & (1 << i) != 0) {
+            let now = self.now();
+            self.shards[shard]
+                .poller_seen
+                .store(now.as_nanos().max(1), Ordering::Relaxed);
+            let _ = self.drive(shard, now, progress::Flush::Always, |_| ())?;
+        }
+        self.poll_engine(home, f)
+    }
+
+    /// Every shard, as a bit set for [`DeviceState::poll_shards`].
+    pub fn all_shards(&self) -> u64 {
+        u64::MAX >> (64 - self.shards.len())
+    }
+
     /// This thread stops polling (it is going to sleep on a completion channel): the
-    /// background thread takes the driver back at once instead of after `POLLER_GRACE`.
+    /// background threads take their drivers back at once instead of after `POLLER_GRACE`.
     pub fn stop_polling(&self) {
-        if self.poller_seen.swap(0, Ordering::Relaxed) != 0 {
-            // Kick out what posts left queued for this poller's next poll.
-            let _ = self.drive(self.now(), progress::Flush::Always, |_| ());
-            if self.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING {
-                self.wake();
+        for (index, s) in self.shards.iter().enumerate() {
+            if s.poller_seen.swap(0, Ordering::Relaxed) != 0 {
+                // Kick out what posts left queued for this poller's next poll.
+                let _ = self.drive(index, self.now(), progress::Flush::Always, |_| ());
+                if s.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING {
+                    self.wake(index);
+                }
             }
         }
     }
 
-    /// Whether an application thread polled within `POLLER_GRACE` of `now`.
-    pub fn poller_active(&self, now: crate::engine::Instant) -> bool {
-        let seen = self.poller_seen.load(Ordering::Relaxed);
+    /// Whether an application thread polled shard `shard` within `POLLER_GRACE` of `now`.
+    pub fn poller_active(&self, shard: usize, now: crate::engine::Instant) -> bool {
+        let seen = self.shards[shard].poller_seen.load(Ordering::Relaxed);
         seen != 0 && now.as_nanos().saturating_sub(seen) < progress::POLLER_GRACE.as_nanos() as u64
     }
 
-    /// Runs `call` in a progress round of this thread if the token is free, then the rounds
-    /// that work posted meanwhile (`pending`) asks for. `Ok(Err(call))`: someone else holds
-    /// the token (and will run the round `pending` asks for).
+    /// Runs `call` in a progress round of this thread on shard `shard` if its token is free,
+    /// then the rounds that work posted meanwhile (`pending`) asks for. `Ok(Err(call))`:
+    /// someone else holds the token (and will run the round `pending` asks for).
     fn drive<R, F: FnOnce(&mut Engine) -> R>(
         &self,
+        shard: usize,
         now: crate::engine::Instant,
         flush: progress::Flush,
         call: F,
     ) -> Result<std::result::Result<R, F>> {
-        let Some(mut token) = progress::try_token(self) else {
+        let s = &self.shards[shard];
+        let Some(mut token) = progress::try_token(s) else {
             return Ok(Err(call));
         };
-        self.pending.store(false, Ordering::SeqCst);
-        let out = self.driven_round(&mut token, now, flush, call);
+        s.pending.store(false, Ordering::SeqCst);
+        let out = self.driven_round(shard, &mut token, now, flush, call);
         drop(token);
         let out = out?;
-        while self.pending.load(Ordering::SeqCst) {
-            let Some(mut token) = progress::try_token(self) else {
+        while s.pending.load(Ordering::SeqCst) {
+            let Some(mut token) = progress::try_token(s) else {
                 break;
             };
-            self.pending.store(false, Ordering::SeqCst);
-            let done = self.driven_round(&mut token, self.now(), progress::Flush::Always, |_| ());
+            s.pending.store(false, Ordering::SeqCst);
+            let done =
+                self.driven_round(shard, &mut token, self.now(), progress::Flush::Always, |_| ());
             drop(token);
             done?;
         }
@@ -385,6 +440,7 @@ impl DeviceState {
     /// the device as a panic of the background thread does, and this call fails.
     fn driven_round<R>(
         &self,
+        shard: usize,
         token: &mut progress::Progress,
         now: crate::engine::Instant,
         flush: progress::Flush,
@@ -395,18 +451,12 @@ impl DeviceState {
         }));
         let (out, outcome) = match round {
             Ok(Ok(done)) => done,
-            Ok(Err(reason)) => {
-                progress::fail(self, reason);
-                self.check_alive()?;
-                unreachable!("fail records a reason");
-            }
+            Ok(Err(reason)) => return Err(self.stop_with(reason)),
             Err(panic) => {
-                progress::fail(
-                    self,
-                    format!("progress round panicked: {}", panic_text(&*panic)),
-                );
-                self.check_alive()?;
-                unreachable!("fail records a reason");
+                return Err(self.stop_with(format!(
+                    "progress round panicked: {}",
+                    panic_text(&*panic)
+                )))
             }
         };
         self.stats.driven_rounds.fetch_add(1, Ordering::Relaxed);
@@ -417,15 +467,26 @@ impl DeviceState {
         }
         // A timer armed earlier than the sleeping thread would look: wake it.
         if let Some(t) = outcome.next_wanted {
-            let wake_at = self.thread_wake_at.load(Ordering::SeqCst);
+            let wake_at = self.shards[shard].thread_wake_at.load(Ordering::SeqCst);
             if wake_at != progress::THREAD_AWAKE
                 && wake_at != progress::THREAD_YIELDING
                 && t.as_nanos() < wake_at
             {
-                self.wake();
+                self.wake(shard);
             }
         }
         Ok(out)
+    }
+
+    /// Stops the device for `reason` (unless it stopped already) and returns the error
+    /// every later call gets.
+    fn stop_with(&self, reason: String) -> VerbsError {
+        progress::fail(self, reason);
+        let reason = lock(&self.stopped).clone().unwrap_or_default();
+        VerbsError::DeviceStopped {
+            device: self.name.clone(),
+            reason,
+        }
     }
 
     /// `Err(DeviceStopped)` with the cause once progress has stopped for good.
@@ -442,11 +503,25 @@ impl DeviceState {
         }
     }
 
-    /// Wakes the background progress thread (one system call).
-    pub fn wake(&self) {
+    /// Wakes the background progress thread of shard `shard` (one system call).
+    pub fn wake(&self, shard: usize) {
         self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
         // A full socket buffer already means "readable": ignore WouldBlock.
-        let _ = self.waker.send(&[1]);
+        let _ = self.shards[shard].waker.send(&[1]);
+    }
+
+    /// Gives shard `to` a frame this shard received for one of its QPs, and makes sure it
+    /// looks soon: its poller's next round, or its background thread, woken if asleep.
+    pub fn hand_off(&self, to: usize, frame: &[u8]) {
+        let s = &self.shards[to];
+        lock(&s.inbox).push(frame);
+        s.inbox_waiting.store(true, Ordering::SeqCst);
+        s.pending.store(true, Ordering::SeqCst);
+        self.stats.handed_off_frames.fetch_add(1, Ordering::Relaxed);
+        let wake_at = s.thread_wake_at.load(Ordering::SeqCst);
+        if wake_at != progress::THREAD_AWAKE && wake_at != progress::THREAD_YIELDING {
+            self.wake(to);
+        }
     }
 
     /// Routes engine events: CQ notifications to the CQ's completion channel, the rest to
@@ -485,14 +560,17 @@ impl DeviceState {
 /// object created from it) is dropped, the thread is stopped and joined.
 pub(crate) struct Core {
     pub shared: Arc<DeviceState>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// One background progress thread per shard.
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for Core {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        let _ = self.shared.waker.send(&[1]);
-        if let Some(thread) = lock(&self.thread).take() {
+        for shard in &self.shared.shards {
+            let _ = shard.waker.send(&[1]);
+        }
+        for thread in lock(&self.threads).drain(..) {
             let _ = thread.join();
         }
     }
@@ -543,7 +621,8 @@ impl Device {
             }
             .into());
         }
-        let (driver, fixed_ip_ident): (Box<dyn Driver>, Option<u16>) = match config.driver {
+        let shards = config.shards;
+        let (drivers, fixed_ip_ident): (Vec<Box<dyn Driver>>, Option<u16>) = match config.driver {
             #[cfg(not(feature = "xdp"))]
             DriverKind::Xdp => return Err(crate::driver::DriverError::XdpNotBuilt.into()),
             #[cfg(feature = "xdp")]
@@ -551,9 +630,19 @@ impl Device {
                 let mut xcfg = crate::driver::xdp::XdpConfig::new(ifname);
                 xcfg.queue = config.xdp_queue;
                 xcfg.frame_count = config.xdp_frame_count;
-                (Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?), None)
+                if shards > 1 {
+                    return Err(VerbsError::InvalidArgument(format!(
+                        "shards {shards}: AF_XDP drivers for several shards are not built yet"
+                    )));
+                }
+                (vec![Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?)], None)
             }
             DriverKind::Udp => {
+                if shards > 1 {
+                    return Err(VerbsError::InvalidArgument(format!(
+                        "shards {shards}: the UDP driver has one socket, so one shard"
+                    )));
+                }
                 let ip = match config.udp_local_ip {
                     Some(ip) => ip,
                     None => IpAddr::V4(net.first_ipv4().ok_or_else(|| {
@@ -579,7 +668,7 @@ impl Device {
                 let ucfg = crate::driver::udp::UdpConfig::new(ifname, ip);
                 // The kernel sends DF=1 and IP ID 0 for this socket: the ICRC must cover that.
                 (
-                    Box::new(crate::driver::udp::UdpDriver::open(&ucfg)?),
+                    vec![Box::new(crate::driver::udp::UdpDriver::open(&ucfg)?)],
                     Some(0),
                 )
             }
@@ -590,7 +679,7 @@ impl Device {
                 .or_else(|| net.first_ipv4().map(IpAddr::V4)),
             DriverKind::Xdp => None,
         };
-        Device::start(net, driver, fixed_ip_ident, udp_source, config)
+        Device::start(net, drivers, fixed_ip_ident, udp_source, config)
     }
 
     /// A device over any driver, with an identity given by the caller (tests, the mem link).
@@ -599,6 +688,24 @@ impl Device {
         identity: DeviceIdentity,
         config: DeviceConfig,
     ) -> Result<Device> {
+        if config.shards != 1 {
+            return Err(VerbsError::InvalidArgument(format!(
+                "shards {}: one driver makes one shard (Device::with_drivers takes one per shard)",
+                config.shards
+            )));
+        }
+        Device::with_drivers(vec![driver], identity, config)
+    }
+
+    /// A device with one shard per driver (`config.shards` is ignored: the drivers say how
+    /// many), with an identity given by the caller (tests, the mem link's lanes).
+    pub fn with_drivers(
+        drivers: Vec<Box<dyn Driver>>,
+        identity: DeviceIdentity,
+        config: DeviceConfig,
+    ) -> Result<Device> {
+        check_shards(drivers.len() as u32)?;
+        let driver = &drivers[0];
         let net = NetdevInfo {
             name: identity.name.clone(),
             ifindex: 0,
@@ -621,29 +728,58 @@ impl Device {
                 .collect(),
             xdp: None,
         };
-        Device::start(net, driver, None, None, config)
+        Device::start(net, drivers, None, None, config)
     }
 
     /// Two devices joined by an in-memory link (no kernel, no privileges): addresses
     /// 198.18.0.1 and 198.18.0.2, MACs 02:00:00:00:00:01 and :02, each other's neighbour.
     /// `config.pcap` captures the first device's frames (both directions).
+    /// `config.shards` must be 1 (see [`Device::mem_pair_sharded`]).
     pub fn mem_pair(
         link: &MemLinkConfig,
         config: DeviceConfig,
     ) -> Result<(Device, Device, MemLink)> {
+        if config.shards != 1 {
+            return Err(VerbsError::InvalidArgument(format!(
+                "shards {}: Device::mem_pair_sharded makes sharded mem pairs",
+                config.shards
+            )));
+        }
+        let (a, b, mut links) = Device::mem_pair_sharded(link, config)?;
+        Ok((a, b, links.remove(0)))
+    }
+
+    /// Two devices of `config.shards` shards each, joined by one in-memory link per shard
+    /// ("lanes", like the queues of a veth pair): what shard `i` of one sends, shard `i` of
+    /// the other receives. Returns the lanes' handles, by shard.
+    pub fn mem_pair_sharded(
+        link: &MemLinkConfig,
+        config: DeviceConfig,
+    ) -> Result<(Device, Device, Vec<MemLink>)> {
+        check_shards(config.shards)?;
         let macs = [MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2])];
         let ips: [IpAddr; 2] = [[198, 18, 0, 1].into(), [198, 18, 0, 2].into()];
-        let (a, b, handle) = MemDriver::pair(macs[0].0, macs[1].0, link)?;
+        let (mut side_a, mut side_b, mut links) = (Vec::new(), Vec::new(), Vec::new());
+        for lane in 0..config.shards as u64 {
+            let lane_link = MemLinkConfig {
+                seed: link.seed.wrapping_add(lane),
+                ..link.clone()
+            };
+            let (a, b, handle) = MemDriver::pair(macs[0].0, macs[1].0, &lane_link)?;
+            side_a.push(Box::new(a) as Box<dyn Driver>);
+            side_b.push(Box::new(b) as Box<dyn Driver>);
+            links.push(handle);
+        }
         let identity = |i: usize| DeviceIdentity {
             name: format!("mem{i}"),
             mac: macs[i],
             mtu: link.mtu,
             addrs: vec![ips[i]],
         };
-        let dev_a = Device::with_driver(Box::new(a), identity(0), config.clone())?;
+        let dev_a = Device::with_drivers(side_a, identity(0), config.clone())?;
         // One capture file holds one device's view: the first one's.
-        let dev_b = Device::with_driver(
-            Box::new(b),
+        let dev_b = Device::with_drivers(
+            side_b,
             identity(1),
             DeviceConfig {
                 pcap: None,
@@ -652,18 +788,26 @@ impl Device {
         )?;
         dev_a.add_static_neighbour(ips[1], macs[1]);
         dev_b.add_static_neighbour(ips[0], macs[0]);
-        Ok((dev_a, dev_b, handle))
+        Ok((dev_a, dev_b, links))
     }
 
     fn start(
         net: NetdevInfo,
-        mut driver: Box<dyn Driver>,
+        drivers: Vec<Box<dyn Driver>>,
         fixed_ip_ident: Option<u16>,
         udp_source: Option<IpAddr>,
         config: DeviceConfig,
     ) -> Result<Device> {
+        let mut drivers = drivers;
         if let Some(path) = &config.pcap {
-            driver = Box::new(crate::driver::tap::PcapTap::create(driver, path)?);
+            if drivers.len() > 1 {
+                return Err(VerbsError::InvalidArgument(format!(
+                    "a capture file with {} shards: one capture needs one shard (shards 1)",
+                    drivers.len()
+                )));
+            }
+            let driver = drivers.pop().expect("one driver");
+            drivers.push(Box::new(crate::driver::tap::PcapTap::create(driver, path)?));
         }
         let gid_table = net.gid_table();
         let mut engine_config = EngineConfig::new(
@@ -675,27 +819,39 @@ impl Device {
         );
         engine_config.gids = gid_table.iter().map(|g| g.gid.to_ip()).collect();
         engine_config.fixed_ip_ident = fixed_ip_ident;
-        let driver_info = driver.info();
-        let (waker_rx, waker_tx) = UnixDatagram::pair().map_err(|source| VerbsError::Io {
-            context: "creating the progress thread's wake-up socket",
-            source,
-        })?;
-        for s in [&waker_rx, &waker_tx] {
-            s.set_nonblocking(true).map_err(|source| VerbsError::Io {
-                context: "making the wake-up socket non-blocking",
+        let driver_info = drivers[0].info();
+        let engines = Engine::new_shards(engine_config, drivers.len() as u32);
+        let mut shards = Vec::with_capacity(drivers.len());
+        let mut wakers = Vec::with_capacity(drivers.len());
+        for (index, (engine, driver)) in engines.into_iter().zip(drivers).enumerate() {
+            let (waker_rx, waker_tx) = UnixDatagram::pair().map_err(|source| VerbsError::Io {
+                context: "creating the progress thread's wake-up socket",
                 source,
             })?;
+            for s in [&waker_rx, &waker_tx] {
+                s.set_nonblocking(true).map_err(|source| VerbsError::Io {
+                    context: "making the wake-up socket non-blocking",
+                    source,
+                })?;
+            }
+            wakers.push(waker_rx);
+            shards.push(Shard {
+                engine: Mutex::new(engine),
+                progress: Mutex::new(progress::Progress::new(driver, index)),
+                pending: AtomicBool::new(false),
+                poller_seen: AtomicU64::new(0),
+                thread_wake_at: AtomicU64::new(progress::THREAD_AWAKE),
+                waker: waker_tx,
+                inbox: Mutex::new(progress::Inbox::default()),
+                inbox_waiting: AtomicBool::new(false),
+            });
         }
         let shared = Arc::new(DeviceState {
             name: format!("xroce_{}", net.name),
             udp_source,
-            engine: Mutex::new(Engine::new(engine_config)),
-            progress: Mutex::new(progress::Progress::new(driver)),
-            pending: AtomicBool::new(false),
-            poller_seen: AtomicU64::new(0),
-            thread_wake_at: AtomicU64::new(progress::THREAD_AWAKE),
+            shards,
+            next_cq_shard: AtomicUsize::new(0),
             start: Instant::now(),
-            waker: waker_tx,
             progress_mode: config.progress,
             stop: AtomicBool::new(false),
             stopped: Mutex::new(None),
@@ -716,29 +872,38 @@ impl Device {
             trace: Mutex::new(VecDeque::new()),
             objects: Default::default(),
         });
-        let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("xroce-progress-{}", shared.netdev.name))
-            .spawn(move || {
-                // A bug in the engine or a driver must not leave a device that silently
-                // stops answering: record why, so every later verbs call says so.
-                let shared = thread_shared.clone();
-                let run = std::panic::AssertUnwindSafe(|| progress::run(thread_shared, waker_rx));
-                if let Err(panic) = std::panic::catch_unwind(run) {
-                    let what = panic_text(&*panic);
-                    progress::fail(&shared, format!("progress thread panicked: {what}"));
-                }
-            })
-            .map_err(|source| VerbsError::Io {
-                context: "spawning the progress thread",
-                source,
-            })?;
-        Ok(Device {
-            core: Arc::new(Core {
-                shared,
-                thread: Mutex::new(Some(thread)),
-            }),
-        })
+        // The Core first: if a spawn fails, dropping it stops the threads already started.
+        let core = Arc::new(Core {
+            shared: shared.clone(),
+            threads: Mutex::new(Vec::new()),
+        });
+        for (index, waker_rx) in wakers.into_iter().enumerate() {
+            let thread_shared = shared.clone();
+            let name = match shared.shards.len() {
+                1 => format!("xroce-progress-{}", shared.netdev.name),
+                _ => format!("xroce-{}-{index}", shared.netdev.name),
+            };
+            let thread = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || {
+                    // A bug in the engine or a driver must not leave a device that silently
+                    // stops answering: record why, so every later verbs call says so.
+                    let shared = thread_shared.clone();
+                    let run = std::panic::AssertUnwindSafe(|| {
+                        progress::run(thread_shared, index, waker_rx)
+                    });
+                    if let Err(panic) = std::panic::catch_unwind(run) {
+                        let what = panic_text(&*panic);
+                        progress::fail(&shared, format!("progress thread panicked: {what}"));
+                    }
+                })
+                .map_err(|source| VerbsError::Io {
+                    context: "spawning the progress thread",
+                    source,
+                })?;
+            lock(&core.threads).push(thread);
+        }
+        Ok(Device { core })
     }
 
     pub(crate) fn shared(&self) -> &DeviceState {
@@ -821,15 +986,25 @@ impl Device {
 
     /// A snapshot of the engine's counters (rxe names, drops by reason).
     pub fn counters(&self) -> crate::engine::Counters {
-        lock(&self.shared().engine).counters().clone()
+        let mut sum = crate::engine::Counters::default();
+        for shard in &self.shared().shards {
+            sum.add(lock(&shard.engine).counters());
+        }
+        sum
+    }
+
+    /// How many engine shards the device has ([`DeviceConfig::shards`]).
+    pub fn shard_count(&self) -> u32 {
+        self.shared().shards.len() as u32
     }
 
     /// Why the last frame that could not be emitted or that the driver refused failed, with
     /// its QP (each is counted in `counters().emit_failed`).
     pub fn last_emit_error(&self) -> Option<String> {
-        lock(&self.shared().engine)
-            .last_emit_error()
-            .map(str::to_string)
+        self.shared()
+            .shards
+            .iter()
+            .find_map(|s| lock(&s.engine).last_emit_error().map(str::to_string))
     }
 
     /// The progress thread's counters.
@@ -846,7 +1021,8 @@ impl Device {
         {
             let generation = shared.xdp_stats_generation.load(Ordering::SeqCst);
             shared.xdp_stats_wanted.store(true, Ordering::SeqCst);
-            let _ = shared.waker.send(&[1]);
+            // The program's counters are the interface's: shard 0 reads them.
+            shared.wake(0);
             let deadline = Instant::now() + Duration::from_millis(100);
             while shared.xdp_stats_generation.load(Ordering::SeqCst) == generation
                 && Instant::now() < deadline
@@ -927,11 +1103,6 @@ fn check_shards(shards: u32) -> Result<()> {
     if !(1..=MAX_SHARDS).contains(&shards) {
         return Err(VerbsError::InvalidArgument(format!(
             "shards {shards}: a device has 1 to {MAX_SHARDS} engine shards"
-        )));
-    }
-    if shards > 1 {
-        return Err(VerbsError::InvalidArgument(format!(
-            "shards {shards}: only one engine shard is built so far"
         )));
     }
     Ok(())

@@ -21,7 +21,7 @@ impl Drop for PdInner {
         let _ = self
             .core
             .shared
-            .with_engine(false, |e| e.dealloc_pd(self.id));
+            .with_engine(0, false, |e| e.dealloc_pd(self.id));
     }
 }
 
@@ -41,7 +41,7 @@ impl std::fmt::Debug for Pd {
 impl Pd {
     pub(crate) fn alloc(device: &Device) -> Result<Pd> {
         let slot = ObjectSlot::take(&device.core, ObjectKind::Pd)?;
-        let id = device.shared().with_engine(false, |e| e.alloc_pd())?;
+        let id = device.shared().with_engine(0, false, |e| e.alloc_pd())?;
         Ok(Pd {
             inner: Arc::new(PdInner {
                 core: device.core.clone(),
@@ -84,7 +84,7 @@ impl Pd {
             .inner
             .core
             .shared
-            .with_engine(false, |e| e.reg_mr(self.inner.id, len, access))??;
+            .with_engine(0, false, |e| e.reg_mr(self.inner.id, len, access))??;
         Ok(Mr {
             inner: Arc::new(MrInner {
                 pd: self.inner.clone(),
@@ -132,7 +132,7 @@ pub(crate) struct MrInner {
 impl Drop for MrInner {
     fn drop(&mut self) {
         let lkey = self.info.lkey;
-        let _ = self.pd.core.shared.with_engine(false, |e| e.dereg_mr(lkey));
+        let _ = self.pd.core.shared.with_engine(0, false, |e| e.dereg_mr(lkey));
     }
 }
 
@@ -233,7 +233,7 @@ impl Mr {
             .pd
             .core
             .shared
-            .poll_engine(|e| e.mr_read(lkey, addr, out))??)
+            .poll_shards(shared_all(&self.inner.pd.core), 0, |e| e.mr_read(lkey, addr, out))??)
     }
 
     /// Copies `data` into the region at `offset`.
@@ -245,7 +245,7 @@ impl Mr {
             .pd
             .core
             .shared
-            .with_engine(false, |e| e.mr_write(lkey, addr, data))??)
+            .with_engine(0, false, |e| e.mr_write(lkey, addr, data))??)
     }
 
     /// A copy of `len` bytes at `offset`.
@@ -267,6 +267,12 @@ impl Mr {
     pub fn write_u64(&self, offset: usize, value: u64) -> Result<()> {
         self.write(offset, &value.to_ne_bytes())
     }
+}
+
+/// Every shard of the device: any of them may write a region (a peer's WRITE arrives on
+/// the shard of its QP), so a thread polling memory drives them all.
+fn shared_all(core: &Core) -> u64 {
+    core.shared.all_shards()
 }
 
 /// Where to send: the destination of an address handle or of a connected QP (`ibv_ah_attr`

@@ -30,9 +30,11 @@ use std::sync::{Arc, TryLockError};
 use std::time::Duration;
 
 use crate::driver::{wait_readable, Driver, DriverError};
-use crate::engine::{transmit_buffer_len, Engine, Event, Instant, Mtu, MAX_FRAME_LEN};
+use crate::engine::{
+    shard_of_qpn, transmit_buffer_len, Engine, Event, Instant, Mtu, MAX_FRAME_LEN,
+};
 
-use super::device::{drain, lock, DeviceState, ProgressMode};
+use super::device::{drain, lock, DeviceState, ProgressMode, Shard};
 
 /// Frames taken from the driver per round.
 pub const RX_BATCH: usize = 64;
@@ -72,9 +74,38 @@ pub(crate) enum Flush {
     Batched,
 }
 
+/// Frames handed to a shard by the shards that received them (see
+/// [`DeviceState::hand_off`]), with the buffers of frames already handled, for reuse.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    frames: Vec<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+}
+
+impl Inbox {
+    /// Most frames an inbox holds: beyond that a frame is dropped, as a full receive ring
+    /// drops it (the transport's retry recovers it).
+    const LIMIT: usize = 4096;
+
+    pub fn push(&mut self, frame: &[u8]) -> bool {
+        if self.frames.len() >= Inbox::LIMIT {
+            return false;
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(frame);
+        self.frames.push(buf);
+        true
+    }
+}
+
 /// What the token holder owns: the driver and a round's buffers.
 pub(crate) struct Progress {
     driver: Box<dyn Driver>,
+    /// The shard this is the token of.
+    shard: usize,
+    /// Frames taken from the inbox, handled this round, then given back as spares.
+    handed: Vec<Vec<u8>>,
     /// Frames handed to the driver since its last flush.
     unflushed: usize,
     /// The buffer to ask `Driver::send_with` for (0: the driver has no transmit memory of
@@ -101,9 +132,11 @@ pub(crate) struct RoundOutcome {
 }
 
 impl Progress {
-    pub fn new(driver: Box<dyn Driver>) -> Progress {
+    pub fn new(driver: Box<dyn Driver>, shard: usize) -> Progress {
         let info = driver.info();
         Progress {
+            shard,
+            handed: Vec::new(),
             buf: vec![0u8; MAX_FRAME_LEN.max(info.max_frame)],
             unflushed: 0,
             direct_room: {
@@ -142,7 +175,7 @@ impl Progress {
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<(R, RoundOutcome), String> {
         let (out, mut outcome) = {
-            let mut engine = lock(&shared.engine);
+            let mut engine = lock(&shared.shards[self.shard].engine);
             let (received, timers) = self.receive(shared, &mut engine, now)?;
             let out = call(&mut engine);
             let work = received + timers + self.transmit(shared, &mut engine, now);
@@ -186,10 +219,24 @@ impl Progress {
         now: Instant,
     ) -> Result<(usize, usize), String> {
         let verify = self.verify;
-        let received = self
+        let (me, shards) = (self.shard, shared.shards.len());
+        let mut received = self.receive_handed(shared, engine, now);
+        received += self
             .driver
             .recv(RX_BATCH, &mut |frame, meta| {
                 shared.record(false, frame);
+                // Several shards: a frame for another shard's QP goes to that shard (the
+                // peer's flow hashed to this queue). Unparsable frames stay: the engine
+                // counts why it drops them.
+                if shards > 1 {
+                    if let Some(qpn) = crate::wire::frame::frame_dest_qpn(frame) {
+                        let owner = shard_of_qpn(qpn, shards as u32) as usize;
+                        if owner != me {
+                            shared.hand_off(owner, frame);
+                            return;
+                        }
+                    }
+                }
                 if verify && meta.icrc_verifiable {
                     engine.handle_frame(now, frame);
                 } else {
@@ -207,6 +254,26 @@ impl Progress {
             timers = 1;
         }
         Ok((received, timers))
+    }
+
+    /// Handles the frames other shards handed over. Their ICRC is checked when this driver
+    /// can check its own frames' (the shards of one device have drivers of one kind).
+    fn receive_handed(&mut self, shared: &DeviceState, engine: &mut Engine, now: Instant) -> usize {
+        let shard = &shared.shards[self.shard];
+        if !shard.inbox_waiting.swap(false, Ordering::SeqCst) {
+            return 0;
+        }
+        std::mem::swap(&mut lock(&shard.inbox).frames, &mut self.handed);
+        for frame in &self.handed {
+            if self.verify {
+                engine.handle_frame(now, frame);
+            } else {
+                engine.handle_frame_unverified(now, frame);
+            }
+        }
+        let n = self.handed.len();
+        lock(&shard.inbox).spare.append(&mut self.handed);
+        n
     }
 
     fn transmit(&mut self, shared: &DeviceState, engine: &mut Engine, now: Instant) -> usize {
@@ -285,6 +352,10 @@ impl Progress {
     }
 
     fn refresh_xdp_stats(&mut self, shared: &DeviceState, now: Instant) {
+        // The XDP program's counters are the interface's: shard 0 reads them.
+        if self.shard != 0 {
+            return;
+        }
         let wanted = shared.xdp_stats_wanted.swap(false, Ordering::SeqCst);
         if wanted || now - self.last_stats >= STATS_PERIOD {
             self.last_stats = now;
@@ -297,8 +368,8 @@ impl Progress {
 }
 
 /// Takes the progress token if nobody holds it.
-pub(crate) fn try_token(shared: &DeviceState) -> Option<std::sync::MutexGuard<'_, Progress>> {
-    match shared.progress.try_lock() {
+pub(crate) fn try_token(shard: &Shard) -> Option<std::sync::MutexGuard<'_, Progress>> {
+    match shard.progress.try_lock() {
         Ok(guard) => Some(guard),
         // A round that panicked leaves the driver in a usable state (the device is marked
         // stopped anyway).
@@ -308,8 +379,9 @@ pub(crate) fn try_token(shared: &DeviceState) -> Option<std::sync::MutexGuard<'_
 }
 
 /// The background progress thread.
-pub(crate) fn run(shared: Arc<DeviceState>, waker: UnixDatagram) {
-    let driver_fd = match lock(&shared.progress).wait_fd() {
+pub(crate) fn run(shared: Arc<DeviceState>, index: usize, waker: UnixDatagram) {
+    let shard = &shared.shards[index];
+    let driver_fd = match lock(&shard.progress).wait_fd() {
         Ok(fd) => fd,
         Err(e) => {
             fail(&shared, format!("duplicating the driver's fd failed: {e}"));
@@ -322,12 +394,12 @@ pub(crate) fn run(shared: Arc<DeviceState>, waker: UnixDatagram) {
             return;
         }
         let now = shared.now();
-        let stats_wanted = shared.xdp_stats_wanted.load(Ordering::SeqCst);
-        let poller = shared.poller_active(now) && !stats_wanted;
+        let stats_wanted = index == 0 && shared.xdp_stats_wanted.load(Ordering::SeqCst);
+        let poller = shared.poller_active(index, now) && !stats_wanted;
         let mut outcome = None;
         if !poller {
-            if let Some(mut progress) = try_token(&shared) {
-                shared.pending.store(false, Ordering::SeqCst);
+            if let Some(mut progress) = try_token(shard) {
+                shard.pending.store(false, Ordering::SeqCst);
                 match progress.round(&shared, now, Flush::Always, |_| ()) {
                     Ok(((), o)) => outcome = Some(o),
                     Err(reason) => {
@@ -340,7 +412,7 @@ pub(crate) fn run(shared: Arc<DeviceState>, waker: UnixDatagram) {
         }
         // (While yielding, `pending` is the token holder's to serve.)
         if outcome.is_some_and(|o| o.work > 0)
-            || (outcome.is_some() && shared.pending.load(Ordering::SeqCst))
+            || (outcome.is_some() && shard.pending.load(Ordering::SeqCst))
         {
             last_work = now;
             continue;
@@ -375,17 +447,17 @@ pub(crate) fn run(shared: Arc<DeviceState>, waker: UnixDatagram) {
                 .map_or(THREAD_ASLEEP_NO_TIMER, |i| i.as_nanos().max(2)),
             None => THREAD_ASLEEP_NO_TIMER,
         };
-        shared.thread_wake_at.store(wake_at, Ordering::SeqCst);
-        let earlier_timer = lock(&shared.engine)
+        shard.thread_wake_at.store(wake_at, Ordering::SeqCst);
+        let earlier_timer = lock(&shard.engine)
             .poll_timeout()
             .is_some_and(|t| t.as_nanos() < wake_at);
-        if !yielding && (shared.pending.load(Ordering::SeqCst) || earlier_timer) {
-            shared.thread_wake_at.store(THREAD_AWAKE, Ordering::SeqCst);
+        if !yielding && (shard.pending.load(Ordering::SeqCst) || earlier_timer) {
+            shard.thread_wake_at.store(THREAD_AWAKE, Ordering::SeqCst);
             continue;
         }
         shared.stats.sleeps.fetch_add(1, Ordering::Relaxed);
         let waited = wait_readable(&fds, timeout);
-        shared.thread_wake_at.store(THREAD_AWAKE, Ordering::SeqCst);
+        shard.thread_wake_at.store(THREAD_AWAKE, Ordering::SeqCst);
         if let Err(e) = waited {
             fail(&shared, format!("poll failed: {e}"));
             return;
@@ -407,7 +479,9 @@ pub(crate) fn fail(shared: &DeviceState, reason: String) {
         *stopped = Some(reason);
     }
     shared.stopped_flag.store(true, Ordering::SeqCst);
-    let _ = shared.waker.send(&[1]);
+    for shard in &shared.shards {
+        let _ = shard.waker.send(&[1]);
+    }
     let channels: Vec<_> = lock(&shared.all_channels)
         .iter()
         .filter_map(std::sync::Weak::upgrade)

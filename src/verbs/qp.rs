@@ -66,6 +66,7 @@ struct QpInner {
     _slot: ObjectSlot,
     pd: Arc<PdInner>,
     qpn: u32,
+    shard: usize,
     qp_type: QpType,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
@@ -77,7 +78,7 @@ impl Drop for QpInner {
             .pd
             .core
             .shared
-            .with_engine(true, |e| e.destroy_qp(self.qpn));
+            .with_engine(self.shard, true, |e| e.destroy_qp(self.qpn));
     }
 }
 
@@ -180,16 +181,20 @@ impl Qp {
             caps: *cap,
             sq_sig_all: init.sq_sig_all,
         };
+        // A QP lives on its send CQ's shard: a thread that owns a CQ and its QPs owns a shard.
+        let shard = init.send_cq.inner.home;
         let qpn = pd
             .inner
             .core
             .shared
-            .with_engine(false, |e| e.create_qp(engine_init))??;
+            .with_engine(shard, false, |e| e.create_qp(engine_init))??;
+        init.recv_cq.inner.add_shard(shard);
         Ok(Qp {
             inner: Arc::new(QpInner {
                 _slot: slot,
                 pd: pd.inner.clone(),
                 qpn,
+                shard,
                 qp_type: init.qp_type,
                 _send_cq: init.send_cq.inner.clone(),
                 _recv_cq: init.recv_cq.inner.clone(),
@@ -206,6 +211,11 @@ impl Qp {
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
         self.inner.qpn
+    }
+
+    /// The engine shard it lives on (its send CQ's; see [`super::DeviceConfig::shards`]).
+    pub fn shard(&self) -> u32 {
+        self.inner.shard as u32
     }
 
     /// RC or UD.
@@ -235,7 +245,7 @@ impl Qp {
             .pd
             .core
             .shared
-            .with_engine(true, |e| e.modify_qp(qpn, attr, mask))??)
+            .with_engine(self.inner.shard, true, |e| e.modify_qp(qpn, attr, mask))??)
     }
 
     /// The attributes in force and the capabilities (`ibv_query_qp`).
@@ -246,7 +256,7 @@ impl Qp {
             .pd
             .core
             .shared
-            .with_engine(false, |e| e.query_qp(qpn))??)
+            .with_engine(self.inner.shard, false, |e| e.query_qp(qpn))??)
     }
 
     /// The current state.
@@ -262,7 +272,7 @@ impl Qp {
             .pd
             .core
             .shared
-            .with_engine(true, |e| e.post_send(qpn, wr))??)
+            .with_engine(self.inner.shard, true, |e| e.post_send(qpn, wr))??)
     }
 
     /// Posts send WRs in order; on the first refusal, stops and says which (the ones before
@@ -283,7 +293,7 @@ impl Qp {
             .pd
             .core
             .shared
-            .with_engine(false, |e| e.post_recv(qpn, wr))??)
+            .with_engine(self.inner.shard, false, |e| e.post_recv(qpn, wr))??)
     }
 
     /// Posts receive WRs in order; stops at the first refusal (see [`Qp::post_send_batch`]).
@@ -307,7 +317,7 @@ impl Qp {
         ) -> std::result::Result<(), crate::engine::EngineError>,
     ) -> Result<()> {
         let qpn = self.inner.qpn;
-        let refused = self.inner.pd.core.shared.with_engine(wake, |e| {
+        let refused = self.inner.pd.core.shared.with_engine(self.inner.shard, wake, |e| {
             for (index, wr) in wrs.iter().enumerate() {
                 if let Err(err) = post(e, qpn, wr) {
                     return Some((index, wr_id(wr), err));
