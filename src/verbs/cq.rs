@@ -257,7 +257,9 @@ impl Cq {
         let shared = &self.inner.core.shared;
         shared.stop_polling();
         let id = self.inner.id;
-        Ok(shared.with_engine(self.inner.home, false, |e| e.req_notify_cq(id, solicited_only))??)
+        Ok(shared.with_engine(self.inner.home, false, |e| {
+            e.req_notify_cq(id, solicited_only)
+        })??)
     }
 
     /// Polls until `count` completions have arrived or `timeout` passes; returns what

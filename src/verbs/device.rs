@@ -428,8 +428,13 @@ impl DeviceState {
                 break;
             };
             s.pending.store(false, Ordering::SeqCst);
-            let done =
-                self.driven_round(shard, &mut token, self.now(), progress::Flush::Always, |_| ());
+            let done = self.driven_round(
+                shard,
+                &mut token,
+                self.now(),
+                progress::Flush::Always,
+                |_| (),
+            );
             drop(token);
             done?;
         }
@@ -453,10 +458,9 @@ impl DeviceState {
             Ok(Ok(done)) => done,
             Ok(Err(reason)) => return Err(self.stop_with(reason)),
             Err(panic) => {
-                return Err(self.stop_with(format!(
-                    "progress round panicked: {}",
-                    panic_text(&*panic)
-                )))
+                return Err(
+                    self.stop_with(format!("progress round panicked: {}", panic_text(&*panic)))
+                )
             }
         };
         self.stats.driven_rounds.fetch_add(1, Ordering::Relaxed);
@@ -635,7 +639,10 @@ impl Device {
                         "shards {shards}: AF_XDP drivers for several shards are not built yet"
                     )));
                 }
-                (vec![Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?)], None)
+                (
+                    vec![Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?)],
+                    None,
+                )
             }
             DriverKind::Udp => {
                 if shards > 1 {

@@ -132,7 +132,11 @@ pub(crate) struct MrInner {
 impl Drop for MrInner {
     fn drop(&mut self) {
         let lkey = self.info.lkey;
-        let _ = self.pd.core.shared.with_engine(0, false, |e| e.dereg_mr(lkey));
+        let _ = self
+            .pd
+            .core
+            .shared
+            .with_engine(0, false, |e| e.dereg_mr(lkey));
     }
 }
 
@@ -233,7 +237,9 @@ impl Mr {
             .pd
             .core
             .shared
-            .poll_shards(shared_all(&self.inner.pd.core), 0, |e| e.mr_read(lkey, addr, out))??)
+            .poll_shards(shared_all(&self.inner.pd.core), 0, |e| {
+                e.mr_read(lkey, addr, out)
+            })??)
     }
 
     /// Copies `data` into the region at `offset`.

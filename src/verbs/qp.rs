@@ -317,14 +317,19 @@ impl Qp {
         ) -> std::result::Result<(), crate::engine::EngineError>,
     ) -> Result<()> {
         let qpn = self.inner.qpn;
-        let refused = self.inner.pd.core.shared.with_engine(self.inner.shard, wake, |e| {
-            for (index, wr) in wrs.iter().enumerate() {
-                if let Err(err) = post(e, qpn, wr) {
-                    return Some((index, wr_id(wr), err));
+        let refused = self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(self.inner.shard, wake, |e| {
+                for (index, wr) in wrs.iter().enumerate() {
+                    if let Err(err) = post(e, qpn, wr) {
+                        return Some((index, wr_id(wr), err));
+                    }
                 }
-            }
-            None
-        })?;
+                None
+            })?;
         match refused {
             None => Ok(()),
             Some((index, wr_id, err)) => Err(VerbsError::PostFailed {
