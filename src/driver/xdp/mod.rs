@@ -979,8 +979,17 @@ impl Driver for XdpDriver {
 
     fn info(&self) -> DriverInfo {
         let note = if self.shards > 1 {
+            // Measured on Linux 6.18: generic XDP on veth reads the sender's transmit queue
+            // j as receive queue j - 1 (0 for j = 0), so peer shards do not line up.
+            let generic = if self.program.attached_mode() == Some("generic") {
+                "; generic XDP: on veth a frame from the peer's transmit queue j arrives on \
+                 receive queue j-1 (0 for j=0), so the peer's shard i reaches shard i-1 here \
+                 (native mode keeps them aligned)"
+            } else {
+                ""
+            };
             Some(format!(
-                "shard {} of {}: receive queues {:?}, transmits on queue {}",
+                "shard {} of {}: receive queues {:?}, transmits on queue {}{generic}",
                 self.shard,
                 self.shards,
                 self.queues(),
