@@ -20,6 +20,13 @@
 //! more than one socket, [`Driver::wait_fd`] is an epoll set of all of them. See
 //! `docs/xdp.md` for the whole picture.
 //!
+//! # Engine shards
+//! [`XdpDriver::open_shards`] opens N independent drivers on one interface, one per engine
+//! shard, behind one XDP program (step 2 once, shared, detached with the last driver):
+//! driver `i` does steps 3 and 4 for the receive queues `q % N == i` only, with a UMEM,
+//! rings and epoll set of its own, and transmits on queue `i`. [`XdpDriver::open`] is the
+//! one-shard case.
+//!
 //! # Frames larger than a chunk
 //! A chunk holds 4096 - 256 (kernel headroom) = 3840 bytes, but a path-MTU-4096 RoCE frame is
 //! about 4170 bytes, and the kernel accepts chunks larger than a page only for hugepage-backed
