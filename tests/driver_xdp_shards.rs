@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use xroce::driver::xdp::{AttachMode, XdpConfig, XdpDriver};
@@ -414,12 +415,15 @@ struct PeerEnv {
 }
 
 /// Send `count` frames from shard `d` (half copied in by `send`, half written straight
-/// into the UMEM by `send_with`), then receive until the `expect` frames arrived or
-/// `deadline` passed, and for `linger` longer to catch any that should not arrive.
+/// into the UMEM by `send_with`), then receive until all shards together (`received`)
+/// have the `expect` frames the peer sends or `deadline` passed, and for `linger` longer
+/// to catch any that should not arrive. Which shard gets which frames is for the parent
+/// to check.
 fn run_shard(
     d: &mut XdpDriver,
     peer: &PeerEnv,
     count: u32,
+    received: &AtomicU32,
     expect: u32,
     deadline: Instant,
     linger: Duration,
@@ -451,14 +455,15 @@ fn run_shard(
     let mut quiet_until = None;
     loop {
         let now = Instant::now();
-        if got.len() as u32 >= expect || now >= deadline {
+        if received.load(Ordering::Relaxed) >= expect || now >= deadline {
             let until = *quiet_until.get_or_insert(now + linger);
             if now >= until {
                 return got;
             }
         }
         poll_readable(d.wait_fd().unwrap(), Some(Duration::from_millis(20))).unwrap();
-        d.recv(64, &mut |f, _| got.push(f.to_vec())).unwrap();
+        let n = d.recv(64, &mut |f, _| got.push(f.to_vec())).unwrap();
+        received.fetch_add(n as u32, Ordering::Relaxed);
         // The peer may still be sending to us; keep our own frames moving too.
         d.flush().unwrap();
     }
@@ -531,15 +536,16 @@ fn helper() {
                 Instant::now() + Duration::from_millis(env("TIMEOUT_MS").parse().unwrap());
             let linger = Duration::from_millis(env("LINGER_MS").parse().unwrap());
             // Each shard on a thread of its own, as engine shards run.
+            let received = AtomicU32::new(0);
+            let expect = peer_shards * count;
             let received: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
                 let threads: Vec<_> = drivers
                     .iter_mut()
                     .map(|d| {
-                        let expect = (0..peer_shards).filter(|j| j % shards == d.shard()).count()
-                            as u32
-                            * count;
-                        let peer = &peer;
-                        s.spawn(move || run_shard(d, peer, count, expect, deadline, linger))
+                        let (peer, received) = (&peer, &received);
+                        s.spawn(move || {
+                            run_shard(d, peer, count, received, expect, deadline, linger)
+                        })
                     })
                     .collect();
                 threads.into_iter().map(|t| t.join().unwrap()).collect()
