@@ -9,6 +9,8 @@
 mod common;
 #[path = "common/packet.rs"]
 mod packet;
+#[path = "common/roce.rs"]
+mod roce;
 
 use common::{hex, unhex, Helper};
 
@@ -363,42 +365,34 @@ fn receive_with_tap(
 /// A real RoCEv2 RC SEND ONLY from link.a to link.b with a valid ICRC, its payload marked
 /// `XROCE-ID<id>` so it can be told apart wherever it lands.
 fn marked_roce(link: &VethLink, v6: bool, id: u8) -> Vec<u8> {
-    use xroce::wire::{EthRepr, FrameRepr, IpRepr, Opcode, PacketRepr};
+    use xroce::wire::{EthRepr, IpRepr};
     let mut payload = b"XROCE-ID".to_vec();
     payload.push(id);
     payload.resize(40, 0x5a);
-    let mut roce = PacketRepr::new(Opcode::RC_SEND_ONLY, 0x11);
-    roce.payload = &payload;
-    let f = FrameRepr {
-        eth: EthRepr {
-            dst: link.b_mac,
-            src: link.a_mac,
-            vlan: None,
-        },
-        ip: if v6 {
-            IpRepr::V6 {
-                src: link.a_ip6.unwrap(),
-                dst: link.b_ip6.unwrap(),
-                traffic_class: 0,
-                flow_label: 0,
-                hop_limit: 64,
-            }
-        } else {
-            IpRepr::V4 {
-                src: link.a_ip,
-                dst: link.b_ip,
-                tos: 0,
-                ttl: 64,
-                ident: u16::from(id),
-                dont_fragment: true,
-            }
-        },
-        udp_src_port: 0xc003,
-        roce,
+    let eth = EthRepr {
+        dst: link.b_mac,
+        src: link.a_mac,
+        vlan: None,
     };
-    let mut buf = vec![0u8; f.buffer_len()];
-    f.emit(&mut buf).unwrap();
-    buf
+    let ip = if v6 {
+        IpRepr::V6 {
+            src: link.a_ip6.unwrap(),
+            dst: link.b_ip6.unwrap(),
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        }
+    } else {
+        IpRepr::V4 {
+            src: link.a_ip,
+            dst: link.b_ip,
+            tos: 0,
+            ttl: 64,
+            ident: u16::from(id),
+            dont_fragment: true,
+        }
+    };
+    roce::rc_send_only(eth, ip, 0xc003, &payload)
 }
 
 /// The marker id a frame carries, if any.

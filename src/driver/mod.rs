@@ -342,6 +342,23 @@ pub enum DriverError {
         /// How many binds were tried.
         attempts: u32,
     },
+    /// Engine shards asked for that the interface has no queues for (each shard needs its own
+    /// receive and transmit queue), or zero shards.
+    #[error(
+        "{shards} AF_XDP shard(s) asked for on {ifname:?}, which has queues for 1 to {queues} \
+         (each shard owns a receive queue and transmits on its own queue). Add queues with \
+         `ethtool -L {ifname} combined N` (veth: create the pair with \
+         `ip link add ... numtxqueues N numrxqueues N`), or ask for fewer shards"
+    )]
+    ShardsOutOfRange {
+        /// The interface name.
+        ifname: String,
+        /// How many shards were asked for.
+        shards: u32,
+        /// The most shards the interface can take: its usable receive queues (at most the
+        /// XSKMAP's slots), or fewer transmit queues.
+        queues: u32,
+    },
     /// The NIC driver cannot do zero-copy AF_XDP.
     #[error(
         "zero-copy AF_XDP is not supported on {ifname:?} (veth and most virtual NICs only do \

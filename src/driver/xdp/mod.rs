@@ -20,6 +20,13 @@
 //! more than one socket, [`Driver::wait_fd`] is an epoll set of all of them. See
 //! `docs/xdp.md` for the whole picture.
 //!
+//! # Engine shards
+//! [`XdpDriver::open_shards`] opens N independent drivers on one interface, one per engine
+//! shard, behind one XDP program (step 2 once, shared, detached with the last driver):
+//! driver `i` does steps 3 and 4 for the receive queues `q % N == i` only, with a UMEM,
+//! rings and epoll set of its own, and transmits on queue `i`. [`XdpDriver::open`] is the
+//! one-shard case.
+//!
 //! # Frames larger than a chunk
 //! A chunk holds 4096 - 256 (kernel headroom) = 3840 bytes, but a path-MTU-4096 RoCE frame is
 //! about 4170 bytes, and the kernel accepts chunks larger than a page only for hugepage-backed
@@ -32,6 +39,7 @@ pub mod bpf;
 use std::io::Write;
 use std::num::NonZeroU32;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
@@ -171,10 +179,14 @@ struct RxPath {
 
 /// AF_XDP sockets on the interface's receive queues, sharing one UMEM, plus the XDP program
 /// that feeds them. The first socket also transmits.
+///
+/// One of the drivers of [`XdpDriver::open_shards`] owns the sockets of its shard's queues
+/// only, with a UMEM of its own; the XDP program is shared by all of them.
 pub struct XdpDriver {
-    // Field order is drop order: first the program leaves the interface, then the sockets
-    // (their rings) close, then the UMEM is unmapped.
-    program: XdpProgram,
+    // Field order is drop order: first the program leaves the interface (when this is the
+    // last driver holding it), then the sockets (their rings) close, then the UMEM is
+    // unmapped.
+    program: Arc<XdpProgram>,
     /// epoll set of all sockets, when there is more than one (the wait fd).
     epoll: Option<OwnedFd>,
     tx_q: TxQueue,
@@ -199,6 +211,9 @@ pub struct XdpDriver {
     rx_oversized: u64,
     /// Receive path to look at first next time (round robin between queues).
     next_rx: usize,
+    /// This driver's shard and the number of shards on the interface (0 of 1 for `open`).
+    shard: u32,
+    shards: u32,
 }
 
 impl std::fmt::Debug for XdpDriver {
@@ -207,12 +222,14 @@ impl std::fmt::Debug for XdpDriver {
             .field("iface", &self.iface)
             .field("mode", &self.mode)
             .field("frame_size", &self.frame_size)
+            .field("shard", &self.shard)
+            .field("shards", &self.shards)
             .finish_non_exhaustive()
     }
 }
 
-/// What [`XdpDriver::open`] settled from the configuration and the interface, before it
-/// touches the kernel.
+/// What [`XdpDriver::open_shards`] settled for one driver from the configuration and the
+/// interface, before it touches the kernel.
 struct Plan {
     /// The receive queues to bind a socket to.
     queues: Vec<u32>,
@@ -225,31 +242,83 @@ struct Plan {
     umem_cfg: UmemConfig,
 }
 
+/// The receive queues the drivers of an interface bind, all shards together: every queue up
+/// to [`XSKMAP_SLOTS`], or the one [`XdpConfig::queue`].
+fn planned_queues(cfg: &XdpConfig, iface: &InterfaceInfo) -> Result<Vec<u32>, DriverError> {
+    let config = |reason: String| DriverError::Config { reason };
+    if cfg.queue >= XSKMAP_SLOTS {
+        return Err(config(format!(
+            "queue {} out of range (the XSKMAP has {XSKMAP_SLOTS} slots)",
+            cfg.queue
+        )));
+    }
+    if cfg.queue >= iface.rx_queues {
+        return Err(config(format!(
+            "{} has {} receive queue(s); queue {} does not exist",
+            cfg.ifname, iface.rx_queues, cfg.queue
+        )));
+    }
+    Ok(if cfg.all_queues {
+        (0..iface.rx_queues.min(XSKMAP_SLOTS)).collect()
+    } else {
+        vec![cfg.queue]
+    })
+}
+
+/// Transmit queues of `ifname` (sysfs `tx-*`), `None` when sysfs does not show them.
+fn tx_queue_count(ifname: &str) -> Option<u32> {
+    let dir = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues")).ok()?;
+    let n = dir
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tx-"))
+        .count() as u32;
+    (n > 0).then_some(n)
+}
+
+/// The receive queues of each of `shards` drivers: shard `i` gets the queues `q` with
+/// `q % shards == i`, so its first queue, the one it transmits on, is `i`.
+fn shard_queues(
+    cfg: &XdpConfig,
+    queues: &[u32],
+    tx_queues: Option<u32>,
+    shards: u32,
+) -> Result<Vec<Vec<u32>>, DriverError> {
+    if shards > 1 && !cfg.all_queues {
+        return Err(DriverError::Config {
+            reason: format!(
+                "{shards} shards need a socket on every receive queue; all_queues is off \
+                 (only queue {} would be bound)",
+                cfg.queue
+            ),
+        });
+    }
+    // Shard i transmits on queue i: with one shard that is the first bound queue, which
+    // exists; with more, the interface needs `shards` transmit queues too.
+    let most = match tx_queues {
+        Some(tx) if shards > 1 => (queues.len() as u32).min(tx),
+        _ => queues.len() as u32,
+    };
+    if shards == 0 || shards > most {
+        return Err(DriverError::ShardsOutOfRange {
+            ifname: cfg.ifname.clone(),
+            shards,
+            queues: most,
+        });
+    }
+    Ok((0..shards)
+        .map(|i| queues.iter().copied().filter(|q| q % shards == i).collect())
+        .collect())
+}
+
 impl Plan {
-    /// Check the configuration against the interface; every refusal names the value.
-    fn new(cfg: &XdpConfig, iface: &InterfaceInfo) -> Result<Plan, DriverError> {
+    /// Check the configuration against the interface for a driver on `queues`; every
+    /// refusal names the value.
+    fn new(cfg: &XdpConfig, iface: &InterfaceInfo, queues: Vec<u32>) -> Result<Plan, DriverError> {
         let config = |reason: String| DriverError::Config { reason };
         if cfg.frame_count < 4 || !cfg.frame_count.is_power_of_two() || cfg.frame_count > 1 << 20 {
             return Err(config(format!(
                 "frame_count {} must be a power of two in 4..=1048576",
                 cfg.frame_count
-            )));
-        }
-        let queues: Vec<u32> = if cfg.all_queues {
-            (0..iface.rx_queues.min(XSKMAP_SLOTS)).collect()
-        } else {
-            vec![cfg.queue]
-        };
-        if cfg.queue >= XSKMAP_SLOTS {
-            return Err(config(format!(
-                "queue {} out of range (the XSKMAP has {XSKMAP_SLOTS} slots)",
-                cfg.queue
-            )));
-        }
-        if cfg.queue >= iface.rx_queues {
-            return Err(config(format!(
-                "{} has {} receive queue(s); queue {} does not exist",
-                cfg.ifname, iface.rx_queues, cfg.queue
             )));
         }
         let half = cfg.frame_count / 2;
@@ -505,8 +574,27 @@ fn epoll_of(rx: &[RxPath]) -> Result<OwnedFd, DriverError> {
 }
 
 impl XdpDriver {
-    /// Open the driver on `cfg.ifname` (see the module docs for the steps).
+    /// Open the driver on `cfg.ifname` (see the module docs for the steps): the one driver
+    /// of [`XdpDriver::open_shards`] with one shard.
     pub fn open(cfg: &XdpConfig) -> Result<Self, DriverError> {
+        let mut drivers = Self::open_shards(cfg, 1)?;
+        Ok(drivers.pop().expect("one shard, one driver"))
+    }
+
+    /// Open `shards` independent drivers on `cfg.ifname`, one per engine shard, fed by one
+    /// XDP program.
+    ///
+    /// Driver `i` owns the sockets of the receive queues `q` with `q % shards == i` (every
+    /// queue of the interface up to [`XSKMAP_SLOTS`]), a UMEM of its own with
+    /// [`XdpConfig::frame_count`] chunks (so each shard has the rings and transmit room of a
+    /// lone driver), its own fill/completion rings and epoll set, and transmits on queue `i`
+    /// (on veth the peer receives those frames on its queue `i`). The program is attached
+    /// once, before the sockets are bound, and leaves the interface when the last of the
+    /// drivers is dropped. One shard is exactly [`XdpDriver::open`].
+    ///
+    /// Zero shards, or more than the interface has receive (or transmit) queues, is
+    /// [`DriverError::ShardsOutOfRange`], which says how to add queues.
+    pub fn open_shards(cfg: &XdpConfig, shards: u32) -> Result<Vec<Self>, DriverError> {
         let iface = interface_info(&cfg.ifname)?;
         if !iface.up {
             return Err(DriverError::InterfaceDown {
@@ -514,14 +602,35 @@ impl XdpDriver {
             });
         }
         check_privileges()?;
-        let plan = Plan::new(cfg, &iface)?;
+        let queues = planned_queues(cfg, &iface)?;
+        let plans = shard_queues(cfg, &queues, tx_queue_count(&cfg.ifname), shards)?
+            .into_iter()
+            .map(|queues| Plan::new(cfg, &iface, queues))
+            .collect::<Result<Vec<_>, _>>()?;
 
         let mut program = XdpProgram::load()?;
         // Attach first: if another XDP program owns the interface we say so, rather than
-        // failing later on a busy queue. Until the socket is in the XSKMAP, RoCE frames are
-        // passed to the kernel and counted as no_socket.
+        // failing later on a busy queue. Until a socket is in the XSKMAP, RoCE frames on its
+        // queue are passed to the kernel and counted as no_socket.
         program.attach(iface.ifindex, &cfg.ifname, cfg.attach)?;
+        let program = Arc::new(program);
+        // A failure drops the drivers opened so far, and with the last one the program.
+        plans
+            .iter()
+            .zip(0..)
+            .map(|(plan, shard)| Self::bind(cfg, &iface, plan, Arc::clone(&program), shard, shards))
+            .collect()
+    }
 
+    /// One driver: bind its planned queues and put their sockets into the program's XSKMAP.
+    fn bind(
+        cfg: &XdpConfig,
+        iface: &InterfaceInfo,
+        plan: &Plan,
+        program: Arc<XdpProgram>,
+        shard: u32,
+        shards: u32,
+    ) -> Result<Self, DriverError> {
         let Bound {
             umem,
             descs,
@@ -530,7 +639,7 @@ impl XdpDriver {
             mut rx,
             zero_copy,
             multi_buffer,
-        } = bind_with_retries(cfg, &plan)?;
+        } = bind_with_retries(cfg, plan)?;
         for path in &rx {
             program.register_socket(path.queue, path.rx_q.fd().as_raw_fd())?;
         }
@@ -558,7 +667,7 @@ impl XdpDriver {
             tx_pending: Vec::new(),
             scratch: vec![FrameDesc::default(); 256],
             tx_ring_size: plan.half,
-            iface,
+            iface: iface.clone(),
             mode: if zero_copy {
                 DriverMode::XdpZeroCopy
             } else {
@@ -570,10 +679,14 @@ impl XdpDriver {
             multi_buffer,
             rx_oversized: 0,
             next_rx: 0,
+            shard,
+            shards,
         })
     }
 
-    /// The XDP program's counters plus the socket's drop counters.
+    /// The XDP program's counters plus the socket's drop counters. The program's counters
+    /// cover the whole interface (every shard's queues); the socket counters are this
+    /// driver's own.
     pub fn xdp_stats(&self) -> Result<XdpStats, DriverError> {
         let mut stats = self.program.stats()?;
         stats.sock_rx_dropped = self.rx_oversized;
@@ -596,6 +709,21 @@ impl XdpDriver {
     /// The receive queues with a bound socket.
     pub fn queues(&self) -> Vec<u32> {
         self.rx.iter().map(|p| p.queue).collect()
+    }
+
+    /// The receive queue whose socket transmits (`shard()` when all queues are bound).
+    pub fn tx_queue(&self) -> u32 {
+        self.rx[0].queue
+    }
+
+    /// This driver's shard, in `0..shards()`.
+    pub fn shard(&self) -> u32 {
+        self.shard
+    }
+
+    /// How many drivers [`XdpDriver::open_shards`] opened with this one (1 for `open`).
+    pub fn shards(&self) -> u32 {
+        self.shards
     }
 
     /// Whether frames may span several chunks (`XDP_USE_SG`).
@@ -857,15 +985,34 @@ impl Driver for XdpDriver {
     }
 
     fn info(&self) -> DriverInfo {
-        let note = (self.iface.rx_queues as usize > self.rx.len()).then(|| {
-            format!(
-                "{} has {} receive queues; only {:?} bound: RoCE arriving on others is \
-                 counted as no_socket and left to the kernel",
-                self.iface.name,
-                self.iface.rx_queues,
-                self.queues()
-            )
-        });
+        let note = if self.shards > 1 {
+            // Measured on Linux 6.18: generic XDP on veth reads the sender's transmit queue
+            // j as receive queue j - 1 (0 for j = 0), so peer shards do not line up.
+            let generic = if self.program.attached_mode() == Some("generic") {
+                "; generic XDP: on veth a frame from the peer's transmit queue j arrives on \
+                 receive queue j-1 (0 for j=0), so the peer's shard i reaches shard i-1 here \
+                 (native mode keeps them aligned)"
+            } else {
+                ""
+            };
+            Some(format!(
+                "shard {} of {}: receive queues {:?}, transmits on queue {}{generic}",
+                self.shard,
+                self.shards,
+                self.queues(),
+                self.tx_queue()
+            ))
+        } else {
+            (self.iface.rx_queues as usize > self.rx.len()).then(|| {
+                format!(
+                    "{} has {} receive queues; only {:?} bound: RoCE arriving on others is \
+                     counted as no_socket and left to the kernel",
+                    self.iface.name,
+                    self.iface.rx_queues,
+                    self.queues()
+                )
+            })
+        };
         DriverInfo {
             name: self.iface.name.clone(),
             mode: self.mode,
@@ -901,5 +1048,53 @@ mod tests {
             )
         };
         const { assert!((4096 - XDP_PACKET_HEADROOM) * MAX_CHUNKS_PER_FRAME >= 9000 + 22) };
+    }
+
+    #[test]
+    fn shard_i_gets_the_queues_congruent_to_i_and_transmits_on_queue_i() {
+        let cfg = XdpConfig::new("veth0");
+        let queues: Vec<u32> = (0..6).collect();
+        assert_eq!(
+            shard_queues(&cfg, &queues, Some(6), 1).unwrap(),
+            vec![queues.clone()]
+        );
+        assert_eq!(
+            shard_queues(&cfg, &queues, Some(6), 2).unwrap(),
+            vec![vec![0, 2, 4], vec![1, 3, 5]]
+        );
+        let four = shard_queues(&cfg, &queues, None, 4).unwrap();
+        assert_eq!(four, vec![vec![0, 4], vec![1, 5], vec![2], vec![3]]);
+        for (i, q) in four.iter().enumerate() {
+            assert_eq!(
+                q[0], i as u32,
+                "a shard's first queue, its transmit queue, is its index"
+            );
+        }
+    }
+
+    #[test]
+    fn shard_counts_the_queues_cannot_carry_are_refused_with_the_fix() {
+        let cfg = XdpConfig::new("veth0");
+        let queues: Vec<u32> = (0..4).collect();
+        for (shards, tx) in [(0, Some(4)), (5, Some(4)), (3, Some(2)), (5, None)] {
+            let err = shard_queues(&cfg, &queues, tx, shards).unwrap_err();
+            let most = tx.unwrap_or(4).min(4);
+            assert!(
+                matches!(err, DriverError::ShardsOutOfRange { shards: s, queues: q, .. }
+                    if s == shards && q == most),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(text.contains("ethtool -L veth0 combined N"), "{text}");
+            assert!(text.contains("numtxqueues N numrxqueues N"), "{text}");
+        }
+        // One shard needs no second transmit queue: it is today's single driver.
+        assert!(shard_queues(&cfg, &queues, Some(1), 1).is_ok());
+        let single = XdpConfig {
+            all_queues: false,
+            ..XdpConfig::new("veth0")
+        };
+        let err = shard_queues(&single, &[0], Some(4), 2).unwrap_err();
+        assert!(matches!(err, DriverError::Config { .. }), "{err:?}");
     }
 }
