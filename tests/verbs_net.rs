@@ -51,9 +51,14 @@ fn start(
     sizes: &[usize],
     extra: &[(&str, String)],
 ) -> Run {
+    let queues = extra
+        .iter()
+        .find(|(k, _)| *k == "XV_QUEUES")
+        .map_or(1, |(_, v)| v.parse().unwrap());
     let link = VethLink::create(&LinkConfig {
         mtu: link_mtu,
         ipv6: extra.iter().any(|(k, v)| *k == "XV_FAMILY" && v == "6"),
+        queues,
         ..LinkConfig::default()
     })
     .expect("creating namespaces and veth");
@@ -111,6 +116,40 @@ fn xdp_every_op_both_directions_path_mtu_1024() {
     let (c, _) = both_pass(&mut run);
     assert!(c.contains("driver=xdp-"), "{c}");
     assert!(c.contains("bad_icrc=0"), "{c}");
+}
+
+/// Two engine shards on a veth pair with two queues: QP i on shard i % 2 at both ends, so
+/// each flow's frames go out on queue i % 2 and arrive on the peer's queue i % 2, the queue
+/// of the shard that owns the QP there: nothing is handed between shards.
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn xdp_every_op_on_two_engine_shards() {
+    if !privileged_or_skip("xdp_every_op_on_two_engine_shards") {
+        return;
+    }
+    let mut run = start(
+        "xdp",
+        1500,
+        1024,
+        4,
+        &[0, 1, 1025, 65536, MIB],
+        &[
+            ("XV_SHARDS", "2".to_string()),
+            ("XV_QUEUES", "2".to_string()),
+        ],
+    );
+    let (c, s) = both_pass(&mut run);
+    for summary in [&c, &s] {
+        assert!(
+            summary.contains("shards=2 qp_shards=[0, 1, 0, 1]"),
+            "{summary}"
+        );
+        assert!(summary.contains("handed_off=0"), "{summary}");
+        assert!(summary.contains("bad_icrc=0"), "{summary}");
+    }
 }
 
 #[test]

@@ -634,15 +634,17 @@ impl Device {
                 let mut xcfg = crate::driver::xdp::XdpConfig::new(ifname);
                 xcfg.queue = config.xdp_queue;
                 xcfg.frame_count = config.xdp_frame_count;
-                if shards > 1 {
-                    return Err(VerbsError::InvalidArgument(format!(
-                        "shards {shards}: AF_XDP drivers for several shards are not built yet"
-                    )));
-                }
-                (
-                    vec![Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?)],
-                    None,
-                )
+                let drivers: Vec<Box<dyn Driver>> = if shards == 1 {
+                    vec![Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?)]
+                } else {
+                    // One program; shard i owns the receive queues q % shards == i and
+                    // transmits on queue i (docs/xdp.md, "Sharded drivers").
+                    crate::driver::xdp::XdpDriver::open_shards(&xcfg, shards)?
+                        .into_iter()
+                        .map(|d| Box::new(d) as Box<dyn Driver>)
+                        .collect()
+                };
+                (drivers, None)
             }
             DriverKind::Udp => {
                 if shards > 1 {

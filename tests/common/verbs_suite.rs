@@ -528,6 +528,8 @@ pub fn helper_main(role: &str) -> Result<String, String> {
     let vanish = std::env::var("XV_VANISH").is_ok();
     let hold = Duration::from_millis(std::env::var("XV_HOLD_MS").map_or(0, |v| v.parse().unwrap()));
     let family6 = std::env::var("XV_FAMILY").is_ok_and(|v| v == "6");
+    // XV_SHARDS: engine shards, QP i on shard i % shards (both ends alike).
+    let shards: u32 = std::env::var("XV_SHARDS").map_or(1, |v| v.parse().unwrap());
     // The UDP driver sends from the one address it binds: for IPv6 GIDs, the global IPv6 one.
     let udp_local_ip = if family6 && driver == DriverKind::Udp {
         let net = xroce::netdev::query(&ifname).map_err(|e| e.to_string())?;
@@ -543,6 +545,7 @@ pub fn helper_main(role: &str) -> Result<String, String> {
         DeviceConfig {
             driver,
             udp_local_ip,
+            shards,
             ..DeviceConfig::default()
         },
     )
@@ -565,8 +568,17 @@ pub fn helper_main(role: &str) -> Result<String, String> {
     let pd = dev.alloc_pd().unwrap();
     let access =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    // CQs are placed on the shards in turn, and a QP lives on its send CQ's shard: an
+    // unused CQ now and then puts QP i on shard i % shards.
+    let mut placement_cqs = Vec::new();
+    let mut cqs_made = 0usize;
     let sides: Vec<QpSide> = (0..qps)
         .map(|i| {
+            while cqs_made % shards as usize != i % shards as usize {
+                placement_cqs.push(dev.create_cq(1, None).unwrap());
+                cqs_made += 1;
+            }
+            cqs_made += 2;
             let cq = dev.create_cq(1024, None).unwrap();
             let rcq = dev.create_cq(1024, None).unwrap();
             let qp = pd.create_qp(&QpInitAttr::rc(&cq, &rcq)).unwrap();
@@ -707,7 +719,7 @@ pub fn helper_main(role: &str) -> Result<String, String> {
     }
     let c = dev.counters();
     let summary = format!(
-        "qps={qps} sizes={sizes:?} gid={} mtu={} driver={} secs={:.3} sent_pkts={} rcvd_pkts={} bad_icrc={} xdp={:?} drops={:?} retrans={} dup={}",
+        "qps={qps} sizes={sizes:?} gid={} mtu={} driver={} secs={:.3} sent_pkts={} rcvd_pkts={} bad_icrc={} xdp={:?} drops={:?} retrans={} dup={} shards={} qp_shards={:?} handed_off={}",
         dev.query_gid(sgid).unwrap(),
         mtu.bytes(),
         dev.driver_info().mode,
@@ -719,6 +731,11 @@ pub fn helper_main(role: &str) -> Result<String, String> {
         c.drops,
         c.retransmitted_packets,
         c.duplicate_request,
+        dev.shard_count(),
+        sides.iter().map(|s| s.qp.shard()).collect::<Vec<_>>(),
+        dev.progress_stats()
+            .handed_off_frames
+            .load(std::sync::atomic::Ordering::Relaxed),
     );
     if !hold.is_zero() {
         say(format!("HOLDING {summary}"));
