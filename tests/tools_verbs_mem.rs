@@ -618,7 +618,9 @@ fn check_threads(
             iters * (qps / threads) as u64,
             "{what}: {t:?}"
         );
-        let row = format!(" thread {i} ({} QPs): {} ", qps / threads, stats.size);
+        let owned = qps / threads;
+        let plural = if owned == 1 { "" } else { "s" };
+        let row = format!(" thread {i} ({owned} QP{plural}): {} ", stats.size);
         assert_eq!(
             text.contains(&row),
             threads > 1,

@@ -159,7 +159,13 @@ pub fn bw_row(stats: &BwStats) -> String {
 /// One thread's row under the aggregate row (`--threads` > 1): the same columns after a
 /// label, so a script that reads perftest's rows by their leading size skips it.
 pub fn thread_bw_row(t: &ThreadBw) -> String {
-    format!(" thread {} ({} QPs):{}", t.thread, t.qps, bw_row(&t.stats))
+    let plural = if t.qps == 1 { "" } else { "s" };
+    format!(
+        " thread {} ({} QP{plural}):{}",
+        t.thread,
+        t.qps,
+        bw_row(&t.stats)
+    )
 }
 
 /// Column header of the latency table (`RESULT_FMT_LAT`).
