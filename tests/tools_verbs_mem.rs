@@ -566,8 +566,20 @@ fn threaded_run(
     server_threads: usize,
     client_threads: usize,
 ) -> ((String, Vec<JsonResult>), (String, Vec<JsonResult>)) {
+    threaded_run_for(kind, qps, server_threads, client_threads, None)
+}
+
+/// [`threaded_run`], with `-D duration` seconds instead of iterations.
+fn threaded_run_for(
+    kind: TestKind,
+    qps: usize,
+    server_threads: usize,
+    client_threads: usize,
+    duration: Option<u64>,
+) -> ((String, Vec<JsonResult>), (String, Vec<JsonResult>)) {
     let (a, b, _link) = devices(0.0);
     let mut opts = PerfOptions::defaults(kind);
+    opts.duration = duration;
     opts.iters = 200;
     opts.size = if kind == TestKind::AtomicBw { 8 } else { 64 };
     opts.num_qps = qps;
@@ -699,6 +711,21 @@ fn each_side_splits_its_own_qps() {
         4,
         200,
     );
+}
+
+#[test]
+fn threads_with_a_duration_count_what_each_completed() {
+    let (_, (client, results)) = threaded_run_for(TestKind::WriteBw, 4, 1, 2, Some(1));
+    let JsonResult::Bw { stats, per_thread } = &results[0] else {
+        panic!("not a bandwidth result: {results:?}");
+    };
+    assert_eq!(per_thread.len(), 2, "{client}");
+    assert!(
+        per_thread.iter().all(|t| t.stats.iters > 0),
+        "{per_thread:?}"
+    );
+    let sum: u64 = per_thread.iter().map(|t| t.stats.iters).sum();
+    assert_eq!(sum, stats.iters, "{client}");
 }
 
 #[test]

@@ -685,6 +685,7 @@ impl<'a> PerfRunner<'a> {
             })?;
         self.report_bw(stats, per_thread)
     }
+
     /// Waits for a completion `want` accepts; others are kept for later waits.
     fn wait_for(&mut self, want: impl Fn(&ToolWc) -> bool) -> anyhow::Result<ToolWc> {
         if let Some(pos) = self.stash.iter().position(&want) {
