@@ -36,10 +36,11 @@ pub enum ProgressArg {
 
 /// The raw AF_XDP ceiling, kernel UDP and xroce on one veth pair, side by side (needs root).
 ///
-/// Creates two network namespaces joined by a veth pair (MTU 1500, and a second pair at
-/// --mtu for the 4 KiB rows), runs every measurement in processes inside them, removes
-/// them, and prints one table per section with every xroce figure as a ratio to the
-/// ceiling and to kernel UDP.
+/// Creates two network namespaces joined by a veth pair (MTU 1500, a second pair at --mtu
+/// for the 4 KiB rows, a third with 2 queues per end for the threads rows), runs every
+/// measurement in processes inside them, removes them, and prints one table per section
+/// with every xroce figure as a ratio to the ceiling and to kernel UDP (the threads rows:
+/// to one thread).
 ///
 /// Examples:
 ///   sudo xroce bench --quick                 a minute: every section, few sizes
