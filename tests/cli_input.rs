@@ -224,8 +224,8 @@ fn perf_threads_and_shards_are_bounded() {
     );
 }
 
-/// A shard count the device refuses (today every count above 1: one engine shard is built)
-/// is the device's error, printed as one, never a panic.
+/// A shard count the device refuses (the UDP driver has one socket, so one shard) is the
+/// device's error, printed as one, never a panic.
 #[test]
 fn perf_prints_the_device_refusing_shards() {
     for args in [

@@ -81,8 +81,6 @@ pub const THREAD_QPS: usize = 2;
 pub const THREAD_QUEUES: u32 = 2;
 /// The message size of the threads rows.
 pub const THREAD_SIZE: u64 = 64;
-/// What a threads row says while the device refuses more than one engine shard.
-pub const SHARDS_NOT_BUILT: &str = "shards > 1 not built";
 /// TCP port of the perftest exchanges (inside the bench's own namespaces).
 const PERF_PORT: u16 = 18515;
 
@@ -732,7 +730,7 @@ pub struct ThreadsRow {
     pub per_thread_mpps: Vec<f64>,
     /// Against the same test with one thread and one shard.
     pub vs_one_thread: Option<Ratio>,
-    /// Why the row has no figures ("shards > 1 not built" while the device refuses them).
+    /// Why the row has no figures (the run failed: its error).
     pub error: Option<String>,
 }
 
@@ -1261,13 +1259,6 @@ pub fn parse_per_thread_mpps(doc: &str) -> anyhow::Result<Vec<f64>> {
         .collect()
 }
 
-/// Whether a perf run failed because the device refused more than one engine shard
-/// (`DeviceConfig::shards`, until the shards are built).
-pub fn is_shards_refusal(e: &anyhow::Error) -> bool {
-    let text = format!("{e:#}");
-    text.contains("engine shard") && text.contains("built")
-}
-
 /// /proc/loadavg's three averages (zeros where it cannot be read).
 fn load_average() -> [f64; 3] {
     let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -1584,11 +1575,6 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                     runner.failed(&what, e);
                     Err(text)
                 }
-                // Not a failure of the run: the device says it cannot yet.
-                Err(e) if case.shards > 1 && is_shards_refusal(&e) => {
-                    let _ = writeln!(runner.log, "  {SHARDS_NOT_BUILT}: {e:#}");
-                    Err(SHARDS_NOT_BUILT.to_string())
-                }
                 Err(e) => {
                     let text = format!("{e:#}");
                     runner.failed(&what, e);
@@ -1752,7 +1738,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
     }
     if opts.runs(Section::Threads) {
         notes.push(format!(
-            "Threads: both sides run {THREAD_QPS} QPs split over --threads T (client and server alike), each thread polling its own QPs; with T = 2 that is 2 client threads and 2 server threads spinning, which fill a {}-core machine by themselves{}. A row with shards > 1 reads \"{SHARDS_NOT_BUILT}\" while the device refuses more than one engine shard.",
+            "Threads: both sides run {THREAD_QPS} QPs split over --threads T (client and server alike), each thread polling its own QPs; with T = 2 that is 2 client threads and 2 server threads spinning, which fill a {}-core machine by themselves{}.",
             machine.cores,
             if machine.cores <= 2 {
                 ": here the 2-thread rows compete with each other and with the progress threads, so they cannot show what two threads gain on a larger machine"
@@ -2279,13 +2265,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_shard_count_is_recognised_and_per_thread_rates_read() {
-        let refusal = anyhow!("invalid argument: shards 2: only one engine shard is built so far")
-            .context("xroce perf write_bw server: exit status: 1: xroce: error: opening veth");
-        assert!(is_shards_refusal(&refusal));
-        assert!(!is_shards_refusal(&anyhow!(
-            "xroce perf write_bw client: exited"
-        )));
+    fn per_thread_rates_are_read() {
         let doc = r#"{"results":[{"size":64,"iters":20,"peak":0,"average":0.1,"msg_rate_mpps":0.4,"unit":"GigabitsPerSec","per_thread":[{"thread":0,"qps":1,"size":64,"iters":10,"peak":0,"average":0.05,"msg_rate_mpps":0.25,"unit":"GigabitsPerSec"},{"thread":1,"qps":1,"size":64,"iters":10,"peak":0,"average":0.05,"msg_rate_mpps":0.2,"unit":"GigabitsPerSec"}]}]}"#;
         assert_eq!(parse_per_thread_mpps(doc).unwrap(), vec![0.25, 0.2]);
         assert!(parse_per_thread_mpps(r#"{"results":[{"size":64}]}"#)
@@ -2328,7 +2308,7 @@ mod tests {
                 rows: vec![
                     row(1, 1, Some(0.4), None),
                     row(2, 1, Some(0.5), None),
-                    row(2, 2, None, Some(SHARDS_NOT_BUILT)),
+                    row(2, 2, None, Some("xroce perf write_bw client: exit status: 1")),
                 ],
             }),
             notes: vec![],
@@ -2338,7 +2318,7 @@ mod tests {
         let text = render_text(&report);
         assert!(text.contains("== 5. Threads"), "{text}");
         assert!(text.contains("1.25x  0.300 + 0.200"), "{text}");
-        assert!(text.contains("error: shards > 1 not built"), "{text}");
+        assert!(text.contains("error: xroce perf write_bw client: exit status: 1"), "{text}");
     }
 
     #[test]

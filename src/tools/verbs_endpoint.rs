@@ -145,6 +145,17 @@ impl VerbsEndpoint {
         sgid_index: u32,
         spec: &EndpointSpec,
     ) -> anyhow::Result<Self> {
+        Self::create_on(device, pd, sgid_index, spec, None)
+    }
+
+    /// [`VerbsEndpoint::create`] with its CQ (and so its QP) on engine shard `shard`.
+    pub fn create_on(
+        device: &Device,
+        pd: &Pd,
+        sgid_index: u32,
+        spec: &EndpointSpec,
+        shard: Option<u32>,
+    ) -> anyhow::Result<Self> {
         let gid = device.query_gid(sgid_index)?;
         let depth = (spec.max_send_wr + spec.max_recv_wr + 16).max(64);
         let channel = if spec.events {
@@ -152,7 +163,10 @@ impl VerbsEndpoint {
         } else {
             None
         };
-        let cq = device.create_cq(depth, channel.as_ref())?;
+        let cq = match shard {
+            Some(shard) => device.create_cq_on_shard(depth, channel.as_ref(), shard)?,
+            None => device.create_cq(depth, channel.as_ref())?,
+        };
         let mut init = if spec.rc {
             QpInitAttr::rc(&cq, &cq)
         } else {
@@ -432,9 +446,14 @@ pub fn open_on(
     count: usize,
 ) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
     let pd = device.alloc_pd()?;
+    // Endpoints in blocks, one block per shard: `perf --threads T --shards T` gives thread t
+    // (which owns the t-th block of QPs) shard t, and a peer that does the same receives
+    // each flow on the shard that owns it.
+    let shards = device.shard_count() as usize;
     (0..count)
-        .map(|_| {
-            VerbsEndpoint::create(device, &pd, sgid_index, spec)
+        .map(|i| {
+            let shard = (shards > 1).then(|| (i * shards / count.max(1)) as u32);
+            VerbsEndpoint::create_on(device, &pd, sgid_index, spec, shard)
                 .map(|e| Box::new(e) as Box<dyn ToolEndpoint>)
         })
         .collect()

@@ -186,7 +186,15 @@ impl Cq {
         device: &Device,
         depth: u32,
         channel: Option<&CompletionChannel>,
+        shard: Option<u32>,
     ) -> Result<Cq> {
+        let shards = device.shared().shards.len();
+        if let Some(shard) = shard.filter(|&s| s as usize >= shards) {
+            return Err(VerbsError::InvalidArgument(format!(
+                "shard {shard}: {} has {shards} engine shard(s)",
+                device.name()
+            )));
+        }
         if depth == 0 {
             return Err(VerbsError::Zero { what: "cqe" });
         }
@@ -199,8 +207,12 @@ impl Cq {
         }
         let slot = ObjectSlot::take(&device.core, ObjectKind::Cq)?;
         let shared = device.shared();
-        // Round robin: threads that each create their CQ (and its QPs) get their own shard.
-        let home = shared.next_cq_shard.fetch_add(1, Ordering::Relaxed) % shared.shards.len();
+        // Round robin unless placed: threads that each create their CQ (and its QPs) get
+        // their own shard.
+        let home = match shard {
+            Some(shard) => shard as usize,
+            None => shared.next_cq_shard.fetch_add(1, Ordering::Relaxed) % shards,
+        };
         let id = shared.with_engine(home, false, |e| e.create_cq(depth))??;
         if let Some(channel) = channel {
             lock(&shared.channels).insert(id.0, channel.inner.clone());

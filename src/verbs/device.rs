@@ -1066,7 +1066,19 @@ impl Device {
     /// Creates a completion queue of `depth` entries (`ibv_create_cq`), optionally
     /// reporting to a completion channel.
     pub fn create_cq(&self, depth: u32, channel: Option<&CompletionChannel>) -> Result<Cq> {
-        Cq::create(self, depth, channel)
+        Cq::create(self, depth, channel, None)
+    }
+
+    /// [`Device::create_cq`] on engine shard `shard` (below [`Device::shard_count`]) instead of
+    /// the next one in turn: for a program that knows which thread will own the CQ and its
+    /// QPs, and whose peer places its QPs alike (so each flow stays on one shard at both ends).
+    pub fn create_cq_on_shard(
+        &self,
+        depth: u32,
+        channel: Option<&CompletionChannel>,
+        shard: u32,
+    ) -> Result<Cq> {
+        Cq::create(self, depth, channel, Some(shard))
     }
 
     /// Creates a completion channel (`ibv_create_comp_channel`).
