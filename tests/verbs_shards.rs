@@ -161,6 +161,22 @@ fn memory_written_through_any_shard_is_read_whole() {
 }
 
 #[test]
+fn a_cq_can_be_placed_on_a_chosen_shard() {
+    let (da, _db, pa, _pb) = sharded(3, 0.0);
+    for shard in [2, 0, 2, 1] {
+        let cq = da.create_cq_on_shard(16, None, shard).unwrap();
+        assert_eq!(cq.shard(), shard);
+        let qp = pa.create_qp(&QpInitAttr::rc(&cq, &cq)).unwrap();
+        assert_eq!(qp.shard(), shard);
+    }
+    let err = da.create_cq_on_shard(16, None, 3).unwrap_err();
+    assert!(
+        matches!(&err, VerbsError::InvalidArgument(m) if m.contains("3 engine shard")),
+        "{err}"
+    );
+}
+
+#[test]
 fn shard_counts_out_of_range_are_typed_errors() {
     for shards in [0, MAX_SHARDS + 1] {
         let config = DeviceConfig {
