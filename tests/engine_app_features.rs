@@ -42,6 +42,33 @@ fn record(p: &mut Pair) -> Rc<RefCell<Vec<Seen>>> {
     log
 }
 
+/// A trace sink the test can read back (and print: run with `--nocapture` to see the
+/// traces docs/transport.md shows).
+#[derive(Clone, Default)]
+struct Trace(Rc<RefCell<Vec<u8>>>);
+
+impl std::io::Write for Trace {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn trace(p: &mut Pair) -> Trace {
+    let t = Trace::default();
+    p.net.set_trace(Box::new(t.clone()));
+    t
+}
+
+impl Trace {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.borrow()).into_owned()
+    }
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
@@ -206,9 +233,11 @@ fn inline_is_invisible_on_the_wire() {
         write_a(&mut p, 0, &pattern(100, 3));
         p.post_recv_b(1, 0, 4096);
         let log = record(&mut p);
+        let t = trace(&mut p);
         let s = p.sge_a(0, 100);
         post(&mut p, 1, WrOp::Send, vec![s], SendFlags::SIGNALED | flags);
         p.run_for_completions(1, SEC);
+        println!("flags {flags:?}:\n{}", t.text());
         let out: Vec<Vec<u8>> = log.borrow().iter().map(|s| s.bytes.clone()).collect();
         out
     };
@@ -223,6 +252,7 @@ fn inline_is_invisible_on_the_wire() {
 fn solicited_sets_se_on_the_last_packet_only() {
     let mut p = Pair::new(PairOptions::default());
     let log = record(&mut p);
+    let t = trace(&mut p);
     p.post_recv_b(1, 0, 8192);
     let s = p.sge_a(0, 3000);
     post(
@@ -250,6 +280,8 @@ fn solicited_sets_se_on_the_last_packet_only() {
     post(&mut p, 3, WrOp::Send, vec![s], SendFlags::SIGNALED);
     let wcs = p.run_for_completions(3, SEC);
     assert_eq!(wcs.len(), 3);
+    println!("{}", t.text());
+    assert_eq!(t.text().matches(" se").count(), 2, "{}", t.text());
     let requests: Vec<(Opcode, bool)> = log
         .borrow()
         .iter()
@@ -332,6 +364,7 @@ fn read_then_send(fence: bool) -> Vec<(usize, Opcode)> {
         ..PairOptions::default()
     });
     let log = record(&mut p);
+    let t = trace(&mut p);
     p.post_recv_b(1, 0, 4096);
     let read = WrOp::Read {
         remote_addr: p.mr_b.addr + 8192,
@@ -349,6 +382,7 @@ fn read_then_send(fence: bool) -> Vec<(usize, Opcode)> {
     let wcs = p.run_for_completions(2, SEC);
     assert_eq!(wcs.len(), 2);
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    println!("fence {fence}:\n{}", t.text());
     let order: Vec<(usize, Opcode)> = log
         .borrow()
         .iter()
