@@ -113,7 +113,9 @@ fn inline_send_with_a_bogus_lkey_delivers_the_bytes_of_post_time() {
         length: caps.max_inline_data + 1,
         ..sge
     };
-    let err = a.qp.post_send(&send(3, over, SendFlags::INLINE)).unwrap_err();
+    let err =
+        a.qp.post_send(&send(3, over, SendFlags::INLINE))
+            .unwrap_err();
     assert!(
         matches!(
             err,
@@ -184,7 +186,12 @@ fn resize_keeps_the_completions_a_cq_holds() {
     ));
     b.cq.resize(4).unwrap();
     assert_eq!(b.cq.depth(), 4);
-    let ids: Vec<u64> = b.cq.wait(4, WAIT).unwrap().iter().map(|w| w.wr_id).collect();
+    let ids: Vec<u64> =
+        b.cq.wait(4, WAIT)
+            .unwrap()
+            .iter()
+            .map(|w| w.wr_id)
+            .collect();
     assert_eq!(ids, vec![0, 1, 2, 3]);
     b.cq.resize(1000).unwrap();
     assert_eq!(b.cq.depth(), 1000);

@@ -221,7 +221,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if inline_size > 0 {
         if kind.is_read_like() {
             // perftest: inline is for SEND and WRITE only.
-            anyhow::bail!("-I/--inline_size: inline data applies only to the send and write tests; drop -I");
+            anyhow::bail!(
+                "-I/--inline_size: inline data applies only to the send and write tests; drop -I"
+            );
         }
         options::in_range(
             "-I/--inline_size",

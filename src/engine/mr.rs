@@ -266,9 +266,11 @@ impl MrTable {
             if out.len() - done < len {
                 return false;
             }
-            let found = t.slots.iter().flatten().find_map(|mr| {
-                mr.range(sge.addr, len as u64).map(|r| (mr, r))
-            });
+            let found = t
+                .slots
+                .iter()
+                .flatten()
+                .find_map(|mr| mr.range(sge.addr, len as u64).map(|r| (mr, r)));
             let Some((mr, r)) = found else {
                 return false;
             };
