@@ -413,6 +413,72 @@ fn fenced_send_after_a_read_waits_for_the_read_response() {
     );
 }
 
+/// A's request opcodes, in the order they left, for `first` then a fenced SEND.
+fn first_then_fenced_send(first: impl Fn(&Pair) -> (WrOp, u32)) -> Vec<Opcode> {
+    let mut p = Pair::new(PairOptions {
+        link: LinkConfig {
+            latency: Duration::from_micros(10),
+            ..LinkConfig::default()
+        },
+        ..PairOptions::default()
+    });
+    let log = record(&mut p);
+    p.post_recv_b(1, 0, 4096);
+    let (op, len) = first(&p);
+    let s = p.sge_a(0, len);
+    post(&mut p, 1, op, vec![s], SendFlags::SIGNALED);
+    let s = p.sge_a(4096, 64);
+    post(
+        &mut p,
+        2,
+        WrOp::Send,
+        vec![s],
+        SendFlags::SIGNALED | SendFlags::FENCE,
+    );
+    let wcs = p.run_for_completions(2, SEC);
+    assert!(wcs.len() == 2 && wcs.iter().all(|w| w.status == WcStatus::Success));
+    let order: Vec<Opcode> = log
+        .borrow()
+        .iter()
+        .filter(|s| s.opcode != Opcode::RC_ACKNOWLEDGE)
+        .map(|s| s.opcode)
+        .collect();
+    order
+}
+
+#[test]
+fn fence_waits_for_an_atomic_but_not_for_a_write() {
+    let fadd = |p: &Pair| {
+        let op = WrOp::FetchAdd {
+            remote_addr: p.mr_b.addr + 64,
+            rkey: p.mr_b.rkey,
+            add: 1,
+        };
+        (op, 8)
+    };
+    assert_eq!(
+        first_then_fenced_send(fadd),
+        vec![
+            Opcode::RC_FETCH_ADD,
+            Opcode::RC_ATOMIC_ACKNOWLEDGE,
+            Opcode::RC_SEND_ONLY
+        ]
+    );
+    // IBTA's fence is about READ and atomics only: a fenced SEND does not wait for an
+    // earlier WRITE's ACK (rxe's stricter requester would).
+    let write = |p: &Pair| {
+        let op = WrOp::Write {
+            remote_addr: p.mr_b.addr + 8192,
+            rkey: p.mr_b.rkey,
+        };
+        (op, 512)
+    };
+    assert_eq!(
+        first_then_fenced_send(write),
+        vec![Opcode::RC_RDMA_WRITE_ONLY, Opcode::RC_SEND_ONLY]
+    );
+}
+
 // ----- resizing a CQ -----
 
 #[test]
