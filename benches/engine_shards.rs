@@ -6,7 +6,8 @@
 //! - `2 threads, 1 engine`: two connections on one engine behind one mutex (xroce before
 //!   engine shards: every thread takes the same lock);
 //! - `2 threads, 2 shards`: `Engine::new_shards(.., 2)`, each connection's QP on its own
-//!   shard behind its own mutex (shared PDs, MRs and CQ tables).
+//!   shard behind its own mutex (shared PDs, MRs and CQ tables);
+//! - the same with 4 threads (on a 2-core machine: more threads than cores).
 //!
 //! No driver and no network: this measures the engine and its locks only, so two threads
 //! can use both cores of this machine (a run over AF_XDP needs a peer on the same cores).
@@ -200,15 +201,19 @@ fn main() {
     let window = Duration::from_secs_f64(secs);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("engine shards, 64-byte SENDs, {secs} s per layout, {cores} cores");
-    let one = measure(&engines(1), 1, window);
-    let shared = measure(&engines(1), 2, window);
-    let sharded = measure(&engines(2), 2, window);
+    let layouts = [
+        ("1 thread", 1, 1),
+        ("2 threads, 1 engine", 2, 1),
+        ("2 threads, 2 shards", 2, 2),
+        ("4 threads, 1 engine", 4, 1),
+        ("4 threads, 4 shards", 4, 4),
+    ];
+    let rates: Vec<f64> = layouts
+        .iter()
+        .map(|&(_, threads, shards)| measure(&engines(shards), threads, window))
+        .collect();
     println!("{:<24} {:>12} {:>10}", "layout", "msg/s", "vs 1");
-    for (name, rate) in [
-        ("1 thread", one),
-        ("2 threads, 1 engine", shared),
-        ("2 threads, 2 shards", sharded),
-    ] {
-        println!("{name:<24} {:>12.0} {:>9.2}x", rate, rate / one);
+    for ((name, _, _), rate) in layouts.iter().zip(&rates) {
+        println!("{name:<24} {:>12.0} {:>9.2}x", rate, rate / rates[0]);
     }
 }

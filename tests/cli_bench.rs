@@ -63,6 +63,14 @@ fn bad_options_are_refused_before_anything_runs() {
         &["bench", "--progress", "sometimes"],
         "invalid value 'sometimes' for '--progress",
     );
+    refused(
+        &["bench", "--shards", "0"],
+        "--shards 0: must be between 1 and 64",
+    );
+    refused(
+        &["bench", "--sections", "threads", "--shards", "65"],
+        "--shards 65: must be between 1 and 64",
+    );
 }
 
 #[test]
@@ -208,6 +216,7 @@ fn quick_json_has_every_section_and_consistent_ratios() {
         "== 2. Kernel UDP",
         "== 3. xroce perf",
         "== 4. Scale",
+        "== 5. Threads",
         "load average at start",
     ] {
         assert!(stderr.contains(s), "no {s:?} on stderr:\n{stderr}");
@@ -235,7 +244,9 @@ fn quick_json_has_every_section_and_consistent_ratios() {
         .iter()
         .map(|l| l["mtu"].as_u64().unwrap())
         .collect();
-    assert_eq!(mtus, vec![1500, 9000]);
+    // The third pair, with 2 queues per end, is the threads section's.
+    assert_eq!(mtus, vec![1500, 9000, 1500]);
+    assert_eq!(doc["links"][2]["queues"], 2);
 
     let (ceiling, udp) = (&doc["ceiling"], &doc["udp"]);
     check_raw_section(ceiling, "ceiling");
@@ -333,6 +344,88 @@ fn quick_json_has_every_section_and_consistent_ratios() {
     assert!(sc["memory_method"]
         .as_str()
         .is_some_and(|s| s.contains("VmRSS")));
+    check_threads_section(&doc["threads"]);
     let notes = doc["notes"].to_string();
     assert!(notes.contains("ratios"), "{notes}");
+}
+
+/// Every (test, threads, shards) row is there; each has a message rate with one figure per
+/// client thread and its ratio to the one-thread row, or (with shards > 1 only, while the
+/// device refuses them) the error that says so instead of figures.
+fn check_threads_section(t: &Value) {
+    assert_eq!(t["queues"], 2, "{t}");
+    let rows = t["rows"].as_array().expect("threads rows");
+    for test in ["write_bw", "send_bw"] {
+        let one = rows
+            .iter()
+            .find(|r| r["test"] == test && r["threads"] == 1 && r["shards"] == 1)
+            .unwrap_or_else(|| panic!("no {test} row with 1 thread: {t}"));
+        let one_rate = num(one, "msg_rate_mpps");
+        for (threads, shards) in [(1u64, 1u64), (2, 1), (2, 2)] {
+            let r = rows
+                .iter()
+                .find(|r| r["test"] == test && r["threads"] == threads && r["shards"] == shards)
+                .unwrap_or_else(|| panic!("no {test} --threads {threads} --shards {shards}: {t}"));
+            assert_eq!(
+                (r["size"].as_u64(), r["qps"].as_u64()),
+                (Some(64), Some(2)),
+                "{r}"
+            );
+            if let Some(e) = r["error"].as_str() {
+                assert!(shards > 1, "a row without shards failed: {r}");
+                assert_eq!(e, "shards > 1 not built", "{r}");
+                assert!(
+                    r["msg_rate_mpps"].is_null() && r["gbps"].is_null(),
+                    "figures and an error: {r}"
+                );
+                continue;
+            }
+            let rate = num(r, "msg_rate_mpps");
+            assert!(rate > 0.0 && num(r, "gbps") > 0.0, "{r}");
+            let per = r["per_thread_mpps"].as_array().expect("per_thread_mpps");
+            assert_eq!(per.len() as u64, threads, "{r}");
+            assert!(
+                per.iter().all(|p| p.as_f64().is_some_and(|p| p > 0.0)),
+                "{r}"
+            );
+            check_ratio(&r["vs_one_thread"], rate, Some(one_rate), &format!("{r}"));
+        }
+    }
+}
+
+#[test]
+fn threads_section_alone_prints_every_row() {
+    if !privileged("threads_section_alone_prints_every_row") {
+        return;
+    }
+    let out = xroce(&["bench", "--sections", "threads", "--quick", "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "xroce bench --sections threads failed:\n{stderr}\n{stdout}"
+    );
+    let doc: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{stdout}"));
+    assert_eq!(
+        doc["failures"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        doc["failures"]
+    );
+    assert_eq!(doc["sections"], serde_json::json!(["threads"]));
+    assert!(doc["xroce"].is_null() && doc["scale"].is_null(), "{doc}");
+    assert_eq!(doc["links"].as_array().map(Vec::len), Some(1));
+    check_threads_section(&doc["threads"]);
+    assert!(stderr.contains("== 5. Threads"), "{stderr}");
+    // The table shows each row's figures or its error, and the notes say what 2 cores mean.
+    assert!(
+        stderr.contains("write_bw") && stderr.contains("send_bw"),
+        "{stderr}"
+    );
+    let notes = doc["notes"].to_string();
+    assert!(
+        notes.contains("2 client threads and 2 server threads"),
+        "{notes}"
+    );
 }

@@ -189,6 +189,87 @@ fn perf_values_that_cannot_work_are_refused() {
 }
 
 #[test]
+fn perf_threads_and_shards_are_bounded() {
+    assert_refused(
+        &["perf", "write_bw", "--threads", "0"],
+        "--threads 0: must be between 1 and 64",
+    );
+    assert_refused(
+        &["perf", "write_bw", "--threads", "65", "-q", "130"],
+        "--threads 65: must be between 1 and 64",
+    );
+    // Each thread owns the same number of QPs.
+    assert_refused(
+        &["perf", "write_bw", "-q", "3", "--threads", "2"],
+        "-q/--qp 3 is not a multiple of --threads 2",
+    );
+    assert_refused(
+        &["perf", "send_bw", "--threads", "2"],
+        "-q/--qp 1 is not a multiple of --threads 2",
+    );
+    // A latency test has one QP: more threads would measure nothing more.
+    assert_refused(
+        &["perf", "send_lat", "--threads", "2"],
+        "--threads 2: a latency test runs one QP on one thread",
+    );
+    assert_refused(
+        &["perf", "write_bw", "--shards", "0"],
+        "--shards 0: must be between 1 and 64",
+    );
+    assert_refused(
+        &["perf", "write_bw", "--shards", "65"],
+        "--shards 65: must be between 1 and 64",
+    );
+    assert_refused(
+        &["pingpong", "--shards", "0"],
+        "--shards 0: must be between 1 and 64",
+    );
+}
+
+/// A shard count the device refuses (today every count above 1: one engine shard is built)
+/// is the device's error, printed as one, never a panic.
+#[test]
+fn perf_prints_the_device_refusing_shards() {
+    for args in [
+        &[
+            "perf", "write_bw", "--driver", "udp", "-d", "lo", "--shards", "2", "-p", "18793",
+        ][..],
+        &[
+            "pingpong", "--driver", "udp", "-d", "lo", "--shards", "2", "-p", "18794",
+        ],
+    ] {
+        let mut child = xroce()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running xroce");
+        let start = std::time::Instant::now();
+        while child.try_wait().expect("waiting for xroce").is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(5) {
+                // The device took the shards and the tool waits for a peer: nothing refused.
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("xroce's output");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() != Some(1) && !stderr.contains("shard") {
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(1), "xroce {args:?}: {stderr}");
+        assert!(
+            stderr.contains("xroce: error:") && stderr.contains("shard"),
+            "xroce {args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "xroce {args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn pingpong_options_are_bounded() {
     // The SL is 4 bits.
     assert_refused(&["pingpong", "-l", "99"], "-l/--sl 99");

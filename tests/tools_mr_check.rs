@@ -27,6 +27,7 @@ fn endpoint(dev: &Device, size: usize) -> Box<dyn ToolEndpoint> {
         events: false,
         pcap: None,
         progress: Default::default(),
+        shards: 1,
     };
     let gid = dev.ipv4_gid_index().unwrap();
     open_on(dev, gid, &spec, 1).unwrap().pop().unwrap()

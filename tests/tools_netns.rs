@@ -478,6 +478,64 @@ fn mismatched_tools_and_tests_fail_fast_naming_the_peer_over_af_xdp() {
     );
 }
 
+/// `--threads` over AF_XDP, each side with its own count (the exchange is `-q`'s): one
+/// aggregate row and a row per thread of the side that has more than one.
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn perf_threads_over_af_xdp() {
+    if !common::privileged_or_skip("perf_threads_over_af_xdp") {
+        return;
+    }
+    let link = link();
+    for (server_args, client_args, server_threads, client_threads) in [
+        (
+            &["perf", "write_bw", "-q", "4", "-n", "300"][..],
+            &["perf", "write_bw", "-q", "4", "-n", "300", "--threads", "2"][..],
+            1,
+            2,
+        ),
+        (
+            &["perf", "send_bw", "-q", "4", "-n", "300", "--threads", "4"],
+            &["perf", "send_bw", "-q", "4", "-n", "300", "--threads", "2"],
+            4,
+            2,
+        ),
+        (
+            &["perf", "read_bw", "-q", "2", "-n", "100"],
+            &["perf", "read_bw", "-q", "2", "-n", "100", "--threads", "2"],
+            1,
+            2,
+        ),
+    ] {
+        let (server, client) = pair(&link, server_args, client_args, 60);
+        let rows = |text: &str| {
+            text.lines()
+                .filter(|l| {
+                    l.starts_with(' ') && l.trim_start().starts_with(|c: char| c.is_ascii_digit())
+                })
+                .count()
+        };
+        let thread_rows = |text: &str| text.lines().filter(|l| l.starts_with(" thread ")).count();
+        assert_eq!(rows(&client), 1, "{client_args:?}\n{client}\n{server}");
+        assert_eq!(thread_rows(&client), client_threads, "{client}");
+        // Only the send_bw server measures; the others print the client's row.
+        let server_measures = server_args[1] == "send_bw";
+        assert_eq!(rows(&server), 1, "{server_args:?}\n{server}");
+        assert_eq!(
+            thread_rows(&server),
+            if server_measures && server_threads > 1 {
+                server_threads
+            } else {
+                0
+            },
+            "{server}"
+        );
+    }
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "xdp"),

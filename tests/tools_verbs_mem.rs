@@ -12,6 +12,7 @@ use xroce::tools::file::{self, FileOptions};
 use xroce::tools::perf::{PerfOptions, PerfRunner};
 use xroce::tools::perftest_oob::{self, PerftestComm, Role, TestKind};
 use xroce::tools::pingpong::{self, PingpongOptions};
+use xroce::tools::report::JsonResult;
 use xroce::tools::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
 use xroce::verbs::{mem_link_config, Device, DeviceConfig, MemLink};
 
@@ -29,6 +30,7 @@ fn spec(rc: bool, buf_len: usize, send: u32, recv: u32) -> EndpointSpec {
         events: false,
         pcap: None,
         progress: Default::default(),
+        shards: 1,
     }
 }
 
@@ -514,6 +516,241 @@ fn send_bw_server_refuses_a_client_that_does_not_send() {
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "it waited for the stall timeout"
+    );
+}
+
+/// One side of a perf run with `opts.num_qps` QPs on `dev`, split over `opts.threads`
+/// threads: what it printed and its `--json` results.
+fn threaded_side(
+    dev: &Device,
+    stream: UnixStream,
+    role: Role,
+    opts: PerfOptions,
+) -> anyhow::Result<(String, Vec<JsonResult>)> {
+    let s = spec(
+        !opts.ud,
+        2 * opts.half_len(),
+        opts.tx_depth.max(2),
+        opts.rx_depth.max(2),
+    );
+    let gid = dev.ipv4_gid_index().unwrap();
+    let mut eps = open_on(dev, gid, &s, opts.num_qps)?;
+    let base = if role == Role::Server { 0x100 } else { 0x200 };
+    let dests: Vec<_> = eps
+        .iter()
+        .enumerate()
+        .map(|(i, ep)| opts.dest(&ep.local(), base + i as u32))
+        .collect();
+    let local = opts.local_side(3, 16, dests.clone());
+    let steps = perftest_oob::script(opts.kind, role, &opts.sizes(1024), opts.num_qps);
+    let mut out: Vec<u8> = Vec::new();
+    let results;
+    {
+        let refs = eps.iter_mut().map(|e| e.as_mut()).collect();
+        let mut runner = PerfRunner::new(refs, opts.clone(), role, dests, &mut out);
+        let mut comm = PerftestComm::new(stream, role, "6.06", false, true);
+        let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
+        if role == Role::Server && opts.kind.is_bw() && opts.kind != TestKind::SendBw {
+            runner.print_remote_bw(&outcome.remote_report.unwrap())?;
+        }
+        results = std::mem::take(&mut runner.results);
+    }
+    Ok((String::from_utf8(out).unwrap(), results))
+}
+
+/// A perf run over the in-memory pair, the server with `server_threads`, the client with
+/// `client_threads` (the exchange does not carry them: each side splits its own QPs).
+fn threaded_run(
+    kind: TestKind,
+    qps: usize,
+    server_threads: usize,
+    client_threads: usize,
+) -> ((String, Vec<JsonResult>), (String, Vec<JsonResult>)) {
+    threaded_run_for(kind, qps, server_threads, client_threads, None)
+}
+
+/// [`threaded_run`], with `-D duration` seconds instead of iterations.
+fn threaded_run_for(
+    kind: TestKind,
+    qps: usize,
+    server_threads: usize,
+    client_threads: usize,
+    duration: Option<u64>,
+) -> ((String, Vec<JsonResult>), (String, Vec<JsonResult>)) {
+    let (a, b, _link) = devices(0.0);
+    let mut opts = PerfOptions::defaults(kind);
+    opts.duration = duration;
+    opts.iters = 200;
+    opts.size = if kind == TestKind::AtomicBw { 8 } else { 64 };
+    opts.num_qps = qps;
+    opts.stall_timeout = Duration::from_secs(20);
+    let (sa, sb) = UnixStream::pair().unwrap();
+    let mut server_opts = opts.clone();
+    server_opts.threads = server_threads;
+    server_opts.validate().unwrap();
+    opts.threads = client_threads;
+    opts.validate().unwrap();
+    let server = std::thread::spawn(move || threaded_side(&a, sa, Role::Server, server_opts));
+    let client = threaded_side(&b, sb, Role::Client, opts).unwrap();
+    (server.join().unwrap().unwrap(), client)
+}
+
+/// The aggregate row and its per-thread rows: every message counted once, each thread with
+/// its share of the QPs, and no rate above what the threads' own intervals allow.
+fn check_threads(
+    what: &str,
+    text: &str,
+    result: &JsonResult,
+    threads: usize,
+    qps: usize,
+    iters: u64,
+) {
+    let JsonResult::Bw { stats, per_thread } = result else {
+        panic!("{what}: not a bandwidth result: {result:?}");
+    };
+    assert_eq!(stats.iters, iters * qps as u64, "{what}\n{text}");
+    assert_eq!(per_thread.len(), threads, "{what}: {per_thread:?}");
+    let sum: u64 = per_thread.iter().map(|t| t.stats.iters).sum();
+    assert_eq!(
+        sum, stats.iters,
+        "{what}: per-thread messages {per_thread:?}"
+    );
+    let rates: f64 = per_thread.iter().map(|t| t.stats.msg_rate_mpps).sum();
+    assert!(stats.msg_rate_mpps > 0.0, "{what}: {stats:?}");
+    // The aggregate spans the common interval, which holds every thread's own.
+    assert!(
+        stats.msg_rate_mpps <= rates * (1.0 + 1e-9),
+        "{what}: aggregate {} > the threads' {rates}",
+        stats.msg_rate_mpps
+    );
+    for (i, t) in per_thread.iter().enumerate() {
+        assert_eq!((t.thread, t.qps), (i, qps / threads), "{what}: {t:?}");
+        assert_eq!(
+            t.stats.iters,
+            iters * (qps / threads) as u64,
+            "{what}: {t:?}"
+        );
+        let owned = qps / threads;
+        let plural = if owned == 1 { "" } else { "s" };
+        let row = format!(" thread {i} ({owned} QP{plural}): {} ", stats.size);
+        assert_eq!(
+            text.contains(&row),
+            threads > 1,
+            "{what}: per-thread rows only with more than one thread:\n{text}"
+        );
+    }
+    // The JSON carries them too.
+    let json = serde_json::to_value(result).unwrap();
+    assert_eq!(
+        json["per_thread"].as_array().map(Vec::len),
+        Some(threads),
+        "{json}"
+    );
+    assert_eq!(json["iters"], stats.iters, "{json}");
+}
+
+#[test]
+fn four_qps_over_two_threads_complete_every_iteration() {
+    for kind in [
+        TestKind::WriteBw,
+        TestKind::ReadBw,
+        TestKind::SendBw,
+        TestKind::AtomicBw,
+    ] {
+        let ((server, s_results), (client, c_results)) = threaded_run(kind, 4, 1, 2);
+        assert_eq!(c_results.len(), 1, "{kind:?}\n{client}");
+        check_threads(
+            &format!("{kind:?} client"),
+            &client,
+            &c_results[0],
+            2,
+            4,
+            200,
+        );
+        if kind == TestKind::SendBw {
+            // The receiver measured too, on one thread.
+            check_threads("send_bw server", &server, &s_results[0], 1, 4, 200);
+        }
+    }
+}
+
+#[test]
+fn each_side_splits_its_own_qps() {
+    // The receiver on 4 threads (one QP each), the sender on one; and the reverse.
+    let ((server, s_results), (client, c_results)) = threaded_run(TestKind::SendBw, 4, 4, 1);
+    check_threads(
+        "send_bw server, 4 threads",
+        &server,
+        &s_results[0],
+        4,
+        4,
+        200,
+    );
+    check_threads(
+        "send_bw client, 1 thread",
+        &client,
+        &c_results[0],
+        1,
+        4,
+        200,
+    );
+    let ((server, s_results), (client, c_results)) = threaded_run(TestKind::SendBw, 4, 2, 4);
+    check_threads(
+        "send_bw server, 2 threads",
+        &server,
+        &s_results[0],
+        2,
+        4,
+        200,
+    );
+    check_threads(
+        "send_bw client, 4 threads",
+        &client,
+        &c_results[0],
+        4,
+        4,
+        200,
+    );
+}
+
+#[test]
+fn threads_with_a_duration_count_what_each_completed() {
+    let (_, (client, results)) = threaded_run_for(TestKind::WriteBw, 4, 1, 2, Some(1));
+    let JsonResult::Bw { stats, per_thread } = &results[0] else {
+        panic!("not a bandwidth result: {results:?}");
+    };
+    assert_eq!(per_thread.len(), 2, "{client}");
+    assert!(
+        per_thread.iter().all(|t| t.stats.iters > 0),
+        "{per_thread:?}"
+    );
+    let sum: u64 = per_thread.iter().map(|t| t.stats.iters).sum();
+    assert_eq!(sum, stats.iters, "{client}");
+}
+
+#[test]
+fn bad_thread_counts_are_refused() {
+    let mut opts = PerfOptions::defaults(TestKind::WriteBw);
+    for (threads, qps, message) in [
+        (0, 4, "--threads 0: must be between 1 and 64"),
+        (65, 130, "--threads 65: must be between 1 and 64"),
+        (3, 4, "-q/--qp 4 is not a multiple of --threads 3"),
+        (2, 1, "-q/--qp 1 is not a multiple of --threads 2"),
+    ] {
+        opts.threads = threads;
+        opts.num_qps = qps;
+        let err = opts.validate().unwrap_err().to_string();
+        assert!(err.starts_with(message), "{threads} {qps}: {err}");
+    }
+    opts.threads = 4;
+    opts.num_qps = 8;
+    opts.validate().unwrap();
+    let mut lat = PerfOptions::defaults(TestKind::ReadLat);
+    lat.threads = 2;
+    let err = lat.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("a latency test runs one QP on one thread"),
+        "{err}"
     );
 }
 

@@ -18,6 +18,9 @@ pub enum SectionArg {
     Xroce,
     /// write_bw with 1, 16, 256, 1024 QPs, and the memory each QP costs.
     Scale,
+    /// write_bw and send_bw 64 B with perf --threads 1 and 2, --shards 1 and 2, on a veth
+    /// pair with 2 queues per end.
+    Threads,
 }
 
 /// `--progress` names.
@@ -33,15 +36,17 @@ pub enum ProgressArg {
 
 /// The raw AF_XDP ceiling, kernel UDP and xroce on one veth pair, side by side (needs root).
 ///
-/// Creates two network namespaces joined by a veth pair (MTU 1500, and a second pair at
-/// --mtu for the 4 KiB rows), runs every measurement in processes inside them, removes
-/// them, and prints one table per section with every xroce figure as a ratio to the
-/// ceiling and to kernel UDP.
+/// Creates two network namespaces joined by a veth pair (MTU 1500, a second pair at --mtu
+/// for the 4 KiB rows, a third with 2 queues per end for the threads rows), runs every
+/// measurement in processes inside them, removes them, and prints one table per section
+/// with every xroce figure as a ratio to the ceiling and to kernel UDP (the threads rows:
+/// to one thread).
 ///
 /// Examples:
 ///   sudo xroce bench --quick                 a minute: every section, few sizes
 ///   sudo xroce bench --json > bench.json     the full run (~10 minutes), for machines
 ///   sudo xroce bench --sections ceiling,udp  only the references
+///   sudo xroce bench --sections threads      perf --threads 1 and 2, --shards 1 and 2
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -49,7 +54,7 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Sections to run (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SectionArg::Ceiling, SectionArg::Udp, SectionArg::Xroce, SectionArg::Scale])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SectionArg::Ceiling, SectionArg::Udp, SectionArg::Xroce, SectionArg::Scale, SectionArg::Threads])]
     pub sections: Vec<SectionArg>,
     /// Progress mode of the latency rows (default: both).
     #[arg(long, value_enum)]
@@ -67,6 +72,10 @@ pub struct Args {
     /// Print one JSON document on stdout (progress and tables go to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Engine shards of the xroce and scale sections' devices (perf --shards; their veth
+    /// pairs get as many queues). The threads section runs its own shard counts.
+    #[arg(long, default_value_t = 1)]
+    pub shards: u32,
 }
 
 /// One process of `xroce bench` inside a namespace (not for direct use).
@@ -97,6 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 Section::Udp => SectionArg::Udp,
                 Section::Xroce => SectionArg::Xroce,
                 Section::Scale => SectionArg::Scale,
+                Section::Threads => SectionArg::Threads,
             })
         })
         .collect();
@@ -112,6 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.lat_iters = args.iters;
     opts.messages = args.messages;
     opts.perf_has_progress = perf_has_progress();
+    opts.shards = args.shards;
     opts.validate()?;
     if !xroce::netns::is_privileged() {
         anyhow::bail!("xroce bench needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN): it creates network namespaces and a veth pair and attaches XDP programs; run it with sudo");
@@ -120,9 +131,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if opts.sections.contains(&Section::Ceiling)
         || opts.sections.contains(&Section::Xroce)
         || opts.sections.contains(&Section::Scale)
+        || opts.sections.contains(&Section::Threads)
     {
         return Err(anyhow::Error::from(xroce::driver::DriverError::XdpNotBuilt)
-            .context("xroce bench: the ceiling, xroce and scale sections need AF_XDP"));
+            .context("xroce bench: the ceiling, xroce, scale and threads sections need AF_XDP"));
     }
     let report = bench::run(&opts, &mut std::io::stderr())?;
     let text = bench::render_text(&report);

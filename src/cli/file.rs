@@ -173,6 +173,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 events: false,
                 pcap: common.pcap.clone(),
                 progress: Default::default(),
+                shards: 1,
             };
             let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
             let mut stream = setup::connect(&host, common.port, Duration::from_secs(10))?;
@@ -217,6 +218,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 events: false,
                 pcap: common.pcap.clone(),
                 progress: Default::default(),
+                shards: 1,
             };
             let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
             let mut stream = setup::accept_one(common.port)?;

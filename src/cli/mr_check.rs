@@ -112,6 +112,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         events: false,
         pcap: common.pcap.clone(),
         progress: Default::default(),
+        shards: 1,
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
     let mut data = vec![0u8; opts.size];

@@ -74,6 +74,9 @@ pub struct Args {
     /// progress itself either way; docs/performance.md says when each is right).
     #[arg(long = "progress", value_parser = super::values::progress(), default_value_t = ProgressMode::Wakeup)]
     pub progress: ProgressMode,
+    /// Engine shards of the device (1..=64; AF_XDP needs at least as many receive queues).
+    #[arg(long = "shards", default_value_t = 1)]
+    pub shards: u32,
 }
 
 /// Runs the command.
@@ -91,6 +94,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     options::tcp_port("-p/--port", args.port)?;
+    options::in_range(
+        "--shards",
+        args.shards,
+        1,
+        xroce::verbs::MAX_SHARDS,
+        "engine shards of the device",
+    )?;
     options::in_range(
         "-r/--rx-depth",
         args.rx_depth,
@@ -146,6 +156,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         events: args.events,
         pcap: args.pcap.clone(),
         progress: args.progress,
+        shards: args.shards,
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, 1)?;
     let ep = eps[0].as_mut();

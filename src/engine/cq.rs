@@ -1,6 +1,8 @@
 //! Completion queues: bounded FIFOs of work completions with an arm flag for notification.
 use std::collections::VecDeque;
-use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::{ArcSwap, Guard};
 
 use super::modify::flush_qp;
 use super::qp::Qp;
@@ -24,28 +26,42 @@ pub(crate) struct Cq {
 
 /// The CQs of a device, shared by its engine shards: a QP on any shard may complete into any
 /// CQ. Each CQ has its own lock, so shards completing into different CQs never wait for
-/// each other; the table's lock is written only to create and destroy.
+/// each other; the table is read through an `ArcSwap` (no shared lock) and copied to create
+/// or destroy a CQ.
+/// The CQ slots, by id (a copy is published on every create and destroy).
+type CqSlots = Vec<Option<Arc<Mutex<Cq>>>>;
+
 #[derive(Debug, Default)]
 pub(crate) struct CqTable {
-    slots: RwLock<Vec<Option<Mutex<Cq>>>>,
+    current: ArcSwap<CqSlots>,
+    /// Held by whoever publishes a new table, so no change is lost.
+    writer: Mutex<()>,
 }
 
 impl CqTable {
-    fn read(&self) -> RwLockReadGuard<'_, Vec<Option<Mutex<Cq>>>> {
-        self.slots.read().unwrap_or_else(|p| p.into_inner())
+    fn read(&self) -> Guard<Arc<CqSlots>> {
+        self.current.load()
+    }
+
+    /// Runs `change` on a copy of the table and publishes the copy.
+    fn update<R>(&self, change: impl FnOnce(&mut CqSlots) -> R) -> R {
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = Vec::clone(&self.current.load());
+        let out = change(&mut slots);
+        self.current.store(Arc::new(slots));
+        out
     }
 
     pub fn create(&self, depth: usize) -> CqId {
-        let cq = Mutex::new(Cq {
+        let cq = Arc::new(Mutex::new(Cq {
             entries: VecDeque::with_capacity(depth.min(4096)),
             depth,
             armed: None,
             overruns: 0,
             error: false,
             qp_refs: 0,
-        });
-        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
-        match slots.iter().position(|s| s.is_none()) {
+        }));
+        self.update(|slots| match slots.iter().position(|s| s.is_none()) {
             Some(i) => {
                 slots[i] = Some(cq);
                 CqId(i as u32)
@@ -54,7 +70,7 @@ impl CqTable {
                 slots.push(Some(cq));
                 CqId(slots.len() as u32 - 1)
             }
-        }
+        })
     }
 
     /// Runs `f` on the CQ `id`; `None` if there is none. `f` must not touch the table.
@@ -71,15 +87,16 @@ impl CqTable {
 
     /// Destroys the CQ `id` unless a QP still uses it.
     pub fn destroy(&self, id: CqId) -> Result<(), EngineError> {
-        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
-        let Some(Some(cq)) = slots.get_mut(id.0 as usize) else {
-            return Err(EngineError::UnknownCq(id));
-        };
-        if cq.get_mut().unwrap_or_else(|p| p.into_inner()).qp_refs > 0 {
-            return Err(EngineError::InUse("completion queue"));
-        }
-        slots[id.0 as usize] = None;
-        Ok(())
+        self.update(|slots| {
+            let Some(Some(cq)) = slots.get(id.0 as usize) else {
+                return Err(EngineError::UnknownCq(id));
+            };
+            if cq.lock().unwrap_or_else(|p| p.into_inner()).qp_refs > 0 {
+                return Err(EngineError::InUse("completion queue"));
+            }
+            slots[id.0 as usize] = None;
+            Ok(())
+        })
     }
 
     /// Add a completion. Returns false if it was lost: the CQ is full (the first time, it

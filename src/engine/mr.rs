@@ -3,15 +3,18 @@
 //! `Engine::mr_read` / `mr_write`.
 //!
 //! The table is shared by the engine shards of one device ([`super::Engine::new_shards`]):
-//! any shard's responder may write a region another shard's requester reads. So the table
-//! sits behind a read-write lock (written only to register and deregister) and each region's
-//! bytes behind their own mutex, held for one copy: shards working on different regions never
+//! any shard's responder may write a region another shard's requester reads. Readers load
+//! the current table through an `ArcSwap` (no shared lock: cores reading it do not contend
+//! for a cache line); registering and deregistering publish a new copy. Each region's bytes
+//! are behind their own mutex, held for one copy: shards working on different regions never
 //! wait for each other, as on an HCA whose DMA engines work in parallel.
 //!
 //! Keys are `index << 8 | tag`: the low byte changes each time a slot is reused, so a stale
 //! key of a deregistered MR does not match its successor (IBTA 10.6.3, the "key" portion).
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::{ArcSwap, Guard};
 
 use super::types::{Access, PdId, Sge};
 
@@ -72,12 +75,14 @@ pub(crate) enum AccessFault {
 /// Registered MRs, indexed by key (shared by a device's engine shards).
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
-    inner: RwLock<MrSlots>,
+    current: ArcSwap<MrSlots>,
+    /// Held by whoever publishes a new table (register, remove), so no change is lost.
+    writer: Mutex<()>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct MrSlots {
-    slots: Vec<Option<Mr>>,
+    slots: Vec<Option<Arc<Mr>>>,
     tags: Vec<u8>,
     next_iova: u64,
 }
@@ -94,18 +99,29 @@ impl MrSlots {
 const IOVA_BASE: u64 = 0x0000_7f00_0000_0000;
 
 impl MrTable {
-    fn read(&self) -> RwLockReadGuard<'_, MrSlots> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    fn read(&self) -> Guard<Arc<MrSlots>> {
+        self.current.load()
     }
 
-    fn write_table(&self) -> RwLockWriteGuard<'_, MrSlots> {
-        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    /// Runs `change` on a copy of the table and publishes the copy.
+    fn update<R>(&self, change: impl FnOnce(&mut MrSlots) -> R) -> R {
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = MrSlots::clone(&self.current.load());
+        let out = change(&mut table);
+        self.current.store(Arc::new(table));
+        out
     }
 
     /// Register `len` zeroed bytes; returns (key, iova), or `None` when the iova space is
     /// used up (never wrapped: two regions must not overlap).
     pub fn register(&self, pd: PdId, len: usize, access: Access) -> Option<(u32, u64)> {
-        let mut t = self.write_table();
+        self.update(|t| t.register(pd, len, access))
+    }
+}
+
+impl MrSlots {
+    fn register(&mut self, pd: PdId, len: usize, access: Access) -> Option<(u32, u64)> {
+        let t = self;
         if t.next_iova == 0 {
             t.next_iova = IOVA_BASE;
         }
@@ -129,7 +145,7 @@ impl MrTable {
         t.tags[idx] = t.tags[idx].wrapping_add(0x35) | 1;
         let key = ((idx as u32 + 1) << 8) | t.tags[idx] as u32;
         t.next_iova = next;
-        t.slots[idx] = Some(Mr {
+        t.slots[idx] = Some(Arc::new(Mr {
             pd,
             key,
             iova,
@@ -137,10 +153,12 @@ impl MrTable {
             len,
             rkey_valid: AtomicBool::new(true),
             data: Mutex::new(vec![0; len]),
-        });
+        }));
         Some((key, iova))
     }
+}
 
+impl MrTable {
     /// The facts of the region `key`, if it exists.
     pub fn facts(&self, key: u32) -> Option<MrFacts> {
         self.read().get(key).map(|mr| MrFacts {
@@ -155,12 +173,13 @@ impl MrTable {
 
     /// Deregister `key`; false if there is no such region.
     pub fn remove(&self, key: u32) -> bool {
-        let mut t = self.write_table();
-        let Some(idx) = t.get(key).map(|_| (key >> 8) as usize - 1) else {
-            return false;
-        };
-        t.slots[idx] = None;
-        true
+        self.update(|t| {
+            let Some(idx) = t.get(key).map(|_| (key >> 8) as usize - 1) else {
+                return false;
+            };
+            t.slots[idx] = None;
+            true
+        })
     }
 
     pub fn any_in_pd(&self, pd: PdId) -> bool {

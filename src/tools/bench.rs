@@ -11,6 +11,9 @@
 //!    from 64 B to 1 MiB with one QP and with 16, the latency tests at 64 B and 4 KiB in each
 //!    progress mode; every figure also as a ratio to the ceiling and to kernel UDP.
 //! 4. **Scale**: `write_bw` with 1, 16, 256 and 1024 QPs, and what each QP costs in memory.
+//! 5. **Threads**: `write_bw` and `send_bw` at 64 B with 2 QPs on one thread and on two
+//!    (`perf --threads`), with one engine shard and with two (`--shards`), on a veth pair
+//!    with 2 queues per end; message rates side by side with the ratio to one thread.
 //!
 //! The rows at 4 KiB run on a second veth pair at a jumbo MTU (9000 unless `--mtu`), where
 //! one 4 KiB message is one packet; everything else on a pair at MTU 1500.
@@ -68,6 +71,18 @@ pub const LAT_SIZES: [u64; 2] = [64, 4096];
 pub const BW_TESTS: [&str; 3] = ["write_bw", "send_bw", "read_bw"];
 /// The three latency tests.
 pub const LAT_TESTS: [&str; 3] = ["send_lat", "write_lat", "read_lat"];
+/// The threads section's (threads, shards) runs; thread counts are also the QPs' divisor.
+pub const THREAD_RUNS: [(usize, u32); 3] = [(1, 1), (2, 1), (2, 2)];
+/// The threads section's tests (64 B messages: the message rate is what threads can raise).
+pub const THREAD_TESTS: [&str; 2] = ["write_bw", "send_bw"];
+/// QPs of every threads row: the same in each, so only the threads and shards differ.
+pub const THREAD_QPS: usize = 2;
+/// Queues per veth end of the threads section's pair: one per shard of the largest run.
+pub const THREAD_QUEUES: u32 = 2;
+/// The message size of the threads rows.
+pub const THREAD_SIZE: u64 = 64;
+/// What a threads row says while the device refuses more than one engine shard.
+pub const SHARDS_NOT_BUILT: &str = "shards > 1 not built";
 /// TCP port of the perftest exchanges (inside the bench's own namespaces).
 const PERF_PORT: u16 = 18515;
 
@@ -86,15 +101,18 @@ pub enum Section {
     Xroce,
     /// `write_bw` with up to 1024 QPs, and memory per QP.
     Scale,
+    /// `perf --threads` and `--shards`: message rates with one thread and two.
+    Threads,
 }
 
 impl Section {
     /// Every section, in the order they print.
-    pub const ALL: [Section; 4] = [
+    pub const ALL: [Section; 5] = [
         Section::Ceiling,
         Section::Udp,
         Section::Xroce,
         Section::Scale,
+        Section::Threads,
     ];
 
     /// The name `--sections` takes.
@@ -104,6 +122,7 @@ impl Section {
             Section::Udp => "udp",
             Section::Xroce => "xroce",
             Section::Scale => "scale",
+            Section::Threads => "threads",
         }
     }
 }
@@ -149,6 +168,9 @@ pub struct BenchOptions {
     pub messages: Option<u64>,
     /// `xroce perf` takes `--progress` (the CLI knows; older builds lack it).
     pub perf_has_progress: bool,
+    /// `--shards`: the engine shards of the xroce and scale sections' devices (their veth
+    /// pairs then get as many queues); the threads section runs its own.
+    pub shards: u32,
     /// The xroce executable (children and `xroce perf`).
     pub exe: PathBuf,
 }
@@ -165,6 +187,7 @@ impl BenchOptions {
             lat_iters: None,
             messages: None,
             perf_has_progress: true,
+            shards: 1,
             exe,
         }
     }
@@ -172,7 +195,7 @@ impl BenchOptions {
     /// Checks every option; messages name the option and its range.
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.sections.is_empty() {
-            bail!("--sections: name at least one of ceiling, udp, xroce, scale");
+            bail!("--sections: name at least one of ceiling, udp, xroce, scale, threads");
         }
         if self.modes.is_empty() {
             bail!("--progress: choose wakeup, busy-poll or both");
@@ -202,6 +225,13 @@ impl BenchOptions {
                 "messages per bandwidth row",
             )?;
         }
+        in_range(
+            "--shards",
+            self.shards,
+            1,
+            crate::verbs::MAX_SHARDS,
+            "engine shards of the xroce and scale sections' devices, and queues of their veth pairs",
+        )?;
         if self.modes_explicit
             && self.modes.contains(&Progress::BusyPoll)
             && !self.perf_has_progress
@@ -242,6 +272,10 @@ pub struct BwCase {
     pub qps: usize,
     /// `-n` (per QP, as perftest counts it).
     pub iters: u64,
+    /// `--threads` (both sides).
+    pub threads: usize,
+    /// `--shards` (both sides).
+    pub shards: u32,
 }
 
 /// One latency run of `xroce perf`.
@@ -275,6 +309,10 @@ pub struct LinkPlan {
     pub lat: Vec<LatCase>,
     /// Scale runs (write_bw with many QPs).
     pub scale: Vec<BwCase>,
+    /// Threads runs (`--threads`, `--shards`).
+    pub threads: Vec<BwCase>,
+    /// Receive and transmit queues per veth end.
+    pub queues: u32,
 }
 
 /// The whole run.
@@ -322,6 +360,8 @@ pub fn plan(opts: &BenchOptions) -> Plan {
         size,
         qps,
         iters: (opts.messages_for(size) / qps as u64).max(crate::tools::perf::MIN_ITERS),
+        threads: 1,
+        shards: opts.shards,
     };
     let mut base_bw = Vec::new();
     let mut jumbo_bw = Vec::new();
@@ -359,6 +399,8 @@ pub fn plan(opts: &BenchOptions) -> Plan {
                     size,
                     qps,
                     iters: (total / qps as u64).max(crate::tools::perf::MIN_ITERS),
+                    threads: 1,
+                    shards: opts.shards,
                 });
             }
         }
@@ -387,6 +429,8 @@ pub fn plan(opts: &BenchOptions) -> Plan {
         bw: base_bw,
         lat: lat(LAT_SIZES[0]),
         scale,
+        threads: Vec::new(),
+        queues: opts.shards,
     };
     let jumbo = LinkPlan {
         mtu: opts.jumbo_mtu,
@@ -396,11 +440,43 @@ pub fn plan(opts: &BenchOptions) -> Plan {
         bw: jumbo_bw,
         lat: lat(LAT_SIZES[1]),
         scale: Vec::new(),
+        threads: Vec::new(),
+        queues: opts.shards,
+    };
+    let mut threads = Vec::new();
+    if opts.runs(Section::Threads) {
+        for test in THREAD_TESTS {
+            for (t, shards) in THREAD_RUNS {
+                threads.push(BwCase {
+                    threads: t,
+                    shards,
+                    ..bw_case(test, THREAD_SIZE, THREAD_QPS)
+                });
+            }
+        }
+    }
+    let multi_queue = LinkPlan {
+        mtu: BASE_MTU,
+        path_mtu: base_pmtu,
+        stream_payloads: Vec::new(),
+        ping_sizes: Vec::new(),
+        bw: Vec::new(),
+        lat: Vec::new(),
+        scale: Vec::new(),
+        threads,
+        queues: THREAD_QUEUES,
     };
     let used = |l: &LinkPlan| {
-        !(l.stream_payloads.is_empty() && l.bw.is_empty() && l.lat.is_empty() && l.scale.is_empty())
+        !(l.stream_payloads.is_empty()
+            && l.bw.is_empty()
+            && l.lat.is_empty()
+            && l.scale.is_empty()
+            && l.threads.is_empty())
     };
-    let links = [base, jumbo].into_iter().filter(used).collect();
+    let links = [base, jumbo, multi_queue]
+        .into_iter()
+        .filter(used)
+        .collect();
     let memory_qps = if opts.runs(Section::Scale) {
         SCALE_QPS.to_vec()
     } else {
@@ -442,6 +518,8 @@ pub struct LinkFacts {
     pub mtu: u32,
     /// xroce's path MTU on it.
     pub path_mtu: u32,
+    /// Receive and transmit queues per end.
+    pub queues: u32,
     /// What ran on it.
     pub used_for: String,
 }
@@ -631,6 +709,44 @@ pub struct ScaleSection {
     pub memory_method: String,
 }
 
+/// One threads row: a message rate, or why there is none.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadsRow {
+    /// write_bw or send_bw.
+    pub test: &'static str,
+    /// Message size.
+    pub size: u64,
+    /// QPs (split over the threads).
+    pub qps: usize,
+    /// `--threads` on both sides.
+    pub threads: usize,
+    /// `--shards` on both sides.
+    pub shards: u32,
+    /// Messages per QP.
+    pub iters: u64,
+    /// Aggregate million messages per second (the client's), if it ran.
+    pub msg_rate_mpps: Option<f64>,
+    /// Aggregate payload Gbit/s, if it ran.
+    pub gbps: Option<f64>,
+    /// Each client thread's own message rate.
+    pub per_thread_mpps: Vec<f64>,
+    /// Against the same test with one thread and one shard.
+    pub vs_one_thread: Option<Ratio>,
+    /// Why the row has no figures ("shards > 1 not built" while the device refuses them).
+    pub error: Option<String>,
+}
+
+/// The threads section.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ThreadsSection {
+    /// Link MTU.
+    pub link_mtu: u32,
+    /// Queues per veth end.
+    pub queues: u32,
+    /// The rows, test by test.
+    pub rows: Vec<ThreadsRow>,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
@@ -652,6 +768,8 @@ pub struct BenchReport {
     pub xroce: Option<XroceSection>,
     /// Many QPs.
     pub scale: Option<ScaleSection>,
+    /// One thread and two.
+    pub threads: Option<ThreadsSection>,
     /// How to read the figures, and what was left out.
     pub notes: Vec<String>,
     /// Measurements that failed (each also missing from its table).
@@ -976,16 +1094,37 @@ impl Runner<'_> {
         })
     }
 
-    /// One `xroce perf` pair: the server in B, the client in A; the client's JSON.
+    /// One `xroce perf` pair: the server in B, the client in A; the client's first result.
     fn perf(
         &mut self,
         link: &VethLink,
-        test: &str,
-        size: u64,
-        qps: usize,
-        iters: u64,
+        case: &BwCase,
         mode: Option<Progress>,
     ) -> anyhow::Result<PerfResult> {
+        let doc = self.perf_doc(link, case, mode)?;
+        parse_perf(&doc).with_context(|| {
+            format!(
+                "xroce perf {} -s {}: reading its --json",
+                case.test, case.size
+            )
+        })
+    }
+
+    /// One `xroce perf` pair: the server in B, the client in A; the client's JSON document.
+    fn perf_doc(
+        &mut self,
+        link: &VethLink,
+        case: &BwCase,
+        mode: Option<Progress>,
+    ) -> anyhow::Result<String> {
+        let BwCase {
+            test,
+            size,
+            qps,
+            iters,
+            threads,
+            shards,
+        } = *case;
         let common = |ifname: &str| {
             let mut v: Vec<String> = [
                 "perf",
@@ -1006,6 +1145,12 @@ impl Runner<'_> {
             .collect();
             if qps > 1 {
                 v.extend(["-q".to_string(), qps.to_string()]);
+            }
+            if threads > 1 {
+                v.extend(["--threads".to_string(), threads.to_string()]);
+            }
+            if shards > 1 {
+                v.extend(["--shards".to_string(), shards.to_string()]);
             }
             if let (Some(m), true) = (mode, self.opts.perf_has_progress) {
                 v.extend(["--progress".to_string(), m.name().to_string()]);
@@ -1043,7 +1188,7 @@ impl Runner<'_> {
         // Generous: the rows are sized to take a second or two.
         let out = client.finish(Duration::from_secs(180))?;
         let _ = server.finish(Duration::from_secs(10));
-        parse_perf(&out).with_context(|| format!("xroce perf {test} -s {size}: reading its --json"))
+        Ok(out)
     }
 }
 
@@ -1097,6 +1242,30 @@ pub fn parse_perf(doc: &str) -> anyhow::Result<PerfResult> {
             msg_rate_mpps: num("msg_rate_mpps")?,
         })
     }
+}
+
+/// Each thread's message rate in an `xroce perf --json` document's first result (an older
+/// perf without `per_thread`: none).
+pub fn parse_per_thread_mpps(doc: &str) -> anyhow::Result<Vec<f64>> {
+    let v: serde_json::Value = serde_json::from_str(doc)?;
+    let Some(threads) = v["results"][0]["per_thread"].as_array() else {
+        return Ok(Vec::new());
+    };
+    threads
+        .iter()
+        .map(|t| {
+            t["msg_rate_mpps"]
+                .as_f64()
+                .ok_or_else(|| anyhow!("no \"msg_rate_mpps\" in {t}"))
+        })
+        .collect()
+}
+
+/// Whether a perf run failed because the device refused more than one engine shard
+/// (`DeviceConfig::shards`, until the shards are built).
+pub fn is_shards_refusal(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    text.contains("engine shard") && text.contains("built")
 }
 
 /// /proc/loadavg's three averages (zeros where it cannot be read).
@@ -1226,9 +1395,21 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
     opts.validate()?;
     let started = Instant::now();
     let plan = plan(opts);
+    let pairs: Vec<String> = plan
+        .links
+        .iter()
+        .map(|l| {
+            format!(
+                "MTU {} with {} queue{} per end",
+                l.mtu,
+                l.queues,
+                if l.queues == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
     let mut machine = read_machine(format!(
-        "a veth pair between two network namespaces (1 queue per end), 198.18.0.1 (A) and 198.18.0.2 (B); MTU {BASE_MTU}, and a second pair at MTU {} for the 4 KiB rows",
-        opts.jumbo_mtu
+        "veth pairs between two network namespaces, 198.18.0.1 (A) and 198.18.0.2 (B), one after the other: {}",
+        pairs.join("; ")
     ));
     let raw_steps =
         |l: &LinkPlan| l.stream_payloads.len() * 2 + l.ping_sizes.len() * opts.modes.len();
@@ -1236,7 +1417,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         .links
         .iter()
         .map(|l| {
-            let mut n = l.bw.len() + l.lat.len() + l.scale.len();
+            let mut n = l.bw.len() + l.lat.len() + l.scale.len() + l.threads.len();
             if opts.runs(Section::Ceiling) {
                 n += raw_steps(l);
             }
@@ -1260,12 +1441,15 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
     let mut bw_raw: Vec<(u32, u32, BwCase, f64, f64, f64)> = Vec::new();
     let mut lat_raw: Vec<(u32, LatCase, f64, f64)> = Vec::new();
     let mut scale_raw: Vec<(BwCase, f64, f64)> = Vec::new();
+    type ThreadsOutcome = Result<(f64, f64, Vec<f64>), String>;
+    let mut threads_raw: Vec<(BwCase, ThreadsOutcome)> = Vec::new();
     let mut links = Vec::new();
 
     for lp in &plan.links {
         let link = VethLink::create(&LinkConfig {
             mtu: lp.mtu,
             ipv6: false,
+            queues: lp.queues,
             ..LinkConfig::default()
         })
         .with_context(|| format!("creating the namespaces and the veth pair (MTU {})", lp.mtu))?;
@@ -1310,7 +1494,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                 case.test, case.size, case.qps, case.iters, lp.mtu
             );
             runner.note(&what);
-            match runner.perf(&link, case.test, case.size, case.qps, case.iters, None) {
+            match runner.perf(&link, case, None) {
                 Ok(PerfResult::Bw {
                     gbps,
                     peak_gbps,
@@ -1337,7 +1521,15 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                 lp.mtu
             );
             runner.note(&what);
-            match runner.perf(&link, case.test, case.size, 1, case.iters, Some(case.mode)) {
+            let one = BwCase {
+                test: case.test,
+                size: case.size,
+                qps: 1,
+                iters: case.iters,
+                threads: 1,
+                shards: opts.shards,
+            };
+            match runner.perf(&link, &one, Some(case.mode)) {
                 Ok(PerfResult::Lat { median, p99 }) => {
                     lat_raw.push((lp.mtu, case.clone(), median, p99))
                 }
@@ -1354,7 +1546,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                 case.size, case.qps, case.iters, lp.mtu
             );
             runner.note(&what);
-            match runner.perf(&link, case.test, case.size, case.qps, case.iters, None) {
+            match runner.perf(&link, case, None) {
                 Ok(PerfResult::Bw {
                     gbps,
                     msg_rate_mpps,
@@ -1367,9 +1559,51 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         if !lp.scale.is_empty() {
             used.push("scale".into());
         }
+        for case in &lp.threads {
+            let what = format!(
+                "threads: xroce perf {} -s {} -q {} --threads {} --shards {} -n {} MTU {}, {} queues",
+                case.test, case.size, case.qps, case.threads, case.shards, case.iters, lp.mtu, lp.queues
+            );
+            runner.note(&what);
+            let run = runner.perf_doc(&link, case, None).and_then(|doc| {
+                let per_thread = parse_per_thread_mpps(&doc)?;
+                Ok((parse_perf(&doc)?, per_thread))
+            });
+            let outcome = match run {
+                Ok((
+                    PerfResult::Bw {
+                        gbps,
+                        msg_rate_mpps,
+                        ..
+                    },
+                    per_thread,
+                )) => Ok((gbps, msg_rate_mpps, per_thread)),
+                Ok((other, _)) => {
+                    let e = anyhow!("not a bandwidth result: {other:?}");
+                    let text = format!("{e:#}");
+                    runner.failed(&what, e);
+                    Err(text)
+                }
+                // Not a failure of the run: the device says it cannot yet.
+                Err(e) if case.shards > 1 && is_shards_refusal(&e) => {
+                    let _ = writeln!(runner.log, "  {SHARDS_NOT_BUILT}: {e:#}");
+                    Err(SHARDS_NOT_BUILT.to_string())
+                }
+                Err(e) => {
+                    let text = format!("{e:#}");
+                    runner.failed(&what, e);
+                    Err(text)
+                }
+            };
+            threads_raw.push((case.clone(), outcome));
+        }
+        if !lp.threads.is_empty() {
+            used.push("threads".into());
+        }
         links.push(LinkFacts {
             mtu: lp.mtu,
             path_mtu: lp.path_mtu,
+            queues: lp.queues,
             used_for: used.join(", "),
         });
         drop(link);
@@ -1463,6 +1697,49 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
             ),
         }
     });
+    let threads = opts.runs(Section::Threads).then(|| {
+        let rows = threads_raw
+            .iter()
+            .map(|(c, outcome)| {
+                let one = threads_raw.iter().find_map(|(o, r)| {
+                    (o.test == c.test && o.threads == 1 && o.shards == 1)
+                        .then(|| r.as_ref().ok().map(|(_, mpps, _)| *mpps))
+                        .flatten()
+                });
+                let (gbps, mpps, per_thread, error) = match outcome {
+                    Ok((g, m, p)) => (Some(*g), Some(*m), p.clone(), None),
+                    Err(e) => (None, None, Vec::new(), Some(e.clone())),
+                };
+                ThreadsRow {
+                    test: c.test,
+                    size: c.size,
+                    qps: c.qps,
+                    threads: c.threads,
+                    shards: c.shards,
+                    iters: c.iters,
+                    msg_rate_mpps: mpps,
+                    gbps,
+                    per_thread_mpps: per_thread,
+                    vs_one_thread: one.zip(mpps).and_then(|(o, m)| {
+                        Ratio::new(
+                            format!(
+                                "{} {} B, {} QPs, 1 thread, 1 shard: Mmsg/s",
+                                c.test, c.size, c.qps
+                            ),
+                            o,
+                            m,
+                        )
+                    }),
+                    error,
+                }
+            })
+            .collect();
+        ThreadsSection {
+            link_mtu: BASE_MTU,
+            queues: THREAD_QUEUES,
+            rows,
+        }
+    });
     let mut notes = vec![
         "Throughput ratios are xroce / reference: above 1 is faster. Latency ratios are xroce time / reference time: below 1 is faster.".to_string(),
         "Each xroce bandwidth row is compared with the stream of the same payload per packet (the message size up to the path MTU) in the direction its data flows (read_bw: B->A).".to_string(),
@@ -1472,6 +1749,20 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
     ];
     if machine.cores <= 2 {
         notes.push(format!("This machine has {} cores: with busy-poll a spinning client and a spinning server fill it, so the busy-poll rows compete with everything else running (the load average is above).", machine.cores));
+    }
+    if opts.runs(Section::Threads) {
+        notes.push(format!(
+            "Threads: both sides run {THREAD_QPS} QPs split over --threads T (client and server alike), each thread polling its own QPs; with T = 2 that is 2 client threads and 2 server threads spinning, which fill a {}-core machine by themselves{}. A row with shards > 1 reads \"{SHARDS_NOT_BUILT}\" while the device refuses more than one engine shard.",
+            machine.cores,
+            if machine.cores <= 2 {
+                ": here the 2-thread rows compete with each other and with the progress threads, so they cannot show what two threads gain on a larger machine"
+            } else {
+                ""
+            }
+        ));
+    }
+    if opts.shards > 1 {
+        notes.push(format!("--shards {}: the xroce and scale rows ran with {} engine shards on veth pairs with as many queues (the ceiling and UDP rows too).", opts.shards, opts.shards));
     }
     if opts.modes.contains(&Progress::BusyPoll) && !opts.perf_has_progress {
         notes.push("xroce perf has no --progress option in this build: the xroce latency rows ran in its default mode (wakeup) only.".into());
@@ -1492,6 +1783,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         udp,
         xroce,
         scale,
+        threads,
         notes,
         failures: runner.failures,
         seconds: started.elapsed().as_secs_f64(),
@@ -1653,8 +1945,12 @@ pub fn render_text(r: &BenchReport) -> String {
     for l in &r.links {
         let _ = writeln!(
             s,
-            "  MTU {} (path MTU {}): {}",
-            l.mtu, l.path_mtu, l.used_for
+            "  MTU {} (path MTU {}, {} queue{} per end): {}",
+            l.mtu,
+            l.path_mtu,
+            l.queues,
+            if l.queues == 1 { "" } else { "s" },
+            l.used_for
         );
     }
     if let Some(c) = &r.ceiling {
@@ -1782,6 +2078,38 @@ pub fn render_text(r: &BenchReport) -> String {
             let _ = writeln!(s, "  how: {}", sc.memory_method);
         }
     }
+    if let Some(t) = &r.threads {
+        let _ = writeln!(
+            s,
+            "\n== 5. Threads: perf --threads and --shards, MTU {}, {} queues per veth end ==",
+            t.link_mtu, t.queues
+        );
+        let _ = writeln!(
+            s,
+            "  {:<8} {:>5} {:>4} {:>7} {:>6} {:>8} {:>8} {:>11}  per thread Mmsg/s",
+            "test", "size", "QPs", "threads", "shards", "iters/QP", "Mmsg/s", "vs 1 thread",
+        );
+        for row in &t.rows {
+            let figures = match (&row.error, row.msg_rate_mpps) {
+                (Some(e), _) => format!("{:>8} {:>11}  error: {e}", "-", "-"),
+                (None, Some(m)) => format!(
+                    "{m:>8.3} {:>11}  {}",
+                    ratio_text(&row.vs_one_thread),
+                    row.per_thread_mpps
+                        .iter()
+                        .map(|p| format!("{p:.3}"))
+                        .collect::<Vec<_>>()
+                        .join(" + ")
+                ),
+                (None, None) => format!("{:>8} {:>11}", "-", "-"),
+            };
+            let _ = writeln!(
+                s,
+                "  {:<8} {:>5} {:>4} {:>7} {:>6} {:>8} {figures}",
+                row.test, row.size, row.qps, row.threads, row.shards, row.iters
+            );
+        }
+    }
     let _ = writeln!(s, "\nnotes:");
     for n in &r.notes {
         let _ = writeln!(s, "- {n}");
@@ -1808,8 +2136,9 @@ mod tests {
         let mut o = opts();
         o.quick = true;
         let p = plan(&o);
-        assert_eq!(p.links.len(), 2);
+        assert_eq!(p.links.len(), 3);
         assert_eq!(p.links[0].mtu, 1500);
+        assert_eq!(p.links[0].queues, 1);
         assert_eq!(p.links[0].path_mtu, 1024);
         assert_eq!(p.links[1].mtu, 9000);
         assert_eq!(p.links[1].path_mtu, 4096);
@@ -1817,9 +2146,24 @@ mod tests {
         let runs: usize = p
             .links
             .iter()
-            .map(|l| l.bw.len() + l.lat.len() + l.scale.len())
+            .map(|l| l.bw.len() + l.lat.len() + l.scale.len() + l.threads.len())
             .sum();
-        assert!(runs <= 30, "{runs} perf runs in --quick");
+        assert!(runs <= 36, "{runs} perf runs in --quick");
+        // The threads rows: their own pair, with a queue per shard of the largest run.
+        let t = &p.links[2];
+        assert_eq!((t.mtu, t.queues), (1500, THREAD_QUEUES));
+        assert!(t.bw.is_empty() && t.lat.is_empty() && t.stream_payloads.is_empty());
+        for test in THREAD_TESTS {
+            for (threads, shards) in THREAD_RUNS {
+                let c = t
+                    .threads
+                    .iter()
+                    .find(|c| c.test == test && c.threads == threads && c.shards == shards)
+                    .unwrap_or_else(|| panic!("no {test} --threads {threads} --shards {shards}"));
+                assert_eq!((c.size, c.qps), (THREAD_SIZE, THREAD_QPS));
+                assert_eq!(c.qps % c.threads, 0);
+            }
+        }
         assert!(p.links[0].scale.iter().any(|c| c.qps == 1024));
         assert_eq!(p.memory_qps, SCALE_QPS.to_vec());
         for test in BW_TESTS {
@@ -1827,7 +2171,7 @@ mod tests {
         }
         for mode in [Progress::Wakeup, Progress::BusyPoll] {
             for test in LAT_TESTS {
-                for l in &p.links {
+                for l in &p.links[..2] {
                     assert!(
                         l.lat.iter().any(|c| c.test == test && c.mode == mode),
                         "{test} {mode:?}"
@@ -1903,6 +2247,98 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("--sections"));
+    }
+
+    #[test]
+    fn threads_only_makes_one_multi_queue_pair() {
+        let mut o = opts();
+        o.sections = vec![Section::Threads];
+        let p = plan(&o);
+        assert_eq!(p.links.len(), 1);
+        assert_eq!(p.links[0].queues, THREAD_QUEUES);
+        assert_eq!(
+            p.links[0].threads.len(),
+            THREAD_TESTS.len() * THREAD_RUNS.len()
+        );
+        assert!(p.memory_qps.is_empty());
+        // --shards is the other sections' (and their pairs' queues), not the threads rows'.
+        let mut o = opts();
+        o.shards = 4;
+        let p = plan(&o);
+        assert!(p.links[0]
+            .bw
+            .iter()
+            .all(|c| c.shards == 4 && c.threads == 1));
+        assert_eq!(p.links[0].queues, 4);
+        let t = p.links.iter().find(|l| !l.threads.is_empty()).unwrap();
+        assert!(t.threads.iter().any(|c| c.shards == 1));
+        let mut o = opts();
+        o.shards = 0;
+        let e = o.validate().unwrap_err().to_string();
+        assert!(e.starts_with("--shards 0: must be between 1 and 64"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_shard_count_is_recognised_and_per_thread_rates_read() {
+        let refusal = anyhow!("invalid argument: shards 2: only one engine shard is built so far")
+            .context("xroce perf write_bw server: exit status: 1: xroce: error: opening veth");
+        assert!(is_shards_refusal(&refusal));
+        assert!(!is_shards_refusal(&anyhow!(
+            "xroce perf write_bw client: exited"
+        )));
+        let doc = r#"{"results":[{"size":64,"iters":20,"peak":0,"average":0.1,"msg_rate_mpps":0.4,"unit":"GigabitsPerSec","per_thread":[{"thread":0,"qps":1,"size":64,"iters":10,"peak":0,"average":0.05,"msg_rate_mpps":0.25,"unit":"GigabitsPerSec"},{"thread":1,"qps":1,"size":64,"iters":10,"peak":0,"average":0.05,"msg_rate_mpps":0.2,"unit":"GigabitsPerSec"}]}]}"#;
+        assert_eq!(parse_per_thread_mpps(doc).unwrap(), vec![0.25, 0.2]);
+        assert!(parse_per_thread_mpps(r#"{"results":[{"size":64}]}"#)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn threads_rows_render_figures_or_their_error() {
+        let row = |threads, shards, mpps: Option<f64>, error: Option<&str>| ThreadsRow {
+            test: "write_bw",
+            size: 64,
+            qps: 2,
+            threads,
+            shards,
+            iters: 100,
+            msg_rate_mpps: mpps,
+            gbps: mpps.map(|m| m * 0.512),
+            per_thread_mpps: if threads == 2 && mpps.is_some() {
+                vec![0.3, 0.2]
+            } else {
+                Vec::new()
+            },
+            vs_one_thread: mpps.and_then(|m| Ratio::new("one".into(), 0.4, m)),
+            error: error.map(str::to_string),
+        };
+        let report = BenchReport {
+            machine: read_machine("test".into()),
+            quick: true,
+            sections: vec![Section::Threads],
+            progress: vec![],
+            links: vec![],
+            ceiling: None,
+            udp: None,
+            xroce: None,
+            scale: None,
+            threads: Some(ThreadsSection {
+                link_mtu: 1500,
+                queues: 2,
+                rows: vec![
+                    row(1, 1, Some(0.4), None),
+                    row(2, 1, Some(0.5), None),
+                    row(2, 2, None, Some(SHARDS_NOT_BUILT)),
+                ],
+            }),
+            notes: vec![],
+            failures: vec![],
+            seconds: 1.0,
+        };
+        let text = render_text(&report);
+        assert!(text.contains("== 5. Threads"), "{text}");
+        assert!(text.contains("1.25x  0.300 + 0.200"), "{text}");
+        assert!(text.contains("error: shards > 1 not built"), "{text}");
     }
 
     #[test]

@@ -389,6 +389,7 @@ pub fn open_endpoint(
         events: true,
         pcap: None,
         progress: Default::default(),
+        shards: 1,
     };
     let mut eps = verbs_endpoint::open_on(dev, gid_index, &spec, 1)?;
     Ok(eps.remove(0))

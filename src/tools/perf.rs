@@ -12,6 +12,7 @@
 //! time, a timestamp at each post, statistics as in [`crate::tools::stats`].
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::tools::endpoint::{
@@ -22,7 +23,7 @@ use crate::tools::perftest_oob::{
     enums, BwReport, LocalSide, NegotiateParams, PeerWatch, PerftestDest, PerftestRunner, Role,
     SysData, TestKind,
 };
-use crate::tools::report::{self, JsonResult};
+use crate::tools::report::{self, JsonResult, ThreadBw};
 use crate::tools::stats::{BwStats, BwTimes, BwUnit, LatencyStats, MAX_PEAK_ITERS};
 
 /// perftest's UD Q_Key (`DEF_QKEY`).
@@ -63,6 +64,9 @@ pub const MAX_DURATION_SECS: u64 = 3600;
 pub const MAX_LAT_DURATION_SECS: u64 = 600;
 /// `-o`: the device's outstanding READ/atomic limit (`max_qp_rd_atom`).
 pub const MAX_OUT_READS: u32 = crate::verbs::attr::limits::MAX_RD_ATOMIC;
+/// `--threads`: most threads one perf process splits its QPs over (the device's
+/// `MAX_SHARDS`, so `--threads T --shards T` is always possible).
+pub const MAX_THREADS: usize = crate::verbs::MAX_SHARDS as usize;
 
 /// Options shared by all tests (perftest's names).
 #[derive(Debug, Clone)]
@@ -79,6 +83,9 @@ pub struct PerfOptions {
     pub duration: Option<u64>,
     /// `-q`.
     pub num_qps: usize,
+    /// `--threads`: the QPs are split over this many threads, each posting to and polling
+    /// only its own QPs, CQs and buffers (bw tests; `num_qps` is a multiple of it).
+    pub threads: usize,
     /// `-t`.
     pub tx_depth: u32,
     /// `-r` (SEND tests, server).
@@ -115,6 +122,7 @@ impl PerfOptions {
             },
             duration: None,
             num_qps: 1,
+            threads: 1,
             tx_depth: if kind.is_bw() { 128 } else { 1 },
             rx_depth: 512,
             cq_mod: 100,
@@ -263,6 +271,27 @@ impl PerfOptions {
             MAX_SIZE,
             "8 MiB, perftest's MAX_SIZE",
         )?;
+        in_range(
+            "--threads",
+            self.threads,
+            1,
+            MAX_THREADS,
+            "threads of one perf process; each owns -q / --threads QPs",
+        )?;
+        if self.threads > 1 && !k.is_bw() {
+            anyhow::bail!(
+                "--threads {}: a latency test runs one QP on one thread (as perftest); --threads applies to send_bw, write_bw, read_bw and atomic_bw",
+                self.threads
+            );
+        }
+        if self.num_qps % self.threads != 0 {
+            anyhow::bail!(
+                "-q/--qp {} is not a multiple of --threads {}: each thread owns the same number of QPs (e.g. -q {})",
+                self.num_qps,
+                self.threads,
+                self.num_qps.div_ceil(self.threads) * self.threads
+            );
+        }
         let total = self.num_qps as u64 * 2 * self.half_len() as u64;
         if total > MAX_TOTAL_BUFFER_BYTES {
             anyhow::bail!(
@@ -448,7 +477,10 @@ impl<'a> PerfRunner<'a> {
             unit: self.opts.unit(),
         };
         writeln!(self.out, "{}", report::bw_row(&stats))?;
-        self.results.push(JsonResult::Bw(stats));
+        self.results.push(JsonResult::Bw {
+            stats,
+            per_thread: Vec::new(),
+        });
         Ok(())
     }
 
@@ -511,100 +543,22 @@ impl<'a> PerfRunner<'a> {
         Ok(())
     }
 
-    /// Bandwidth client loop; returns the report.
-    fn run_bw_client(&mut self, size: u64) -> anyhow::Result<BwReport> {
-        let n_qps = self.eps.len();
-        let deadline = self
-            .opts
-            .duration
-            .map(|d| Instant::now() + Duration::from_secs(d));
-        let per_qp = if deadline.is_some() {
-            u64::MAX
-        } else {
-            self.opts.iters
-        };
-        // perftest lowers the moderation to the queue depth: with fewer WRs in flight than
-        // `cq_mod`, no signalled WR would ever retire the unsignalled ones.
-        let tx_depth = u64::from(self.opts.tx_depth);
-        let cq_mod = u64::from(self.opts.cq_mod).min(tx_depth).max(1);
-        let len = if self.opts.kind.verb() == enums::VERB_ATOMIC {
-            8
-        } else {
-            size as usize
-        };
-        let ops: Vec<ToolOp> = (0..n_qps).map(|q| self.op_for(q)).collect();
-        let mut posted_n = vec![0u64; n_qps];
-        let mut done_n = vec![0u64; n_qps];
-        let mut sig_n = vec![0u64; n_qps];
-        let mut times = BwTimes::new(n_qps, self.opts.measures_peak());
-        let start = Instant::now();
-        let mut wcs = Vec::with_capacity(16);
-        let mut last_progress = Instant::now();
-        let mut stop = false;
-        loop {
-            if let Some(d) = deadline {
-                if Instant::now() >= d {
-                    stop = true;
-                }
-            }
-            for q in 0..n_qps {
-                while !stop && posted_n[q] < per_qp && posted_n[q] - done_n[q] < tx_depth {
-                    let k = posted_n[q];
-                    let last = k + 1 == per_qp;
-                    let signaled = (k + 1) % cq_mod == 0 || last;
-                    if signaled {
-                        sig_n[q] = k + 1;
-                    }
-                    let wr = ToolWr {
-                        wr_id: (q as u64) << 48 | k,
-                        op: ops[q],
-                        offset: 0,
-                        len,
-                        signaled,
-                    };
-                    times.posted(q, start.elapsed().as_secs_f64() * 1e6);
-                    self.eps[q].post_send(&wr)?;
-                    posted_n[q] += 1;
-                }
-            }
-            // Done when every signalled WR has completed (with -D, WRs after the last
-            // signalled one are not waited for, and not counted).
-            if (0..n_qps).all(|q| done_n[q] >= sig_n[q])
-                && (stop || (0..n_qps).all(|q| posted_n[q] >= per_qp))
-            {
-                break;
-            }
-            let mut got = 0;
-            for (q, done) in done_n.iter_mut().enumerate() {
-                wcs.clear();
-                got += self.eps[q].poll(&mut wcs, 16)?;
-                let now = start.elapsed().as_secs_f64() * 1e6;
-                for wc in &wcs {
-                    Self::check(wc)?;
-                    let k = wc.wr_id & ((1 << 48) - 1);
-                    // A signalled completion retires every earlier WR of its QP.
-                    times.completed(q, *done, k, now);
-                    *done = (*done).max(k + 1);
-                }
-            }
-            if got > 0 {
-                last_progress = Instant::now();
-            } else if last_progress.elapsed() > self.opts.stall_timeout {
-                anyhow::bail!(
-                    "no completion for {:?}: the peer stopped answering",
-                    self.opts.stall_timeout
-                );
-            } else {
-                self.idle()?;
-            }
-        }
-        // Only messages known to have completed count.
-        let stats = times
-            .stats(size, cq_mod as usize, self.opts.unit())
-            .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
+    /// QPs per thread (`--threads` divides `-q`, checked by [`PerfOptions::validate`]).
+    fn qps_per_thread(&self) -> usize {
+        (self.eps.len() / self.opts.threads.max(1)).max(1)
+    }
+
+    /// Prints the aggregate row (and with more than one thread a row per thread) and keeps
+    /// them for `--json`.
+    fn report_bw(&mut self, stats: BwStats, per_thread: Vec<ThreadBw>) -> anyhow::Result<BwReport> {
         self.print_table_header()?;
         writeln!(self.out, "{}", report::bw_row(&stats))?;
-        self.results.push(JsonResult::Bw(stats));
+        if per_thread.len() > 1 {
+            for t in &per_thread {
+                writeln!(self.out, "{}", report::thread_bw_row(t))?;
+            }
+        }
+        self.results.push(JsonResult::Bw { stats, per_thread });
         Ok(BwReport {
             size: stats.size,
             iters: stats.iters,
@@ -614,7 +568,47 @@ impl<'a> PerfRunner<'a> {
         })
     }
 
-    /// send_bw server: count `iters` receives per QP.
+    /// Bandwidth client: each thread posts to and polls its own QPs; the times of all are
+    /// on one clock, so the aggregate covers the common interval.
+    fn run_bw_client(&mut self, size: u64) -> anyhow::Result<BwReport> {
+        let job = BwJob {
+            opts: &self.opts,
+            ops: (0..self.eps.len()).map(|q| self.op_for(q)).collect(),
+            len: if self.opts.kind.verb() == enums::VERB_ATOMIC {
+                8
+            } else {
+                size as usize
+            },
+            start: Instant::now(),
+            deadline: self
+                .opts
+                .duration
+                .map(|d| Instant::now() + Duration::from_secs(d)),
+        };
+        let per = self.qps_per_thread();
+        let parts: Vec<_> = self.eps.chunks_mut(per).collect();
+        let times = on_threads(parts, |t, eps| bw_client_thread(&job, t * per, eps), || {})?;
+        let cq_mod = job.cq_mod();
+        let unit = self.opts.unit();
+        let per_thread = times
+            .iter()
+            .enumerate()
+            .map(|(thread, tm)| ThreadBw {
+                thread,
+                qps: per,
+                stats: tm
+                    .stats(size, cq_mod, unit)
+                    .unwrap_or_else(|| BwStats::nothing(size, unit)),
+            })
+            .collect();
+        // Only messages known to have completed count.
+        let stats = BwTimes::merged(&times)
+            .stats(size, cq_mod, unit)
+            .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
+        self.report_bw(stats, per_thread)
+    }
+
+    /// send_bw server: count `iters` receives per QP, each thread on its own QPs.
     ///
     /// Once the sender has written its next exchange message it has nothing more in flight
     /// worth waiting for: the CQ is drained for a moment and then the run ends. Over RC every
@@ -622,68 +616,41 @@ impl<'a> PerfRunner<'a> {
     /// another test). Over UD a shortfall is datagrams lost on the way, which UD does not
     /// recover (IBTA Vol. 1 9.8: no ACKs, no retries); perftest waits for them
     /// for up to two minutes (`check_alive`), we report what arrived and say how many did not.
+    /// With several threads this thread watches the peer and tells the others.
     fn run_send_bw_server(
         &mut self,
         size: u64,
         peer: &mut dyn PeerWatch,
     ) -> anyhow::Result<BwReport> {
         let n_qps = self.eps.len();
-        let start = Instant::now();
-        let mut got = vec![0u64; n_qps];
-        // perftest's server times from the first receive to the last (set_on_first_rx_packet);
-        // receives have no post time, so it measures no peak.
-        let mut first_recv: Option<f64> = None;
-        let mut last_recv = 0.0;
-        let mut wcs = Vec::with_capacity(16);
-        let mut last_progress = Instant::now();
-        let mut last_peer_check = Instant::now();
-        let mut peer_done: Option<Instant> = None;
-        let len = self.recv_len;
-        let half = self.half();
-        while got.iter().any(|&g| g < self.opts.iters) {
-            let mut any = false;
-            for (ep, got_q) in self.eps.iter_mut().zip(got.iter_mut()) {
-                wcs.clear();
-                ep.poll(&mut wcs, 16)?;
-                for wc in &wcs {
-                    Self::check(wc)?;
-                    if wc.kind == WcKind::Recv {
-                        any = true;
-                        *got_q += 1;
-                        last_recv = start.elapsed().as_secs_f64() * 1e6;
-                        first_recv.get_or_insert(last_recv);
-                        // Every receive is for the largest size of the run, so one left
-                        // over from a smaller size still fits the next (perftest instead
-                        // posts exactly `iters` per size, which a lost datagram breaks).
-                        ep.post_recv(0, half, len)?;
+        let job = RecvJob {
+            opts: &self.opts,
+            start: Instant::now(),
+            half: self.half(),
+            len: self.recv_len,
+        };
+        let per = self.qps_per_thread();
+        let tallies = if self.opts.threads <= 1 {
+            vec![recv_thread(&job, &mut self.eps, peer)?]
+        } else {
+            let spoken = AtomicBool::new(false);
+            let parts: Vec<_> = self.eps.chunks_mut(per).collect();
+            let mut last_check = Instant::now();
+            on_threads(
+                parts,
+                |_, eps| recv_thread(&job, eps, &mut SharedWatch(&spoken)),
+                || {
+                    if !spoken.load(Ordering::Relaxed) && last_check.elapsed() >= PEER_CHECK_EVERY {
+                        last_check = Instant::now();
+                        if peer.peer_has_spoken() {
+                            spoken.store(true, Ordering::Relaxed);
+                        }
                     }
-                }
-            }
-            if any {
-                last_progress = Instant::now();
-                continue;
-            }
-            if peer_done.is_none() && last_peer_check.elapsed() >= PEER_CHECK_EVERY {
-                last_peer_check = Instant::now();
-                if peer.peer_has_spoken() {
-                    peer_done = Some(Instant::now());
-                }
-            }
-            if let Some(done) = peer_done {
-                if done.max(last_progress).elapsed() >= DRAIN_AFTER_PEER_DONE {
-                    break;
-                }
-            } else if last_progress.elapsed() > self.opts.stall_timeout {
-                anyhow::bail!(
-                    "received {got:?} of {} messages, then nothing for {:?}",
-                    self.opts.iters,
-                    self.opts.stall_timeout
-                );
-            }
-            self.idle()?;
-        }
+                },
+            )?
+        };
         let wanted = self.opts.iters * n_qps as u64;
-        let arrived: u64 = got.iter().sum();
+        let arrived: u64 = tallies.iter().map(RecvTally::arrived).sum();
         if arrived < wanted {
             if !self.opts.ud {
                 anyhow::bail!(
@@ -697,24 +664,26 @@ impl<'a> PerfRunner<'a> {
                 wanted - arrived
             )?;
         }
-        // All in one poll: time from the start of the wait instead.
-        let from = first_recv.filter(|&f| f < last_recv).unwrap_or(0.0);
-        let stats = BwStats::without_peak(size, arrived, last_recv - from, self.opts.unit())
+        let unit = self.opts.unit();
+        let per_thread = tallies
+            .iter()
+            .enumerate()
+            .map(|(thread, t)| ThreadBw {
+                thread,
+                qps: per,
+                stats: t
+                    .stats(size, unit)
+                    .unwrap_or_else(|| BwStats::nothing(size, unit)),
+            })
+            .collect();
+        let stats = RecvTally::merged(&tallies)
+            .stats(size, unit)
             .ok_or_else(|| {
                 anyhow::anyhow!(
                     "{arrived} of {wanted} messages arrived: too few to measure a bandwidth"
                 )
             })?;
-        self.print_table_header()?;
-        writeln!(self.out, "{}", report::bw_row(&stats))?;
-        self.results.push(JsonResult::Bw(stats));
-        Ok(BwReport {
-            size,
-            iters: stats.iters,
-            bw_peak: stats.peak,
-            bw_avg: stats.average,
-            msg_rate_avg: stats.msg_rate_mpps,
-        })
+        self.report_bw(stats, per_thread)
     }
 
     /// Waits for a completion `want` accepts; others are kept for later waits.
@@ -749,15 +718,9 @@ impl<'a> PerfRunner<'a> {
         }
     }
 
-    /// Nothing completed: spin, or with `-e` sleep on the completion channel (perftest's
-    /// `ibv_req_notify_cq` + `ibv_get_cq_event`; one QP, so one channel).
+    /// Nothing completed: [`idle`] on the first QP's CQ (the latency tests have one).
     fn idle(&mut self) -> anyhow::Result<()> {
-        if self.opts.events {
-            self.eps[0].wait_completion(Duration::from_millis(100))?;
-        } else {
-            std::hint::spin_loop();
-        }
-        Ok(())
+        idle(&self.opts, &mut *self.eps[0])
     }
 
     /// Latency loops; returns per-iteration start times (µs).
@@ -963,4 +926,279 @@ impl PerftestRunner for PerfRunner<'_> {
         self.results.push(JsonResult::Lat { size, iters, stats });
         Ok(None)
     }
+}
+
+/// What every thread of one bandwidth client run shares.
+struct BwJob<'o> {
+    opts: &'o PerfOptions,
+    /// The operation of each QP (indexed over all threads).
+    ops: Vec<ToolOp>,
+    /// Bytes per message.
+    len: usize,
+    /// The common clock's zero.
+    start: Instant,
+    /// `-D`: when posting stops.
+    deadline: Option<Instant>,
+}
+
+impl BwJob<'_> {
+    /// perftest lowers the moderation to the queue depth: with fewer WRs in flight than
+    /// `cq_mod`, no signalled WR would ever retire the unsignalled ones.
+    fn cq_mod(&self) -> usize {
+        self.opts.cq_mod.min(self.opts.tx_depth).max(1) as usize
+    }
+}
+
+/// One thread of a bandwidth client: posts to and polls only `eps` (QPs `first_qp..`), up to
+/// `tx_depth` WRs in flight per QP, every `cq_mod`-th signalled (and the last).
+fn bw_client_thread(
+    job: &BwJob,
+    first_qp: usize,
+    eps: &mut [&mut (dyn ToolEndpoint + 'static)],
+) -> anyhow::Result<BwTimes> {
+    let opts = job.opts;
+    let n_qps = eps.len();
+    let per_qp = if job.deadline.is_some() {
+        u64::MAX
+    } else {
+        opts.iters
+    };
+    let tx_depth = u64::from(opts.tx_depth);
+    let cq_mod = job.cq_mod() as u64;
+    let ops = &job.ops[first_qp..first_qp + n_qps];
+    let mut posted_n = vec![0u64; n_qps];
+    let mut done_n = vec![0u64; n_qps];
+    let mut sig_n = vec![0u64; n_qps];
+    let mut times = BwTimes::new(n_qps, opts.measures_peak());
+    let start = job.start;
+    let mut wcs = Vec::with_capacity(16);
+    let mut last_progress = Instant::now();
+    let mut stop = false;
+    loop {
+        if let Some(d) = job.deadline {
+            if Instant::now() >= d {
+                stop = true;
+            }
+        }
+        for q in 0..n_qps {
+            while !stop && posted_n[q] < per_qp && posted_n[q] - done_n[q] < tx_depth {
+                let k = posted_n[q];
+                let last = k + 1 == per_qp;
+                let signaled = (k + 1) % cq_mod == 0 || last;
+                if signaled {
+                    sig_n[q] = k + 1;
+                }
+                let wr = ToolWr {
+                    wr_id: (q as u64) << 48 | k,
+                    op: ops[q],
+                    offset: 0,
+                    len: job.len,
+                    signaled,
+                };
+                times.posted(q, start.elapsed().as_secs_f64() * 1e6);
+                eps[q].post_send(&wr)?;
+                posted_n[q] += 1;
+            }
+        }
+        // Done when every signalled WR has completed (with -D, WRs after the last
+        // signalled one are not waited for, and not counted).
+        if (0..n_qps).all(|q| done_n[q] >= sig_n[q])
+            && (stop || (0..n_qps).all(|q| posted_n[q] >= per_qp))
+        {
+            break;
+        }
+        let mut got = 0;
+        for (q, done) in done_n.iter_mut().enumerate() {
+            wcs.clear();
+            got += eps[q].poll(&mut wcs, 16)?;
+            let now = start.elapsed().as_secs_f64() * 1e6;
+            for wc in &wcs {
+                PerfRunner::check(wc)?;
+                let k = wc.wr_id & ((1 << 48) - 1);
+                // A signalled completion retires every earlier WR of its QP.
+                times.completed(q, *done, k, now);
+                *done = (*done).max(k + 1);
+            }
+        }
+        if got > 0 {
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > opts.stall_timeout {
+            anyhow::bail!(
+                "no completion for {:?}: the peer stopped answering",
+                opts.stall_timeout
+            );
+        } else {
+            idle(opts, &mut *eps[0])?;
+        }
+    }
+    Ok(times)
+}
+
+/// What every thread of one send_bw server run shares.
+struct RecvJob<'o> {
+    opts: &'o PerfOptions,
+    /// The common clock's zero.
+    start: Instant,
+    /// Offset of the receive buffers (the second half).
+    half: usize,
+    /// Bytes of every receive.
+    len: usize,
+}
+
+/// What one send_bw server thread received: per QP, and the first and last arrival (µs on
+/// the common clock).
+#[derive(Debug, Clone, Default)]
+struct RecvTally {
+    got: Vec<u64>,
+    first: Option<f64>,
+    last: f64,
+}
+
+impl RecvTally {
+    fn arrived(&self) -> u64 {
+        self.got.iter().sum()
+    }
+
+    /// Every thread's arrivals over the common interval: first of any to last of any.
+    fn merged(parts: &[RecvTally]) -> RecvTally {
+        RecvTally {
+            got: parts.iter().flat_map(|p| p.got.iter().copied()).collect(),
+            first: parts.iter().filter_map(|p| p.first).min_by(f64::total_cmp),
+            last: parts.iter().map(|p| p.last).fold(0.0, f64::max),
+        }
+    }
+
+    /// perftest's server times from the first receive to the last
+    /// (`set_on_first_rx_packet`); receives have no post time, so it measures no peak. All
+    /// in one poll: timed from the start of the wait instead.
+    fn stats(&self, size: u64, unit: BwUnit) -> Option<BwStats> {
+        let from = self.first.filter(|&f| f < self.last).unwrap_or(0.0);
+        BwStats::without_peak(size, self.arrived(), self.last - from, unit)
+    }
+}
+
+/// A [`PeerWatch`] for the threads of a send_bw server: the thread that holds the
+/// conversation sets the flag.
+struct SharedWatch<'f>(&'f AtomicBool);
+
+impl PeerWatch for SharedWatch<'_> {
+    fn peer_has_spoken(&mut self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One thread of a send_bw server: polls only `eps` and reposts each receive it consumes.
+fn recv_thread(
+    job: &RecvJob,
+    eps: &mut [&mut (dyn ToolEndpoint + 'static)],
+    peer: &mut dyn PeerWatch,
+) -> anyhow::Result<RecvTally> {
+    let opts = job.opts;
+    let start = job.start;
+    let mut tally = RecvTally {
+        got: vec![0; eps.len()],
+        ..RecvTally::default()
+    };
+    let mut wcs = Vec::with_capacity(16);
+    let mut last_progress = Instant::now();
+    let mut last_peer_check = Instant::now();
+    let mut peer_done: Option<Instant> = None;
+    while tally.got.iter().any(|&g| g < opts.iters) {
+        let mut any = false;
+        for (ep, got_q) in eps.iter_mut().zip(tally.got.iter_mut()) {
+            wcs.clear();
+            ep.poll(&mut wcs, 16)?;
+            for wc in &wcs {
+                PerfRunner::check(wc)?;
+                if wc.kind == WcKind::Recv {
+                    any = true;
+                    *got_q += 1;
+                    tally.last = start.elapsed().as_secs_f64() * 1e6;
+                    tally.first.get_or_insert(tally.last);
+                    // Every receive is for the largest size of the run, so one left
+                    // over from a smaller size still fits the next (perftest instead
+                    // posts exactly `iters` per size, which a lost datagram breaks).
+                    ep.post_recv(0, job.half, job.len)?;
+                }
+            }
+        }
+        if any {
+            last_progress = Instant::now();
+            continue;
+        }
+        if peer_done.is_none() && last_peer_check.elapsed() >= PEER_CHECK_EVERY {
+            last_peer_check = Instant::now();
+            if peer.peer_has_spoken() {
+                peer_done = Some(Instant::now());
+            }
+        }
+        if let Some(done) = peer_done {
+            if done.max(last_progress).elapsed() >= DRAIN_AFTER_PEER_DONE {
+                break;
+            }
+        } else if last_progress.elapsed() > opts.stall_timeout {
+            anyhow::bail!(
+                "received {:?} of {} messages, then nothing for {:?}",
+                tally.got,
+                opts.iters,
+                opts.stall_timeout
+            );
+        }
+        idle(opts, &mut *eps[0])?;
+    }
+    Ok(tally)
+}
+
+/// Nothing completed: spin, or with `-e` sleep on the completion channel (perftest's
+/// `ibv_req_notify_cq` + `ibv_get_cq_event`; one QP, so one channel).
+fn idle(opts: &PerfOptions, ep: &mut dyn ToolEndpoint) -> anyhow::Result<()> {
+    if opts.events {
+        ep.wait_completion(Duration::from_millis(100))?;
+    } else {
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
+/// How often the thread that holds the conversation looks at its threads and the peer.
+const WATCH_EVERY: Duration = Duration::from_millis(1);
+
+/// Runs `work` once per part, each on a thread of its own (one part: on this thread), and
+/// `meanwhile` on this thread while they run; the results in part order. A thread that
+/// fails or panics fails the run, named.
+fn on_threads<P: Send, R: Send>(
+    parts: Vec<P>,
+    work: impl Fn(usize, P) -> anyhow::Result<R> + Sync,
+    mut meanwhile: impl FnMut(),
+) -> anyhow::Result<Vec<R>> {
+    if parts.len() == 1 {
+        let part = parts.into_iter().next().expect("one part");
+        return Ok(vec![work(0, part)?]);
+    }
+    let n = parts.len();
+    std::thread::scope(|s| {
+        let work = &work;
+        let handles: Vec<_> = parts
+            .into_iter()
+            .enumerate()
+            .map(|(t, part)| {
+                std::thread::Builder::new()
+                    .name(format!("perf-{t}"))
+                    .spawn_scoped(s, move || work(t, part))
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("starting {n} threads: {e}"))?;
+        while !handles.iter().all(|h| h.is_finished()) {
+            meanwhile();
+            std::thread::sleep(WATCH_EVERY);
+        }
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(t, h)| match h.join() {
+                Ok(r) => r.map_err(|e| e.context(format!("thread {t} of {n}"))),
+                Err(_) => Err(anyhow::anyhow!("thread {t} of {n} panicked")),
+            })
+            .collect()
+    })
 }

@@ -156,6 +156,18 @@ pub fn bw_row(stats: &BwStats) -> String {
     }
 }
 
+/// One thread's row under the aggregate row (`--threads` > 1): the same columns after a
+/// label, so a script that reads perftest's rows by their leading size skips it.
+pub fn thread_bw_row(t: &ThreadBw) -> String {
+    let plural = if t.qps == 1 { "" } else { "s" };
+    format!(
+        " thread {} ({} QP{plural}):{}",
+        t.thread,
+        t.qps,
+        bw_row(&t.stats)
+    )
+}
+
 /// Column header of the latency table (`RESULT_FMT_LAT`).
 pub fn lat_table_header() -> &'static str {
     " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
@@ -173,8 +185,16 @@ pub fn lat_row(size: u64, iters: u64, s: &LatencyStats) -> String {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(untagged)]
 pub enum JsonResult {
-    /// A bandwidth row.
-    Bw(BwStats),
+    /// A bandwidth row: the aggregate of every thread.
+    Bw {
+        /// Over every thread and QP, the first post of any to the last completion of any.
+        #[serde(flatten)]
+        stats: BwStats,
+        /// Each thread's own figures (`--threads`; one entry with one thread); empty for a
+        /// row the peer reported.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        per_thread: Vec<ThreadBw>,
+    },
     /// A latency row.
     Lat {
         /// Message size.
@@ -185,6 +205,19 @@ pub enum JsonResult {
         #[serde(flatten)]
         stats: LatencyStats,
     },
+}
+
+/// What one thread of a bandwidth run measured over its own QPs, from its first post to
+/// its last completion.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ThreadBw {
+    /// Thread number (0-based; thread `t` owns QPs `t * qps .. (t + 1) * qps`).
+    pub thread: usize,
+    /// QPs it owned.
+    pub qps: usize,
+    /// Its figures.
+    #[serde(flatten)]
+    pub stats: BwStats,
 }
 
 /// The whole `--json` document.

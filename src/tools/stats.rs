@@ -181,6 +181,18 @@ pub const MAX_PEAK_ITERS: u64 = 20_000;
 pub const NO_PEAK_WARNING: &str = " WARNING: BW peak won't be measured in this run.";
 
 impl BwStats {
+    /// Nothing measured: every figure 0 (a thread that completed nothing).
+    pub fn nothing(size: u64, unit: BwUnit) -> Self {
+        BwStats {
+            size,
+            iters: 0,
+            peak: 0.0,
+            average: 0.0,
+            msg_rate_mpps: 0.0,
+            unit,
+        }
+    }
+
     /// Average and message rate only (peak 0, as perftest reports it with `noPeak`), from
     /// `messages` of `size` bytes taking `elapsed_usec` in all.
     pub fn without_peak(size: u64, messages: u64, elapsed_usec: f64, unit: BwUnit) -> Option<Self> {
@@ -250,6 +262,36 @@ impl BwTimes {
                     self.completed[idx] = now;
                 }
             }
+        }
+    }
+
+    /// One run's times from its threads' (all on one clock): every message of each, ordered
+    /// by post time as one thread with all the QPs would have them, from the first post of
+    /// any to the last completion of any. The peak is kept only if every part kept it.
+    pub fn merged(parts: &[BwTimes]) -> BwTimes {
+        let measure_peak = !parts.is_empty() && parts.iter().all(|p| p.measure_peak);
+        let mut pairs: Vec<(f64, f64)> = if measure_peak {
+            parts
+                .iter()
+                .flat_map(|p| p.posted.iter().copied().zip(p.completed.iter().copied()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Stable: one part's pairs keep their order.
+        pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (posted, completed) = pairs.into_iter().unzip();
+        BwTimes {
+            measure_peak,
+            posted,
+            completed,
+            index_of: Vec::new(),
+            first_post: parts
+                .iter()
+                .filter_map(|p| p.first_post)
+                .min_by(f64::total_cmp),
+            last_completion: parts.iter().map(|p| p.last_completion).fold(0.0, f64::max),
+            completed_messages: parts.iter().map(|p| p.completed_messages).sum(),
         }
     }
 
@@ -336,6 +378,39 @@ mod tests {
         assert_eq!(s.iters, 160);
         assert!((s.average - 10.0 / 0.009).abs() < 1e-6, "{}", s.average);
         assert!(s.peak <= s.average);
+    }
+
+    /// Two threads' times on one clock: the merged run counts every message of both over
+    /// the first post of either to the last completion of either, and one part merges into
+    /// the same figures it had.
+    #[test]
+    fn threads_merge_over_the_common_interval() {
+        let part = |offset: f64, peak: bool| {
+            let mut t = BwTimes::new(1, peak);
+            for k in 0..4 {
+                t.posted(0, offset + k as f64 * 100.0);
+            }
+            t.completed(0, 0, 3, offset + 500.0);
+            t
+        };
+        for peak in [false, true] {
+            let (a, b) = (part(0.0, peak), part(250.0, peak));
+            let all = BwTimes::merged(&[a.clone(), b.clone()]);
+            let s = all.stats(1 << 20, 1, BwUnit::MegabytesPerSec).unwrap();
+            assert_eq!(s.iters, 8);
+            // 8 messages from 0 to 750 us.
+            assert!((s.msg_rate_mpps - 8.0 / 750.0).abs() < 1e-12, "{s:?}");
+            let one = a.stats(1 << 20, 1, BwUnit::MegabytesPerSec).unwrap();
+            let merged_one = BwTimes::merged(&[a])
+                .stats(1 << 20, 1, BwUnit::MegabytesPerSec)
+                .unwrap();
+            assert_eq!(one, merged_one);
+            let two = b.stats(1 << 20, 1, BwUnit::MegabytesPerSec).unwrap();
+            assert!(s.msg_rate_mpps <= one.msg_rate_mpps + two.msg_rate_mpps);
+        }
+        assert!(BwTimes::merged(&[])
+            .stats(1, 1, BwUnit::MegabytesPerSec)
+            .is_none());
     }
 
     /// The client's peak with synthetic times, as perftest's print_report_bw computes it:

@@ -113,6 +113,10 @@ pub struct EndpointSpec {
     pub pcap: Option<std::path::PathBuf>,
     /// `--progress`: how the device's background progress thread waits.
     pub progress: ProgressMode,
+    /// `--shards`: the device's engine shards ([`DeviceConfig::shards`]; 1 is one engine).
+    /// With `xroce perf --threads T` one wants `--shards T` and at least T receive queues
+    /// on the interface, so that no two threads share an engine lock.
+    pub shards: u32,
 }
 
 /// One QP, its CQ and its registered buffer on a verbs [`Device`].
@@ -414,9 +418,17 @@ pub fn open(
 ) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
     let config = DeviceConfig {
         progress: spec.progress,
+        shards: spec.shards,
         ..device_config(spec.driver, spec.pcap.clone())
     };
-    let device = Device::open(&dev.name, config)?;
+    let device = Device::open(&dev.name, config).map_err(|e| {
+        anyhow::Error::new(e).context(format!(
+            "opening {} with {} engine shard{}",
+            dev.name,
+            spec.shards,
+            if spec.shards == 1 { "" } else { "s" }
+        ))
+    })?;
     open_on(&device, gid.index, spec, count)
 }
 

@@ -22,6 +22,11 @@
 //! it sleeps on the wake-up socket alone and looks again after `POLLER_GRACE`. Otherwise, in
 //! wake-up mode it sleeps in poll(2) on the driver's fd and the wake-up socket until the next
 //! timer; in busy-poll mode it spins on rounds.
+//!
+//! A device with several engine shards has all of this once per shard: a token, a driver,
+//! a background thread. A round that receives a frame for another shard's QP hands it to
+//! that shard's inbox (see `DeviceState::hand_off`), which the owner drains first in its
+//! next round.
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;

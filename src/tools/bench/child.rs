@@ -360,6 +360,7 @@ fn qp_memory(spec: &ChildSpec, out: &mut dyn Write) -> anyhow::Result<()> {
         events: false,
         pcap: None,
         progress: crate::verbs::ProgressMode::Wakeup,
+        shards: 1,
     };
     let (a, b, _link) = Device::mem_pair(&mem_link_config(1500, 0.0, 1), DeviceConfig::default())?;
     let gid = |d: &Device| {
