@@ -351,6 +351,17 @@ const CASES: &[Case] = &[
     Case { name: "xroce_cli_write_lat", mtu: 1500, netem: None,
         server: (G1, pt!("ib_write_lat", "-n 200 -s 64")), client: (HOST, xp!("write_lat", "-n 200 -s 64 {srv}")),
         opcodes: &[WRITE_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    // Inline sends (`-I`, perftest's inline size) both ways: invisible on the wire, so the
+    // frames are those of the plain tests.
+    Case { name: "xroce_srv_send_lat_inline", mtu: 1500, netem: None,
+        server: (HOST, xp!("send_lat", "-n 200 -s 64 -I 64")), client: (G1, pt!("ib_send_lat", "-n 200 -s 64 -I 64 {srv}")),
+        opcodes: &[SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_send_lat_inline", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_send_lat", "-n 200 -s 64 -I 64")), client: (HOST, xp!("send_lat", "-n 200 -s 64 -I 64 {srv}")),
+        opcodes: &[SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_write_bw_inline", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_write_bw", "-n 200 -s 64 -I 64")), client: (HOST, xp!("write_bw", "-n 200 -s 64 -I 64 {srv}")),
+        opcodes: &[WRITE_ONLY, ACK], loss_evidence: None, state: State::Runs },
     Case { name: "xroce_srv_read_lat", mtu: 1500, netem: None,
         server: (HOST, xp!("read_lat", "-n 200 -s 64")), client: (G1, pt!("ib_read_lat", "-n 200 -s 64 {srv}")),
         opcodes: &[READ_REQUEST, READ_RESPONSE_ONLY], loss_evidence: None, state: State::Runs },

@@ -535,3 +535,23 @@ fn perf_threads_over_af_xdp() {
         );
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn perf_inline_sends_over_af_xdp() {
+    if !common::privileged_or_skip("perf_inline_sends_over_af_xdp") {
+        return;
+    }
+    let link = link();
+    for test in ["send_lat", "write_lat", "send_bw", "write_bw"] {
+        let args = ["perf", test, "-x", "1", "-n", "200", "-s", "64", "-I", "64"];
+        let (_, client) = pair(&link, &args, &args, 60);
+        assert!(
+            client.contains(" Max inline data : 64[B]"),
+            "{test}\n{client}"
+        );
+    }
+}

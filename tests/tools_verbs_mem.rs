@@ -753,3 +753,15 @@ fn bad_thread_counts_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn endpoint_inline_size_is_bounded_by_the_qp() {
+    let (a, _b, _link) = devices(0.0);
+    let mut ep = endpoint(&a, &spec(true, 4096, 16, 16));
+    let max = xroce::engine::limits::MAX_INLINE_DATA;
+    assert_eq!(ep.local().max_inline, max);
+    ep.set_inline(64).unwrap();
+    ep.set_inline(max).unwrap();
+    let err = ep.set_inline(max + 1).unwrap_err().to_string();
+    assert!(err.contains("max_inline_data"), "{err}");
+}

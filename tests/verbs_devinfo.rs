@@ -79,3 +79,36 @@ fn devinfo_in_a_namespace_reports_mtus_and_gids() {
         assert!(out.contains("gid_tbl_len:\t\t3"), "{out}");
     }
 }
+
+/// The identity a verbs user reads, and limits equal to the ones the engine enforces.
+#[test]
+fn devinfo_reports_identity_and_the_enforced_limits() {
+    use xroce::engine::limits;
+    let (ok, out, err) =
+        devinfo(Command::new(env!("CARGO_BIN_EXE_xroce")).args(["devinfo", "-d", "lo", "-v"]));
+    assert!(ok, "{err}");
+    let fields = [
+        format!("fw_ver:\t\t\t\t{}\n", env!("CARGO_PKG_VERSION")),
+        // lo's MAC is 00:00:00:00:00:00: its modified EUI-64 flips the U/L bit.
+        "node_guid:\t\t\t0200:00ff:fe00:0000\n".to_string(),
+        "sys_image_guid:\t\t\t0200:00ff:fe00:0000\n".to_string(),
+        "vendor_id:\t\t\t0xffffff\n".to_string(),
+        format!("vendor_part_id:\t\t\t{}\n", 0x7872),
+        "atomic_cap:\t\t\tATOMIC_HCA (1)\n".to_string(),
+        format!("max_qp:\t\t\t\t{}\n", limits::MAX_QP),
+        format!("max_qp_wr:\t\t\t{}\n", limits::MAX_QP_WR),
+        format!("max_sge:\t\t\t{}\n", limits::MAX_SGE),
+        format!("max_cq:\t\t\t\t{}\n", limits::MAX_CQ),
+        format!("max_cqe:\t\t\t{}\n", limits::MAX_CQE),
+        format!("max_mr:\t\t\t\t{}\n", limits::MAX_MR),
+        format!("max_pd:\t\t\t\t{}\n", limits::MAX_PD),
+        format!("max_mr_size:\t\t\t0x{:x}\n", limits::MAX_MR_SIZE),
+        format!("max_qp_rd_atom:\t\t\t{}\n", limits::MAX_RD_ATOMIC),
+        format!("max_qp_init_rd_atom:\t\t{}\n", limits::MAX_RD_ATOMIC),
+        format!("max_inline_data:\t\t{}\n", limits::MAX_INLINE_DATA),
+        format!("max_ah:\t\t\t\t{}\n", limits::MAX_AH),
+    ];
+    for field in &fields {
+        assert!(out.contains(field.as_str()), "no {field:?} in\n{out}");
+    }
+}

@@ -111,7 +111,12 @@ pub fn render(net: &NetdevInfo, verbose: bool) -> String {
         let _ = writeln!(w, "\tmax_qp_init_rd_atom:\t\t{}", dev.max_qp_init_rd_atom);
         let _ = writeln!(w, "\tmax_inline_data:\t\t{}", dev.max_inline_data);
         let _ = writeln!(w, "\tmax_ah:\t\t\t\t{}", dev.max_ah);
-        let _ = writeln!(w, "\tatomic_cap:\t\t\tATOMIC_HCA (1)");
+        let _ = writeln!(
+            w,
+            "\tatomic_cap:\t\t\t{} ({})",
+            dev.atomic_cap.name(),
+            dev.atomic_cap as u8
+        );
     }
     let _ = writeln!(w, "\t\tport:\t1");
     let _ = writeln!(

@@ -136,6 +136,10 @@ pub struct Args {
     /// Send queue depth (default 128 for bw, 1 for lat).
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
+    /// Send SENDs and WRITEs of up to SIZE bytes inline (send and write tests; at most the
+    /// device's max_inline_data).
+    #[arg(short = 'I', long = "inline_size", value_name = "SIZE")]
+    pub inline_size: Option<u32>,
     /// Receive queue depth (send tests).
     #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
     pub rx_depth: u32,
@@ -232,6 +236,22 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             "the device's max_qp_rd_atom, as ibv_devinfo -v shows",
         )?;
     }
+    let inline_size = args.inline_size.unwrap_or(0);
+    if inline_size > 0 {
+        if kind.is_read_like() {
+            // perftest: inline is for SEND and WRITE only.
+            anyhow::bail!(
+                "-I/--inline_size: inline data applies only to the send and write tests; drop -I"
+            );
+        }
+        options::in_range(
+            "-I/--inline_size",
+            inline_size,
+            0,
+            xroce::verbs::attr::limits::MAX_INLINE_DATA,
+            "the device's max_inline_data, as xroce devinfo -v shows",
+        )?;
+    }
     if perftest_oob::version_number(&args.perftest_version) < perftest_oob::MIN_COMPATIBLE_VERSION {
         anyhow::bail!("--perftest-version must be 5.70 or newer (perftest refuses older peers)");
     }
@@ -258,6 +278,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         shards: args.shards,
     };
     let mut eps = verbs_endpoint::open(&dev, &gid, &spec, opts.num_qps)?;
+    for ep in &mut eps {
+        ep.set_inline(inline_size)?;
+    }
     let info0 = eps[0].local();
     opts.out_reads = args.outs.unwrap_or(info0.max_rd_atomic).max(1);
     let role = if args.host.is_some() {
@@ -295,7 +318,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         cq_mod: opts.cq_mod,
         mtu,
         gid_index: Some(gid.index),
-        inline_size: 0,
+        inline_size,
         out_reads: opts.out_reads,
         atomic_type: (kind.verb() == enums::VERB_ATOMIC).then_some(if opts.fetch_add {
             "FETCH_AND_ADD"

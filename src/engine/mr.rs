@@ -273,6 +273,32 @@ impl MrTable {
         done == out.len()
     }
 
+    /// Copy an inline SGE list's bytes into `out`, finding each SGE's memory by its address
+    /// alone: as for `IBV_SEND_INLINE`, where the provider reads the caller's memory itself,
+    /// the lkey is not checked (iovas of regions never overlap, so an address names one
+    /// region). False if an SGE is not inside a registered region.
+    pub fn gather_by_addr(&self, sges: &[Sge], out: &mut [u8]) -> bool {
+        let t = self.read();
+        let mut done = 0usize;
+        for sge in sges {
+            let len = sge.length as usize;
+            if out.len() - done < len {
+                return false;
+            }
+            let found = t
+                .slots
+                .iter()
+                .flatten()
+                .find_map(|mr| mr.range(sge.addr, len as u64).map(|r| (mr, r)));
+            let Some((mr, r)) = found else {
+                return false;
+            };
+            out[done..done + len].copy_from_slice(&mr.bytes()[r]);
+            done += len;
+        }
+        done == out.len()
+    }
+
     /// Copy `data` into the SGE list starting `offset` bytes in. Returns false if it does
     /// not fit or an MR is gone.
     pub fn scatter(&self, sges: &[Sge], mut offset: u64, data: &[u8]) -> bool {

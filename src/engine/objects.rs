@@ -202,6 +202,41 @@ impl Engine {
         Ok(self.sh.cqs.create(depth as usize))
     }
 
+    /// Resize a CQ to `depth` entries (`ibv_resize_cq`): the completions it holds stay, in
+    /// order. Fewer entries than it holds is [`EngineError::CqTooSmall`]; 0 or more than
+    /// `MAX_CQE` is [`EngineError::LimitExceeded`]. The CQ is shared by the shards: the
+    /// resize happens under its own lock, between two completions of any shard.
+    pub fn resize_cq(&mut self, cq: CqId, depth: u32) -> Result<(), EngineError> {
+        if depth == 0 || depth > limits::MAX_CQE {
+            return Err(EngineError::LimitExceeded {
+                what: "cqe",
+                requested: depth as u64,
+                max: limits::MAX_CQE as u64,
+            });
+        }
+        self.sh
+            .cqs
+            .with(cq, |q| {
+                if q.entries.len() > depth as usize {
+                    return Err(EngineError::CqTooSmall {
+                        held: q.entries.len(),
+                        requested: depth,
+                    });
+                }
+                q.depth = depth as usize;
+                Ok(())
+            })
+            .ok_or(EngineError::UnknownCq(cq))?
+    }
+
+    /// The depth of a CQ (what `resize_cq` last set).
+    pub fn cq_depth(&self, cq: CqId) -> Result<u32, EngineError> {
+        self.sh
+            .cqs
+            .with(cq, |q| q.depth as u32)
+            .ok_or(EngineError::UnknownCq(cq))
+    }
+
     /// Destroy a CQ no QP (of any shard) uses.
     pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), EngineError> {
         self.sh.cqs.destroy(cq)

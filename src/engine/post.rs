@@ -14,6 +14,28 @@ impl Engine {
 
     /// [`Engine::post_send`] with the SGE list borrowed (no `Vec` needed per WR).
     pub fn post_send_ref(&mut self, qpn: u32, wr: &SendWrRef<'_>) -> Result<(), EngineError> {
+        self.post_send_with(qpn, wr, None)
+    }
+
+    /// Post a SEND or WRITE whose payload is `data`, copied now (inline, as
+    /// `IBV_SEND_INLINE` copies at post time): the caller may reuse `data` at once, and it
+    /// need not be in a memory region. `wr.sg_list` is ignored; at most the QP's
+    /// `max_inline_data` bytes ([`EngineError::LimitExceeded`] above it).
+    pub fn post_send_inline(
+        &mut self,
+        qpn: u32,
+        wr: &SendWrRef<'_>,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
+        self.post_send_with(qpn, wr, Some(data))
+    }
+
+    fn post_send_with(
+        &mut self,
+        qpn: u32,
+        wr: &SendWrRef<'_>,
+        data: Option<&[u8]>,
+    ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         let state = qp.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
@@ -35,7 +57,7 @@ impl Engine {
         if let Some(dest) = &wr.ud {
             dest.av.validate(&self.sh.cfg.gids, self.sh.cfg.mac)?;
         }
-        let wqe = requester::make_wqe(qp, &self.sh, wr)?;
+        let wqe = requester::make_wqe_with(qp, &self.sh, wr, data)?;
         if state == QpState::Err {
             // IBTA 10.3.1 (Error state): WRs posted in the error state complete with a flush error.
             let wc = requester::wc_for(qp, &wqe, WcStatus::WrFlushErr);

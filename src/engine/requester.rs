@@ -17,11 +17,14 @@ use super::types::{
 };
 use super::{DeviceState, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
 
-/// Check a send WR and turn it into a WQE (inline data copied now).
-pub(crate) fn make_wqe(
+/// Check a send WR and turn it into a WQE (inline data copied now). `data`, if given, is
+/// the WR's inline payload handed over by the caller (the SGE list is then ignored), as a
+/// provider copies `IBV_SEND_INLINE` data at post time.
+pub(crate) fn make_wqe_with(
     qp: &Qp,
     sh: &DeviceState,
     wr: &SendWrRef<'_>,
+    data: Option<&[u8]>,
 ) -> Result<SendWqe, EngineError> {
     let bad = |s: String| Err(EngineError::InvalidWr(s));
     match (qp.qp_type, &wr.op) {
@@ -33,7 +36,7 @@ pub(crate) fn make_wqe(
         (QpType::Ud, op) => return bad(format!("{op:?} is not allowed on a UD QP")),
         (QpType::Rc, _) => {}
     }
-    let inline = wr.flags.contains(SendFlags::INLINE);
+    let inline = data.is_some() || wr.flags.contains(SendFlags::INLINE);
     let need = if wr.op.is_read_or_atomic() {
         Access::LOCAL_WRITE
     } else {
@@ -42,10 +45,23 @@ pub(crate) fn make_wqe(
     if inline && wr.op.is_read_or_atomic() {
         return bad("INLINE is only for SEND and WRITE".into());
     }
-    let total = sh
-        .mrs
-        .check_sges(qp.pd, wr.sg_list, need)
-        .map_err(|f| EngineError::InvalidWr(format!("SGE: {f:?}")))?;
+    // Inline data is read by address at post time: its SGEs' lkeys are not checked
+    // (libibverbs: "the lkey field is not checked" for IBV_SEND_INLINE).
+    let total = match (inline, data) {
+        (_, Some(d)) => d.len() as u64,
+        (true, None) => wr.sg_list.iter().map(|s| s.length as u64).sum(),
+        (false, None) => sh
+            .mrs
+            .check_sges(qp.pd, wr.sg_list, need)
+            .map_err(|f| EngineError::InvalidWr(format!("SGE: {f:?}")))?,
+    };
+    if inline && total > qp.caps.max_inline_data as u64 {
+        return Err(EngineError::LimitExceeded {
+            what: "max_inline_data",
+            requested: total,
+            max: qp.caps.max_inline_data as u64,
+        });
+    }
     if total > super::responder::MAX_MESSAGE_LEN {
         return bad(format!(
             "message of {total} bytes exceeds the maximum message size of {} bytes (2 GiB)",
@@ -64,20 +80,16 @@ pub(crate) fn make_wqe(
             qp.mtu()
         ));
     }
-    let inline_data = if inline {
-        if len > qp.caps.max_inline_data {
-            return bad(format!(
-                "inline data {len} > max_inline_data {}",
-                qp.caps.max_inline_data
-            ));
+    let inline_data = match (inline, data) {
+        (_, Some(d)) => Some(d.to_vec()),
+        (true, None) => {
+            let mut copy = vec![0; len as usize];
+            if !sh.mrs.gather_by_addr(wr.sg_list, &mut copy) {
+                return bad("inline SGE is not inside a registered region".into());
+            }
+            Some(copy)
         }
-        let mut data = vec![0; len as usize];
-        if !sh.mrs.gather(wr.sg_list, 0, &mut data) {
-            return bad("inline SGE not readable".into());
-        }
-        Some(data)
-    } else {
-        None
+        (false, None) => None,
     };
     Ok(SendWqe {
         wr_id: wr.wr_id,

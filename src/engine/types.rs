@@ -743,6 +743,26 @@ pub enum EngineError {
     /// A work request is malformed.
     #[error("invalid work request: {0}")]
     InvalidWr(String),
+    /// A request exceeds a limit of the QP or device (inline data over `max_inline_data`,
+    /// a CQ resized over `MAX_CQE`).
+    #[error("{what} {requested} exceeds the limit {max}")]
+    LimitExceeded {
+        /// libibverbs name of what was asked for (`max_inline_data`, `cqe`).
+        what: &'static str,
+        /// What was asked for.
+        requested: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// `resize_cq` asked for fewer entries than the CQ holds (ibv_resize_cq fails with
+    /// EINVAL then: completions are never dropped by a resize).
+    #[error("cannot resize a CQ holding {held} completions to {requested} entries")]
+    CqTooSmall {
+        /// Completions the CQ holds.
+        held: usize,
+        /// The depth asked for.
+        requested: u32,
+    },
     /// An MR access check failed for a local operation (mr_read/mr_write).
     #[error("address range {addr:#x}+{len} is outside memory region {key:#x}")]
     OutOfBounds {

@@ -518,6 +518,9 @@ pub fn describe_frame(frame: &[u8]) -> String {
     if bth.ack_req {
         s.push_str(" ackreq");
     }
+    if bth.solicited {
+        s.push_str(" se");
+    }
     if let Some(reth) = r.reth {
         s.push_str(&format!(
             " va {:#x} rkey {:#x} dmalen {}",

@@ -183,6 +183,14 @@ pub trait ToolEndpoint: Send {
     fn connect(&mut self, remote: &RemoteInfo, params: &ConnectParams) -> anyhow::Result<()>;
     /// Post one send-queue work request.
     fn post_send(&mut self, wr: &ToolWr) -> anyhow::Result<()>;
+    /// Posts SENDs and WRITEs of at most `max` bytes inline from now on (perftest's `-I`);
+    /// 0 turns it off. An endpoint without inline sends refuses any other value.
+    fn set_inline(&mut self, max: u32) -> anyhow::Result<()> {
+        if max > 0 {
+            anyhow::bail!("this endpoint cannot send inline");
+        }
+        Ok(())
+    }
     /// Post one receive for `len` bytes at `offset`.
     fn post_recv(&mut self, wr_id: u64, offset: usize, len: usize) -> anyhow::Result<()>;
     /// Append up to `max` completions to `out`; returns how many.

@@ -132,6 +132,8 @@ pub struct VerbsEndpoint {
     channel: Option<CompletionChannel>,
     /// Completions taken while checking the CQ after arming it (`wait_completion`).
     early: std::collections::VecDeque<Wc>,
+    /// SENDs and WRITEs up to this many bytes go inline (`-I`; 0: none).
+    inline_max: u32,
 }
 
 /// Access the tools grant their peers: everything perftest and the file transfer need.
@@ -177,7 +179,8 @@ impl VerbsEndpoint {
             max_recv_wr: spec.max_recv_wr.max(1),
             max_send_sge: 1,
             max_recv_sge: 1,
-            max_inline_data: 0,
+            // The device's limit: `-I` may then pick any size up to it.
+            max_inline_data: crate::verbs::attr::limits::MAX_INLINE_DATA,
         };
         init.sq_sig_all = false;
         let qp = pd.create_qp(&init)?;
@@ -198,6 +201,7 @@ impl VerbsEndpoint {
             ud_dest: None,
             channel,
             early: Default::default(),
+            inline_max: 0,
         })
     }
 }
@@ -237,7 +241,7 @@ impl ToolEndpoint for VerbsEndpoint {
             rkey: self.mr.rkey(),
             buf_len: self.mr.len(),
             active_mtu: self.device.active_mtu().bytes(),
-            max_inline: 0,
+            max_inline: crate::verbs::attr::limits::MAX_INLINE_DATA,
             max_rd_atomic: attr.max_qp_rd_atom,
         }
     }
@@ -328,17 +332,33 @@ impl ToolEndpoint for VerbsEndpoint {
             remote_qpn: *qpn,
             remote_qkey: *qkey,
         });
+        let mut flags = if wr.signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::default()
+        };
+        if wr.len > 0 && wr.len <= self.inline_max as usize && !op.is_read_or_atomic() {
+            flags |= SendFlags::INLINE;
+        }
         self.qp.post_send(&SendWr {
             wr_id: wr.wr_id,
             op,
             sg_list,
-            flags: if wr.signaled {
-                SendFlags::SIGNALED
-            } else {
-                SendFlags::default()
-            },
+            flags,
             ud,
         })?;
+        Ok(())
+    }
+
+    fn set_inline(&mut self, max: u32) -> anyhow::Result<()> {
+        let (_, caps) = self.qp.query()?;
+        if max > caps.max_inline_data {
+            anyhow::bail!(
+                "inline size {max} exceeds the QP's max_inline_data {}",
+                caps.max_inline_data
+            );
+        }
+        self.inline_max = max;
         Ok(())
     }
 

@@ -12,9 +12,9 @@ pub struct DeviceAttr {
     pub node_guid: u64,
     /// System image GUID (same as the node GUID).
     pub sys_image_guid: u64,
-    /// IEEE vendor id (0: none).
+    /// IEEE vendor id: [`VENDOR_ID`], nobody's.
     pub vendor_id: u32,
-    /// Vendor part id (0).
+    /// Vendor part id: [`VENDOR_PART_ID`].
     pub vendor_part_id: u32,
     /// Hardware version (0).
     pub hw_ver: u32,
@@ -50,11 +50,35 @@ pub struct DeviceAttr {
     pub atomic_cap: AtomicCap,
 }
 
+/// The vendor id xroce reports: 0xFFFFFF is no company's OUI (its first octet has the
+/// individual/group bit set, which the IEEE never assigns to a company), so no tool mistakes
+/// xroce for a Mellanox (0x02c9) or Amazon EFA (0x1d0f) device and applies their quirks. rxe,
+/// also nobody's hardware, reports the same value (`RXE_VENDOR_ID`).
+pub const VENDOR_ID: u32 = 0xFF_FFFF;
+
+/// The vendor part id: `"xr"` in ASCII, telling xroce from rxe (part 0) under the shared
+/// no-vendor id.
+pub const VENDOR_PART_ID: u32 = 0x7872;
+
 /// Atomicity guarantee of CMP_SWAP/FETCH_ADD (`enum ibv_atomic_cap`).
+///
+/// xroce runs an atomic under the lock of the target region's bytes, which every engine shard
+/// of the device takes, so atomics through this device are atomic with each other. A CPU store
+/// to the region does not take part (nor would another device's), so `GLOB` would be a lie.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicCap {
-    /// Atomic among operations through this device (what rxe also reports).
-    Hca,
+    /// Atomic among operations through this device (`IBV_ATOMIC_HCA`, what rxe also
+    /// reports).
+    Hca = 1,
+}
+
+impl AtomicCap {
+    /// The name ibv_devinfo prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicCap::Hca => "ATOMIC_HCA",
+        }
+    }
 }
 
 /// The limits xroce enforces: the engine's, which this layer checks first and reports.
@@ -68,8 +92,8 @@ impl DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION").to_string(),
             node_guid: guid,
             sys_image_guid: guid,
-            vendor_id: 0,
-            vendor_part_id: 0,
+            vendor_id: VENDOR_ID,
+            vendor_part_id: VENDOR_PART_ID,
             hw_ver: 0,
             phys_port_cnt: 1,
             max_mr_size: limits::MAX_MR_SIZE,

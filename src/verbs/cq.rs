@@ -2,7 +2,7 @@
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -127,7 +127,8 @@ impl AsFd for CompletionChannel {
 pub(crate) struct CqInner {
     pub core: Arc<Core>,
     pub id: CqId,
-    pub depth: u32,
+    /// Changed by [`Cq::resize`].
+    pub depth: AtomicU32,
     /// The shard it was placed on: its QPs are created there.
     pub home: usize,
     /// A bit for each shard that has a QP completing into this CQ (the home shard always):
@@ -176,7 +177,7 @@ impl std::fmt::Debug for Cq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cq")
             .field("id", &self.inner.id)
-            .field("depth", &self.inner.depth)
+            .field("depth", &self.depth())
             .finish()
     }
 }
@@ -221,7 +222,7 @@ impl Cq {
             inner: Arc::new(CqInner {
                 core: device.core.clone(),
                 id,
-                depth,
+                depth: AtomicU32::new(depth),
                 home,
                 shards: AtomicU64::new(1 << home),
                 has_channel: channel.is_some(),
@@ -237,7 +238,30 @@ impl Cq {
 
     /// Its depth.
     pub fn depth(&self) -> u32 {
-        self.inner.depth
+        self.inner.depth.load(Ordering::Relaxed)
+    }
+
+    /// Resizes the CQ to `depth` entries (`ibv_resize_cq`); the completions it holds stay.
+    /// Fewer entries than it holds now is an error (completions are never dropped), as is
+    /// 0 or more than the device's `max_cqe`. Unlike a hardware CQ, the depth is exactly
+    /// what was asked for.
+    pub fn resize(&self, depth: u32) -> Result<()> {
+        if depth == 0 {
+            return Err(VerbsError::Zero { what: "cqe" });
+        }
+        if depth > limits::MAX_CQE {
+            return Err(VerbsError::LimitExceeded {
+                what: "cqe",
+                requested: depth as u64,
+                max: limits::MAX_CQE as u64,
+            });
+        }
+        let inner = &self.inner;
+        // Stored under the engine lock: concurrent resizes leave the depth of the last one.
+        Ok(inner.core.shared.with_engine(inner.home, false, |e| {
+            e.resize_cq(inner.id, depth)
+                .map(|()| inner.depth.store(depth, Ordering::Relaxed))
+        })??)
     }
 
     /// The engine shard it was placed on (its QPs live there; see

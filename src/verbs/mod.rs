@@ -8,8 +8,10 @@
 //! | `ibv_reg_mr` | [`Pd::reg_mr`] → [`Mr`] (`addr`, `lkey`, `rkey`, `read`, `write`) |
 //! | `ibv_create_comp_channel` | [`Device::create_comp_channel`] → [`CompletionChannel`] (an fd) |
 //! | `ibv_create_cq` / `ibv_poll_cq` / `ibv_req_notify_cq` | [`Device::create_cq`] → [`Cq::poll`], [`Cq::req_notify`] |
+//! | `ibv_resize_cq` | [`Cq::resize`] |
 //! | `ibv_create_qp` / `_modify_qp` / `_query_qp` | [`Pd::create_qp`] → [`Qp::modify`], [`Qp::query`] |
 //! | `ibv_post_send` / `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_recv`] (and batches) |
+//! | `ibv_post_send` with `IBV_SEND_INLINE` | [`Qp::post_send`] with [`SendFlags::INLINE`], or [`Qp::post_send_inline`] from a slice |
 //! | `ibv_create_ah` | [`Pd::create_ah`] → [`AddressHandle`] |
 //!
 //! Objects are reference-counted handles: a QP keeps its PD and CQs alive, an MR its PD,

@@ -275,6 +275,25 @@ impl Qp {
             .with_engine(self.inner.shard, true, |e| e.post_send(qpn, wr))??)
     }
 
+    /// Posts a SEND or WRITE whose payload is `data`, copied now (`IBV_SEND_INLINE`): `data`
+    /// may be reused as soon as this returns, and it need not be in a memory region.
+    /// `wr.sg_list` is ignored. More than the QP's `max_inline_data` bytes is refused
+    /// ([`crate::engine::EngineError::LimitExceeded`]), as is a READ or atomic.
+    ///
+    /// `SendFlags::INLINE` with [`Qp::post_send`] does the same with the bytes the SGEs
+    /// address (their lkeys unchecked, as libibverbs does for inline sends).
+    pub fn post_send_inline(&self, wr: &SendWr, data: &[u8]) -> Result<()> {
+        let qpn = self.inner.qpn;
+        Ok(self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(self.inner.shard, true, |e| {
+                e.post_send_inline(qpn, &wr.borrowed(), data)
+            })??)
+    }
+
     /// Posts send WRs in order; on the first refusal, stops and says which (the ones before
     /// it are posted), like `ibv_post_send`'s `bad_wr`.
     pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
