@@ -228,8 +228,13 @@ impl ToolEndpoint for VerbsEndpoint {
         let mtu = Mtu::from_bytes(params.mtu)
             .ok_or_else(|| anyhow::anyhow!("path MTU {} is not an IB MTU", params.mtu))?;
         match self.qp.qp_type() {
-            QpType::Rc => {
-                self.qp.connect_rc(
+            qp_type @ (QpType::Rc | QpType::Uc) => {
+                let connect = match qp_type {
+                    QpType::Uc => Qp::connect_uc,
+                    _ => Qp::connect_rc,
+                };
+                connect(
+                    &self.qp,
                     &RcPeer {
                         qpn: remote.qpn,
                         psn: remote.psn,
