@@ -228,7 +228,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     let spec = EndpointSpec {
-        rc: !opts.ud,
+        qp_type: if opts.ud {
+            xroce::engine::QpType::Ud
+        } else {
+            xroce::engine::QpType::Rc
+        },
         buf_len: 2 * opts.half_len(),
         max_send_wr: opts.tx_depth.max(2),
         max_recv_wr: opts.rx_depth.max(2),

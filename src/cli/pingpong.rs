@@ -1,5 +1,5 @@
-//! `xroce pingpong`: rdma-core's `ibv_rc_pingpong` (and with `--ud`, `ibv_ud_pingpong`),
-//! same options, same TCP exchange, same output. Interoperates with the C tools.
+//! `xroce pingpong`: rdma-core's `ibv_rc_pingpong` (with `--uc`, `ibv_uc_pingpong`; with
+//! `--ud`, `ibv_ud_pingpong`), same options, same TCP exchange, same output. Interoperates with the C tools.
 use std::time::Duration;
 
 use xroce::tools::options;
@@ -18,6 +18,8 @@ Examples:
   xroce pingpong -d veth1 -g 1 198.18.0.1
   # against rdma-core on an rxe host: ibv_rc_pingpong -g 1 -d rxe0 <xroce host>
   xroce pingpong -d eth0 -g 1 -s 65536 -n 100 198.18.0.11
+  # UC, like ibv_uc_pingpong (no ACKs: a lost message stalls the exchange):
+  xroce pingpong --uc -d eth0 -g 1 198.18.0.11
   # UD, like ibv_ud_pingpong (messages up to the path MTU):
   xroce pingpong --ud -d eth0 -g 1 -s 1024";
 
@@ -39,7 +41,7 @@ pub struct Args {
     /// Message size in bytes (default 4096; 1024 with --ud).
     #[arg(short = 's', long = "size")]
     pub size: Option<usize>,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096 (RC only).
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (RC and UC).
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     pub mtu: u32,
     /// Receives to post at a time.
@@ -61,8 +63,11 @@ pub struct Args {
     #[arg(short = 'c', long = "chk")]
     pub chk: bool,
     /// Unreliable datagram, as ibv_ud_pingpong (Q_Key 0x11111111, GRH space in receives).
-    #[arg(long = "ud")]
+    #[arg(long = "ud", conflicts_with = "uc")]
     pub ud: bool,
+    /// Unreliable connected, as ibv_uc_pingpong (SENDs without ACKs or retries).
+    #[arg(long = "uc")]
+    pub uc: bool,
     /// Frame driver: AF_XDP (root) or a kernel UDP socket.
     #[arg(long = "driver", value_parser = super::values::driver(), default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
@@ -74,6 +79,18 @@ pub struct Args {
     /// progress itself either way; docs/performance.md says when each is right).
     #[arg(long = "progress", value_parser = super::values::progress(), default_value_t = ProgressMode::Wakeup)]
     pub progress: ProgressMode,
+}
+
+impl Args {
+    /// The QP type the flags choose.
+    fn qp_type(&self) -> xroce::engine::QpType {
+        use xroce::engine::QpType;
+        match (self.ud, self.uc) {
+            (true, _) => QpType::Ud,
+            (_, true) => QpType::Uc,
+            _ => QpType::Rc,
+        }
+    }
 }
 
 /// Runs the command.
@@ -138,7 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         stall_timeout: Duration::from_secs(30),
     };
     let spec = EndpointSpec {
-        rc: !args.ud,
+        qp_type: args.qp_type(),
         buf_len: pingpong::buffer_len(&opts),
         max_send_wr: 1,
         max_recv_wr: args.rx_depth,

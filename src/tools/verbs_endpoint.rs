@@ -97,8 +97,8 @@ impl std::str::FromStr for DriverChoice {
 /// What the tool needs from its QPs.
 #[derive(Debug, Clone)]
 pub struct EndpointSpec {
-    /// RC (true) or UD.
-    pub rc: bool,
+    /// RC, UC or UD.
+    pub qp_type: QpType,
     /// Bytes of the registered buffer per QP.
     pub buf_len: usize,
     /// Send queue depth.
@@ -149,10 +149,10 @@ impl VerbsEndpoint {
             None
         };
         let cq = device.create_cq(depth, channel.as_ref())?;
-        let mut init = if spec.rc {
-            QpInitAttr::rc(&cq, &cq)
-        } else {
-            QpInitAttr::ud(&cq, &cq)
+        let mut init = match spec.qp_type {
+            QpType::Rc => QpInitAttr::rc(&cq, &cq),
+            QpType::Uc => QpInitAttr::uc(&cq, &cq),
+            QpType::Ud => QpInitAttr::ud(&cq, &cq),
         };
         init.cap = QpCaps {
             max_send_wr: spec.max_send_wr.max(1),
@@ -166,7 +166,11 @@ impl VerbsEndpoint {
         let mr = pd.reg_mr(spec.buf_len.max(64), PEER_ACCESS)?;
         // Receives may be posted before connecting: INIT allows that (IBTA 10.3.1).
         qp.to_init(
-            if spec.rc { PEER_ACCESS } else { Access::NONE },
+            if spec.qp_type.is_connected() {
+                PEER_ACCESS
+            } else {
+                Access::NONE
+            },
             crate::tools::pingpong_oob::UD_QKEY,
         )?;
         Ok(VerbsEndpoint {
