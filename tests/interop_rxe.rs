@@ -121,6 +121,12 @@ const ATOMIC_ACK: u8 = 0x12;
 const COMPARE_SWAP: u8 = 0x13;
 const FETCH_ADD: u8 = 0x14;
 const UD_SEND_ONLY: u8 = 0x64;
+const UC_SEND_FIRST: u8 = 0x20;
+const UC_SEND_MIDDLE: u8 = 0x21;
+const UC_SEND_LAST: u8 = 0x22;
+const UC_SEND_ONLY: u8 = 0x24;
+/// A multi-packet UC SEND (no ACK exists in UC, IBTA 9.8).
+const UC_SEND_MULTI: &[u8] = &[UC_SEND_FIRST, UC_SEND_MIDDLE, UC_SEND_LAST];
 
 const SEND_MULTI: &[u8] = &[SEND_FIRST, SEND_MIDDLE, SEND_LAST, ACK];
 const WRITE_ALL: &[u8] = &[WRITE_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK];
@@ -174,6 +180,10 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 ibv_rc_pingpong -d rxe0 -g 1 -c -n 5 -s 1048576"),
         client: (G2, "timeout 120 ibv_rc_pingpong -d rxe0 -g 1 -c -n 5 -s 1048576 {srv}"),
         opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "rxe_uc_pingpong_4096", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096"),
+        client: (G2, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: UC_SEND_MULTI, loss_evidence: None, state: State::Runs },
     Case { name: "rxe_ud_pingpong", mtu: 1500, netem: None,
         server: (G1, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512"),
         client: (G2, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512 {srv}"),
@@ -288,6 +298,19 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512"),
         client: (HOST, "{xroce} pingpong --ud -d eth0 -g 1 -n 50 -s 512 {srv}"),
         opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    // UC: ibv_uc_pingpong against xroce pingpong --uc, both roles, multi-packet and single.
+    Case { name: "xroce_srv_uc_pingpong_4096", mtu: 1500, netem: None,
+        server: (HOST, "{xroce} pingpong --uc -d eth0 -g 1 -c -n 50 -s 4096"),
+        client: (G1, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: UC_SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_uc_pingpong_4096", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096"),
+        client: (HOST, "{xroce} pingpong --uc -d eth0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: UC_SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_uc_pingpong_1", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 1"),
+        client: (HOST, "{xroce} pingpong --uc -d eth0 -g 1 -c -n 50 -s 1 {srv}"),
+        opcodes: &[UC_SEND_ONLY], loss_evidence: None, state: State::Runs },
     Case { name: "xroce_srv_send_bw_a", mtu: 1500, netem: None,
         server: (HOST, xp!("send_bw", "-a -n 5")), client: (G1, pt!("ib_send_bw", "-a -n 5 {srv}")),
         opcodes: SEND_ALL, loss_evidence: None, state: State::Runs },

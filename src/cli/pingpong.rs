@@ -44,9 +44,9 @@ pub struct Args {
     /// Path MTU: 256, 512, 1024, 2048 or 4096 (RC and UC).
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     pub mtu: u32,
-    /// Receives to post at a time.
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
-    pub rx_depth: u32,
+    /// Receives to post at a time (default 500; 1000 with --uc, as ibv_uc_pingpong).
+    #[arg(short = 'r', long = "rx-depth")]
+    pub rx_depth: Option<u32>,
     /// Number of exchanges.
     #[arg(short = 'n', long = "iters", default_value_t = 1000)]
     pub iters: u64,
@@ -108,9 +108,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     options::tcp_port("-p/--port", args.port)?;
+    let rx_depth = args.rx_depth.unwrap_or(if args.uc { 1000 } else { 500 });
     options::in_range(
         "-r/--rx-depth",
-        args.rx_depth,
+        rx_depth,
         2,
         limits::MAX_QP_WR,
         "receives are re-posted when one is left; the device's max_qp_wr",
@@ -146,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let opts = PingpongOptions {
         size: args.size.unwrap_or(if args.ud { 1024 } else { 4096 }),
         iters: args.iters,
-        rx_depth: args.rx_depth,
+        rx_depth,
         mtu,
         sl: args.sl,
         validate: args.chk,
@@ -158,7 +159,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         qp_type: args.qp_type(),
         buf_len: pingpong::buffer_len(&opts),
         max_send_wr: 1,
-        max_recv_wr: args.rx_depth,
+        max_recv_wr: rx_depth,
         driver: args.driver,
         events: args.events,
         pcap: args.pcap.clone(),
