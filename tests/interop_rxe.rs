@@ -1030,6 +1030,16 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                     problems.push(format!("no frame with opcode {op:#04x} in the capture"));
                 }
             }
+            // A UC case's capture holds UC requests only: UC has no ACK or NAK (IBTA 9.8).
+            let is_uc = |op: u8| op >> 5 == 1;
+            if case.opcodes.iter().all(|&op| is_uc(op)) {
+                if let Some(f) = frames.iter().find(|f| !is_uc(f.opcode)) {
+                    problems.push(format!(
+                        "a UC case's capture holds opcode {:#04x}: {f:?}",
+                        f.opcode
+                    ));
+                }
+            }
             let stats = side_stats(&frames);
             if let Some(want) = case.loss_evidence {
                 let naks: usize = stats.values().map(|s| s.naks).sum();
