@@ -192,6 +192,9 @@ fn perf_over_counting(
         opts.rx_depth.max(2),
     );
     s.events = opts.events;
+    if opts.uc {
+        s.qp_type = QpType::Uc;
+    }
     let mut ea: Box<dyn ToolEndpoint> = Box::new(CountingWaits {
         inner: endpoint(&a, &s),
         waits: server_waits,
@@ -205,6 +208,32 @@ fn perf_over_counting(
     let server = std::thread::spawn(move || perf_side(&mut ea, sa, Role::Server, o2).map(|r| r.0));
     let client = perf_side(&mut eb, sb, Role::Client, opts).unwrap();
     (server.join().unwrap().unwrap(), client)
+}
+
+#[test]
+fn perf_send_and_write_tests_over_uc() {
+    // perftest's -c UC: the send and write tests, with no ACK on the wire.
+    for kind in [
+        TestKind::SendBw,
+        TestKind::WriteBw,
+        TestKind::SendLat,
+        TestKind::WriteLat,
+    ] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.uc = true;
+        opts.iters = if kind.is_bw() { 300 } else { 100 };
+        opts.size = 3000;
+        opts.settle_depths();
+        opts.validate().unwrap();
+        let (server, (client, rows)) = perf_over(opts);
+        assert_eq!(rows, 1, "{kind:?}: {client}\n{server}");
+    }
+    for kind in [TestKind::ReadBw, TestKind::AtomicLat] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.uc = true;
+        let err = opts.validate().unwrap_err().to_string();
+        assert!(err.contains("-c UC works only"), "{err}");
+    }
 }
 
 #[test]
