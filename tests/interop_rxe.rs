@@ -125,6 +125,9 @@ const UC_SEND_FIRST: u8 = 0x20;
 const UC_SEND_MIDDLE: u8 = 0x21;
 const UC_SEND_LAST: u8 = 0x22;
 const UC_SEND_ONLY: u8 = 0x24;
+const UC_WRITE_FIRST: u8 = 0x26;
+const UC_WRITE_MIDDLE: u8 = 0x27;
+const UC_WRITE_LAST: u8 = 0x28;
 /// A multi-packet UC SEND (no ACK exists in UC, IBTA 9.8).
 const UC_SEND_MULTI: &[u8] = &[UC_SEND_FIRST, UC_SEND_MIDDLE, UC_SEND_LAST];
 
@@ -310,6 +313,19 @@ const CASES: &[Case] = &[
     Case { name: "xroce_cli_uc_pingpong_1", mtu: 1500, netem: None,
         server: (G1, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 1"),
         client: (HOST, "{xroce} pingpong --uc -d eth0 -g 1 -c -n 50 -s 1 {srv}"),
+        opcodes: &[UC_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    // perftest -c UC: WRITE (a lost packet cannot hang it) and the one-at-a-time SEND latency.
+    Case { name: "xroce_srv_uc_write_bw", mtu: 1500, netem: None,
+        server: (HOST, xp!("write_bw", "-c UC -n 200 -s 4096")), client: (G1, pt!("ib_write_bw", "-c UC -n 200 -s 4096 {srv}")),
+        opcodes: &[UC_WRITE_FIRST, UC_WRITE_MIDDLE, UC_WRITE_LAST], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_uc_write_bw", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_write_bw", "-c UC -n 200 -s 4096")), client: (HOST, xp!("write_bw", "-c UC -n 200 -s 4096 {srv}")),
+        opcodes: &[UC_WRITE_FIRST, UC_WRITE_MIDDLE, UC_WRITE_LAST], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_srv_uc_send_lat", mtu: 1500, netem: None,
+        server: (HOST, xp!("send_lat", "-c UC -n 200 -s 64")), client: (G1, pt!("ib_send_lat", "-c UC -n 200 -s 64 {srv}")),
+        opcodes: &[UC_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_uc_send_lat", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_send_lat", "-c UC -n 200 -s 64")), client: (HOST, xp!("send_lat", "-c UC -n 200 -s 64 {srv}")),
         opcodes: &[UC_SEND_ONLY], loss_evidence: None, state: State::Runs },
     Case { name: "xroce_srv_send_bw_a", mtu: 1500, netem: None,
         server: (HOST, xp!("send_bw", "-a -n 5")), client: (G1, pt!("ib_send_bw", "-a -n 5 {srv}")),

@@ -206,6 +206,26 @@ fn pingpong_uc_over_af_xdp() {
         60,
     );
     assert!(client.contains("100 iters in"), "{client}");
+    // perftest's -c UC: the write and send tests.
+    for test in ["write_bw", "send_lat", "write_lat"] {
+        let (server, client) = pair(
+            &link,
+            &[
+                "perf", test, "-x", "1", "-c", "UC", "-n", "200", "-s", "2048",
+            ],
+            &[
+                "perf", test, "-x", "1", "-c", "UC", "-n", "200", "-s", "2048",
+            ],
+            60,
+        );
+        let header = if test.ends_with("_bw") {
+            "BW average[MB/sec]"
+        } else {
+            "t_typical[usec]"
+        };
+        assert!(client.contains(header), "{test}\n{client}\n{server}");
+        assert!(client.contains("Connection type : UC"), "{test}\n{client}");
+    }
 }
 
 #[test]

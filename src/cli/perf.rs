@@ -243,10 +243,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     let spec = EndpointSpec {
-        qp_type: if opts.ud {
-            xroce::engine::QpType::Ud
-        } else {
-            xroce::engine::QpType::Rc
+        qp_type: match args.connection {
+            Conn::Rc => xroce::engine::QpType::Rc,
+            Conn::Uc => xroce::engine::QpType::Uc,
+            Conn::Ud => xroce::engine::QpType::Ud,
         },
         buf_len: 2 * opts.half_len(),
         max_send_wr: opts.tx_depth.max(2),
