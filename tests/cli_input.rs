@@ -279,6 +279,10 @@ fn pingpong_options_are_bounded() {
     assert_refused(&["pingpong", "-r", "1"], "-r/--rx-depth 1");
     // Was "max_recv_wr = 100000 exceeds the device limit" (and cqe) after opening the device.
     assert_refused(&["pingpong", "-r", "100000"], "-r/--rx-depth 100000");
+    assert_refused(
+        &["pingpong", "--uc", "-r", "100000"],
+        "-r/--rx-depth 100000",
+    );
     assert_refused(&["pingpong", "-s", "0"], "-s/--size 0");
     // Was "max_mr_size = ... exceeds the device limit".
     assert_refused(&["pingpong", "-s", "2000000000"], "-s/--size 2000000000");

@@ -121,6 +121,15 @@ const ATOMIC_ACK: u8 = 0x12;
 const COMPARE_SWAP: u8 = 0x13;
 const FETCH_ADD: u8 = 0x14;
 const UD_SEND_ONLY: u8 = 0x64;
+const UC_SEND_FIRST: u8 = 0x20;
+const UC_SEND_MIDDLE: u8 = 0x21;
+const UC_SEND_LAST: u8 = 0x22;
+const UC_SEND_ONLY: u8 = 0x24;
+const UC_WRITE_FIRST: u8 = 0x26;
+const UC_WRITE_MIDDLE: u8 = 0x27;
+const UC_WRITE_LAST: u8 = 0x28;
+/// A multi-packet UC SEND (no ACK exists in UC, IBTA 9.8).
+const UC_SEND_MULTI: &[u8] = &[UC_SEND_FIRST, UC_SEND_MIDDLE, UC_SEND_LAST];
 
 const SEND_MULTI: &[u8] = &[SEND_FIRST, SEND_MIDDLE, SEND_LAST, ACK];
 const WRITE_ALL: &[u8] = &[WRITE_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK];
@@ -174,6 +183,10 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 ibv_rc_pingpong -d rxe0 -g 1 -c -n 5 -s 1048576"),
         client: (G2, "timeout 120 ibv_rc_pingpong -d rxe0 -g 1 -c -n 5 -s 1048576 {srv}"),
         opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "rxe_uc_pingpong_4096", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096"),
+        client: (G2, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: UC_SEND_MULTI, loss_evidence: None, state: State::Runs },
     Case { name: "rxe_ud_pingpong", mtu: 1500, netem: None,
         server: (G1, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512"),
         client: (G2, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512 {srv}"),
@@ -288,6 +301,32 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512"),
         client: (HOST, "{xroce} pingpong --ud -d eth0 -g 1 -n 50 -s 512 {srv}"),
         opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    // UC: ibv_uc_pingpong against xroce pingpong --uc, both roles, multi-packet and single.
+    Case { name: "xroce_srv_uc_pingpong_4096", mtu: 1500, netem: None,
+        server: (HOST, "{xroce} pingpong --uc -d eth0 -g 1 -c -n 50 -s 4096"),
+        client: (G1, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: UC_SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_uc_pingpong_4096", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096"),
+        client: (HOST, "{xroce} pingpong --uc -d eth0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: UC_SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_uc_pingpong_1", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 1"),
+        client: (HOST, "{xroce} pingpong --uc -d eth0 -g 1 -c -n 50 -s 1 {srv}"),
+        opcodes: &[UC_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    // perftest -c UC: WRITE (a lost packet cannot hang it) and the one-at-a-time SEND latency.
+    Case { name: "xroce_srv_uc_write_bw", mtu: 1500, netem: None,
+        server: (HOST, xp!("write_bw", "-c UC -n 200 -s 4096")), client: (G1, pt!("ib_write_bw", "-c UC -n 200 -s 4096 {srv}")),
+        opcodes: &[UC_WRITE_FIRST, UC_WRITE_MIDDLE, UC_WRITE_LAST], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_uc_write_bw", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_write_bw", "-c UC -n 200 -s 4096")), client: (HOST, xp!("write_bw", "-c UC -n 200 -s 4096 {srv}")),
+        opcodes: &[UC_WRITE_FIRST, UC_WRITE_MIDDLE, UC_WRITE_LAST], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_srv_uc_send_lat", mtu: 1500, netem: None,
+        server: (HOST, xp!("send_lat", "-c UC -n 200 -s 64")), client: (G1, pt!("ib_send_lat", "-c UC -n 200 -s 64 {srv}")),
+        opcodes: &[UC_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_uc_send_lat", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_send_lat", "-c UC -n 200 -s 64")), client: (HOST, xp!("send_lat", "-c UC -n 200 -s 64 {srv}")),
+        opcodes: &[UC_SEND_ONLY], loss_evidence: None, state: State::Runs },
     Case { name: "xroce_srv_send_bw_a", mtu: 1500, netem: None,
         server: (HOST, xp!("send_bw", "-a -n 5")), client: (G1, pt!("ib_send_bw", "-a -n 5 {srv}")),
         opcodes: SEND_ALL, loss_evidence: None, state: State::Runs },
@@ -1016,6 +1055,16 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
             for op in case.opcodes {
                 if !frames.iter().any(|f| f.opcode == *op) {
                     problems.push(format!("no frame with opcode {op:#04x} in the capture"));
+                }
+            }
+            // A UC case's capture holds UC requests only: UC has no ACK or NAK (IBTA 9.8).
+            let is_uc = |op: u8| op >> 5 == 1;
+            if case.opcodes.iter().all(|&op| is_uc(op)) {
+                if let Some(f) = frames.iter().find(|f| !is_uc(f.opcode)) {
+                    problems.push(format!(
+                        "a UC case's capture holds opcode {:#04x}: {f:?}",
+                        f.opcode
+                    ));
                 }
             }
             let stats = side_stats(&frames);

@@ -19,7 +19,7 @@ fn devices() -> (Device, Device, MemLink) {
 
 fn endpoint(dev: &Device, buf_len: usize) -> Box<dyn ToolEndpoint> {
     let spec = EndpointSpec {
-        rc: true,
+        qp_type: xroce::engine::QpType::Rc,
         buf_len,
         max_send_wr: 32,
         max_recv_wr: 32,

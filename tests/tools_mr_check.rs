@@ -19,7 +19,7 @@ fn devices(loss: f64) -> (Device, Device, MemLink) {
 
 fn endpoint(dev: &Device, size: usize) -> Box<dyn ToolEndpoint> {
     let spec = EndpointSpec {
-        rc: true,
+        qp_type: xroce::engine::QpType::Rc,
         buf_len: size,
         max_send_wr: 8,
         max_recv_wr: 1,

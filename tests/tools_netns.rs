@@ -1,5 +1,5 @@
 //! The commands against themselves over AF_XDP between two network namespaces (root):
-//! `xroce pingpong` (RC and UD), every `xroce perf` test (one size, `-a` from 2 B to 8 MiB,
+//! `xroce pingpong` (RC, UC and UD), every `xroce perf` test (one size, `-a` from 2 B to 8 MiB,
 //! and 1-byte messages), and `xroce file send|recv`. The server runs in namespace A, the
 //! client in B, each as its own process, so both roles of every command run.
 //!
@@ -169,6 +169,63 @@ fn pingpong_rc_and_ud_over_af_xdp() {
     );
     assert!(server.contains(": GID ::ffff:"), "ud local line: {server}");
     assert!(client.contains("300 iters in"), "{client}");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn pingpong_uc_over_af_xdp() {
+    if !common::privileged_or_skip("pingpong_uc_over_af_xdp") {
+        return;
+    }
+    let link = link();
+    // ibv_uc_pingpong's exchange both ends; 8 KiB messages take 8 packets each at MTU 1024.
+    let (server, client) = pair(
+        &link,
+        &[
+            "pingpong", "--uc", "-g", "1", "-n", "300", "-s", "8192", "-c",
+        ],
+        &[
+            "pingpong", "--uc", "-g", "1", "-n", "300", "-s", "8192", "-c",
+        ],
+        60,
+    );
+    assert!(
+        server.contains(&format!("GID ::ffff:{}", link.a_ip)),
+        "{server}"
+    );
+    assert!(client.contains("4915200 bytes in"), "{client}");
+    assert!(server.contains("300 iters in"), "{server}");
+    assert!(!server.contains("invalid data"), "{server}");
+    let (_, client) = pair(
+        &link,
+        &["pingpong", "--uc", "-e", "-n", "100", "-s", "1"],
+        &["pingpong", "--uc", "-e", "-n", "100", "-s", "1"],
+        60,
+    );
+    assert!(client.contains("100 iters in"), "{client}");
+    // perftest's -c UC: the write and send tests.
+    for test in ["write_bw", "send_lat", "write_lat"] {
+        let (server, client) = pair(
+            &link,
+            &[
+                "perf", test, "-x", "1", "-c", "UC", "-n", "200", "-s", "2048",
+            ],
+            &[
+                "perf", test, "-x", "1", "-c", "UC", "-n", "200", "-s", "2048",
+            ],
+            60,
+        );
+        let header = if test.ends_with("_bw") {
+            "BW average[MB/sec]"
+        } else {
+            "t_typical[usec]"
+        };
+        assert!(client.contains(header), "{test}\n{client}\n{server}");
+        assert!(client.contains("Connection type : UC"), "{test}\n{client}");
+    }
 }
 
 #[test]

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use xroce::engine::QpType;
 use xroce::tools::endpoint::{ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc, ToolWr};
 use xroce::tools::file::{self, FileOptions};
 use xroce::tools::perf::{PerfOptions, PerfRunner};
@@ -22,7 +23,11 @@ fn devices(loss: f64) -> (Device, Device, MemLink) {
 
 fn spec(rc: bool, buf_len: usize, send: u32, recv: u32) -> EndpointSpec {
     EndpointSpec {
-        rc,
+        qp_type: if rc {
+            xroce::engine::QpType::Rc
+        } else {
+            xroce::engine::QpType::Ud
+        },
         buf_len,
         max_send_wr: send,
         max_recv_wr: recv,
@@ -40,8 +45,14 @@ fn endpoint(dev: &Device, s: &EndpointSpec) -> Box<dyn ToolEndpoint> {
 }
 
 fn pingpong_over(opts: PingpongOptions, loss: f64) -> (String, String) {
+    let qp_type = if opts.ud { QpType::Ud } else { QpType::Rc };
+    pingpong_over_qp(opts, loss, qp_type)
+}
+
+fn pingpong_over_qp(opts: PingpongOptions, loss: f64, qp_type: QpType) -> (String, String) {
     let (a, b, _link) = devices(loss);
-    let mut s = spec(!opts.ud, pingpong::buffer_len(&opts), 2, opts.rx_depth);
+    let mut s = spec(true, pingpong::buffer_len(&opts), 2, opts.rx_depth);
+    s.qp_type = qp_type;
     s.events = opts.events;
     let (mut ea, mut eb) = (endpoint(&a, &s), endpoint(&b, &s));
     let (sa, sb) = UnixStream::pair().unwrap();
@@ -107,6 +118,23 @@ fn rc_pingpong_survives_loss() {
 }
 
 #[test]
+fn uc_pingpong_over_verbs() {
+    // ibv_uc_pingpong's exchange: RC's, on a UC QP (multi-packet messages, no ACKs).
+    let opts = PingpongOptions {
+        iters: 300,
+        rx_depth: 50,
+        size: 5000,
+        validate: true,
+        ..Default::default()
+    };
+    let (server, client) = pingpong_over_qp(opts, 0.0, QpType::Uc);
+    assert!(server.contains("GID ::ffff:198.18.0.1"), "{server}");
+    assert!(client.contains("3000000 bytes in"), "{client}");
+    assert!(client.contains("300 iters in"), "{client}");
+    assert!(!server.contains("invalid data"), "{server}");
+}
+
+#[test]
 fn ud_pingpong_over_verbs() {
     let opts = PingpongOptions {
         ud: true,
@@ -166,6 +194,9 @@ fn perf_over_counting(
         opts.rx_depth.max(2),
     );
     s.events = opts.events;
+    if opts.uc {
+        s.qp_type = QpType::Uc;
+    }
     let mut ea: Box<dyn ToolEndpoint> = Box::new(CountingWaits {
         inner: endpoint(&a, &s),
         waits: server_waits,
@@ -179,6 +210,32 @@ fn perf_over_counting(
     let server = std::thread::spawn(move || perf_side(&mut ea, sa, Role::Server, o2).map(|r| r.0));
     let client = perf_side(&mut eb, sb, Role::Client, opts).unwrap();
     (server.join().unwrap().unwrap(), client)
+}
+
+#[test]
+fn perf_send_and_write_tests_over_uc() {
+    // perftest's -c UC: the send and write tests, with no ACK on the wire.
+    for kind in [
+        TestKind::SendBw,
+        TestKind::WriteBw,
+        TestKind::SendLat,
+        TestKind::WriteLat,
+    ] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.uc = true;
+        opts.iters = if kind.is_bw() { 300 } else { 100 };
+        opts.size = 3000;
+        opts.settle_depths();
+        opts.validate().unwrap();
+        let (server, (client, rows)) = perf_over(opts);
+        assert_eq!(rows, 1, "{kind:?}: {client}\n{server}");
+    }
+    for kind in [TestKind::ReadBw, TestKind::AtomicLat] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.uc = true;
+        let err = opts.validate().unwrap_err().to_string();
+        assert!(err.contains("-c UC works only"), "{err}");
+    }
 }
 
 #[test]

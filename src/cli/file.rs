@@ -165,7 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "file".into());
             let spec = EndpointSpec {
-                rc: true,
+                qp_type: xroce::engine::QpType::Rc,
                 buf_len: opts.sender_buffer_len(),
                 max_send_wr: 2 * opts.slots as u32 + 2,
                 max_recv_wr: opts.slots as u32 + 1,
@@ -210,7 +210,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 anyhow::bail!("internal: the receiver has no destination");
             };
             let spec = EndpointSpec {
-                rc: true,
+                qp_type: xroce::engine::QpType::Rc,
                 buf_len: opts.receiver_buffer_len(),
                 max_send_wr: opts.slots as u32 + 2,
                 max_recv_wr: opts.slots as u32 + 1,

@@ -104,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     // Validates -m against the link (a path MTU above it would be dropped on the wire).
     setup::pick_mtu(&dev, Some(opts.mtu))?;
     let spec = EndpointSpec {
-        rc: true,
+        qp_type: xroce::engine::QpType::Rc,
         buf_len: opts.size,
         max_send_wr: opts.depth as u32 + 1,
         max_recv_wr: 1,

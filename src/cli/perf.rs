@@ -75,6 +75,20 @@ pub enum Conn {
     /// Unreliable datagram (send tests only).
     #[value(name = "UD")]
     Ud,
+    /// Unreliable connected (send and write tests).
+    #[value(name = "UC")]
+    Uc,
+}
+
+impl Conn {
+    /// perftest's spelling.
+    fn name(self) -> &'static str {
+        match self {
+            Conn::Rc => "RC",
+            Conn::Ud => "UD",
+            Conn::Uc => "UC",
+        }
+    }
 }
 
 /// Atomic operation (`-A`).
@@ -209,6 +223,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.cq_mod = args.cq_mod;
     opts.fetch_add = args.atomic_type == Atomic::FetchAndAdd;
     opts.ud = args.connection == Conn::Ud;
+    opts.uc = args.connection == Conn::Uc;
     opts.report_gbits = args.report_gbits;
     opts.events = args.events;
     // The limits apply to what was typed (as perftest checks -r before it caps it at -n);
@@ -267,7 +282,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     let spec = EndpointSpec {
-        rc: !opts.ud,
+        qp_type: match args.connection {
+            Conn::Rc => xroce::engine::QpType::Rc,
+            Conn::Uc => xroce::engine::QpType::Uc,
+            Conn::Ud => xroce::engine::QpType::Ud,
+        },
         buf_len: 2 * opts.half_len(),
         max_send_wr: opts.tx_depth.max(2),
         max_recv_wr: opts.rx_depth.max(2),
@@ -311,7 +330,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         kind,
         device: dev.name.clone(),
         num_qps: opts.num_qps,
-        connection: if opts.ud { "UD" } else { "RC" },
+        connection: args.connection.name(),
         is_client: role == Role::Client,
         tx_depth: opts.tx_depth,
         rx_depth: opts.rx_depth,
@@ -366,7 +385,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 "server"
             },
             device: dev.name.clone(),
-            connection: if opts.ud { "UD" } else { "RC" },
+            connection: args.connection.name(),
             mtu: perftest_oob::mtu_bytes(outcome.mtu_enum).unwrap_or(mtu),
             remote_version: outcome.remote_version,
             results,

@@ -1,5 +1,5 @@
-//! `xroce pingpong`: rdma-core's `ibv_rc_pingpong` (and with `--ud`, `ibv_ud_pingpong`),
-//! same options, same TCP exchange, same output. Interoperates with the C tools.
+//! `xroce pingpong`: rdma-core's `ibv_rc_pingpong` (with `--uc`, `ibv_uc_pingpong`; with
+//! `--ud`, `ibv_ud_pingpong`), same options, same TCP exchange, same output. Interoperates with the C tools.
 use std::time::Duration;
 
 use xroce::tools::options;
@@ -18,6 +18,8 @@ Examples:
   xroce pingpong -d veth1 -g 1 198.18.0.1
   # against rdma-core on an rxe host: ibv_rc_pingpong -g 1 -d rxe0 <xroce host>
   xroce pingpong -d eth0 -g 1 -s 65536 -n 100 198.18.0.11
+  # UC, like ibv_uc_pingpong (no ACKs: a lost message stalls the exchange):
+  xroce pingpong --uc -d eth0 -g 1 198.18.0.11
   # UD, like ibv_ud_pingpong (messages up to the path MTU):
   xroce pingpong --ud -d eth0 -g 1 -s 1024";
 
@@ -39,12 +41,12 @@ pub struct Args {
     /// Message size in bytes (default 4096; 1024 with --ud).
     #[arg(short = 's', long = "size")]
     pub size: Option<usize>,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096 (RC only).
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (RC and UC).
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     pub mtu: u32,
-    /// Receives to post at a time.
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
-    pub rx_depth: u32,
+    /// Receives to post at a time (default 500; 1000 with --uc, as ibv_uc_pingpong).
+    #[arg(short = 'r', long = "rx-depth")]
+    pub rx_depth: Option<u32>,
     /// Number of exchanges.
     #[arg(short = 'n', long = "iters", default_value_t = 1000)]
     pub iters: u64,
@@ -61,8 +63,11 @@ pub struct Args {
     #[arg(short = 'c', long = "chk")]
     pub chk: bool,
     /// Unreliable datagram, as ibv_ud_pingpong (Q_Key 0x11111111, GRH space in receives).
-    #[arg(long = "ud")]
+    #[arg(long = "ud", conflicts_with = "uc")]
     pub ud: bool,
+    /// Unreliable connected, as ibv_uc_pingpong (SENDs without ACKs or retries).
+    #[arg(long = "uc")]
+    pub uc: bool,
     /// Frame driver: AF_XDP (root) or a kernel UDP socket.
     #[arg(long = "driver", value_parser = super::values::driver(), default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
@@ -77,6 +82,18 @@ pub struct Args {
     /// Engine shards of the device (1..=64; AF_XDP needs at least as many receive queues).
     #[arg(long = "shards", default_value_t = 1)]
     pub shards: u32,
+}
+
+impl Args {
+    /// The QP type the flags choose.
+    fn qp_type(&self) -> xroce::engine::QpType {
+        use xroce::engine::QpType;
+        match (self.ud, self.uc) {
+            (true, _) => QpType::Ud,
+            (_, true) => QpType::Uc,
+            _ => QpType::Rc,
+        }
+    }
 }
 
 /// Runs the command.
@@ -94,6 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     options::tcp_port("-p/--port", args.port)?;
+    let rx_depth = args.rx_depth.unwrap_or(if args.uc { 1000 } else { 500 });
     options::in_range(
         "--shards",
         args.shards,
@@ -103,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     )?;
     options::in_range(
         "-r/--rx-depth",
-        args.rx_depth,
+        rx_depth,
         2,
         limits::MAX_QP_WR,
         "receives are re-posted when one is left; the device's max_qp_wr",
@@ -139,7 +157,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let opts = PingpongOptions {
         size: args.size.unwrap_or(if args.ud { 1024 } else { 4096 }),
         iters: args.iters,
-        rx_depth: args.rx_depth,
+        rx_depth,
         mtu,
         sl: args.sl,
         validate: args.chk,
@@ -148,10 +166,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         stall_timeout: Duration::from_secs(30),
     };
     let spec = EndpointSpec {
-        rc: !args.ud,
+        qp_type: args.qp_type(),
         buf_len: pingpong::buffer_len(&opts),
         max_send_wr: 1,
-        max_recv_wr: args.rx_depth,
+        max_recv_wr: rx_depth,
         driver: args.driver,
         events: args.events,
         pcap: args.pcap.clone(),

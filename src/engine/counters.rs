@@ -75,6 +75,9 @@ counters! {
         /// READ responses whose memory was gone when their turn came (MR deregistered or R_Key
         /// invalidated mid-stream): answered with a remote access NAK, the QP enters ERR.
         read_response_faults,
+        /// UC messages the responder dropped: abandoned part-way (a PSN gap, a FIRST/ONLY
+        /// before the LAST) or refused at their start (no receive WQE, R_Key, length).
+        uc_messages_dropped,
         ;
         /// Incoming frames dropped, by reason.
         drops: DropCounters,
@@ -119,6 +122,9 @@ counters! {
         duplicate_ack,
         /// READ response not at the expected PSN (triggers a retry when ahead).
         unexpected_response,
+        /// UC MIDDLE/LAST packets dropped because they continue no message being received
+        /// (a PSN gap before them, or their FIRST was lost or refused).
+        uc_out_of_sequence,
         /// UD SEND with no receive WQE posted.
         ud_no_recv_wqe,
         /// Responder output queue full.
@@ -145,7 +151,7 @@ mod tests {
             ..Counters::default()
         };
         let top: Vec<_> = c.fields().collect();
-        assert_eq!(top.len(), 15);
+        assert_eq!(top.len(), 16);
         assert_eq!(top[0], ("sent_pkts", 1));
         assert_eq!(top[14], ("read_response_faults", 15));
         assert_eq!(
@@ -153,9 +159,9 @@ mod tests {
             top.iter().map(|(n, _)| *n).collect::<Vec<_>>()
         );
         let drops: Vec<_> = c.drops.fields().collect();
-        assert_eq!(drops.len(), 19);
+        assert_eq!(drops.len(), 20);
         assert_eq!(drops[0], ("bad_icrc", 2));
-        assert_eq!(drops[18], ("tx_buffer_too_small", 19));
-        assert_eq!(DropCounters::NAMES.len(), 19);
+        assert_eq!(drops[19], ("tx_buffer_too_small", 19));
+        assert_eq!(DropCounters::NAMES.len(), 20);
     }
 }

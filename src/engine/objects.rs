@@ -381,7 +381,7 @@ impl Engine {
         let qp = self.qps.get(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         let mut attr = qp.attr.clone();
         attr.cur_qp_state = qp.state();
-        if qp.qp_type == QpType::Rc && matches!(qp.state(), QpState::Rts | QpState::Sqd) {
+        if qp.qp_type.is_connected() && matches!(qp.state(), QpState::Rts | QpState::Sqd) {
             attr.sq_psn = qp.req.next_psn.value();
         }
         if matches!(qp.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {

@@ -67,8 +67,12 @@ impl Engine {
             return;
         };
         match qp.qp_type {
-            QpType::Rc => {
-                if info.transport != wire::Transport::Rc {
+            QpType::Rc | QpType::Uc => {
+                let transport = match qp.qp_type {
+                    QpType::Uc => wire::Transport::Uc,
+                    _ => wire::Transport::Rc,
+                };
+                if info.transport != transport {
                     drops.bad_opcode += 1;
                     return;
                 }
@@ -80,7 +84,10 @@ impl Engine {
                     }
                 }
                 self.sh.counters.rcvd_pkts += 1;
-                if info.is_request {
+                if qp.qp_type == QpType::Uc {
+                    // Every UC opcode is a request: UC has no responses (IBTA 9.8).
+                    responder::handle_uc(qp, &mut self.sh, &repr.roce, info);
+                } else if info.is_request {
                     responder::handle_request(qp, &mut self.sh, &repr.roce, info);
                 } else {
                     completer::handle_response(qp, &mut self.sh, now, &repr.roce, info);

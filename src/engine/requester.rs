@@ -35,6 +35,17 @@ pub(crate) fn make_wqe_with(
         }
         (QpType::Ud, op) => return bad(format!("{op:?} is not allowed on a UD QP")),
         (QpType::Rc, _) => {}
+        // IBTA 9.8.1: UC carries SEND and RDMA WRITE (with and without immediate) only.
+        (
+            QpType::Uc,
+            WrOp::Send | WrOp::SendWithImm { .. } | WrOp::Write { .. } | WrOp::WriteWithImm { .. },
+        ) => {}
+        (QpType::Uc, op) => {
+            return Err(EngineError::UnsupportedOperation {
+                op: op.name(),
+                qp_type: QpType::Uc,
+            })
+        }
     }
     let inline = data.is_some() || wr.flags.contains(SendFlags::INLINE);
     let need = if wr.op.is_read_or_atomic() {
@@ -155,8 +166,10 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> O
     if !matches!(state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
         return None;
     }
-    if qp.qp_type == QpType::Ud {
-        return next_ud(qp, sh);
+    match qp.qp_type {
+        QpType::Ud => return next_ud(qp, sh),
+        QpType::Uc => return next_uc(qp, sh),
+        QpType::Rc => {}
     }
     let av = *qp.av()?;
     let idx = qp.req.send_idx;
@@ -416,6 +429,43 @@ fn data_opcode(op: &WrOp, first: bool, last: bool) -> Opcode {
         (_, false, true) => O::RC_RDMA_WRITE_LAST,
         (_, false, false) => O::RC_RDMA_WRITE_MIDDLE,
     }
+}
+
+/// UC (IBTA 9.8.2): the packets of the WQE at the head of the send queue go out in PSN
+/// order with no window, no AckReq and no timer. Nothing is acknowledged, so the WQE is done
+/// once its last packet is handed to the wire: like a UD send, its completion is pushed when
+/// that frame is emitted.
+fn next_uc(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
+    let av = *qp.av()?;
+    let head = qp.sq.front()?;
+    if head.first_psn.is_none() && qp.state() == QpState::Sqd {
+        return None;
+    }
+    let (psn, npkts) = next_packet_psn(qp, 0)?;
+    let k = qp.req.send_pkt;
+    let mtu = qp.mtu();
+    let mut pkt = OutPacket::new(av, qp.attr.dest_qp_num, Opcode(0), psn);
+    let wqe = qp.sq.front()?;
+    if !data_request(wqe, sh, k, npkts, mtu, 0, &mut pkt) {
+        fail_qp(qp, sh, WcStatus::LocProtErr);
+        return None;
+    }
+    // The UC opcodes are the RC ones with the transport bits 001 (IBTA 9.2, table 38).
+    pkt.opcode = Opcode(pkt.opcode.0 | Opcode::UC_SEND_FIRST.0);
+    pkt.ack_req = false;
+    let next = psn.wrapping_add(1);
+    qp.req.next_psn = next;
+    qp.req.una = next;
+    qp.req.high_psn = next;
+    if k + 1 < npkts {
+        qp.req.send_pkt = k + 1;
+        return Some(pkt);
+    }
+    qp.req.send_pkt = 0;
+    let wqe = qp.sq.pop_front()?;
+    pkt.ud_completion = Some((wc_for(qp, &wqe, WcStatus::Success), wqe.signaled));
+    super::modify::check_sq_drained(qp, sh);
+    Some(pkt)
 }
 
 /// UD: one packet per WQE, completed once its frame is emitted (there is no ACK).

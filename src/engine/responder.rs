@@ -897,6 +897,98 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPack
     }
 }
 
+// ----- UC (IBTA 9.8.3) -----
+
+/// Handle a UC request packet (IBTA 9.8.3, unreliable connected responder). Nothing is ever
+/// answered: no ACK, no NAK, no duplicate detection. The expected PSN only says whether a
+/// MIDDLE or LAST continues the message in progress:
+/// - a FIRST or ONLY starts a new message whatever its PSN: the expected PSN resynchronises
+///   to it, and a message still in progress lost its end and is abandoned;
+/// - a MIDDLE or LAST that is not at the expected PSN (packets were lost) or continues no
+///   message of its kind (its FIRST was lost or refused) is dropped, and with it the rest of
+///   the message in progress: every packet up to the next FIRST/ONLY is dropped.
+///
+/// An abandoned SEND gives its receive WQE back, untouched by completion, to the head of the
+/// receive queue: the next message fills it from byte 0 (rxe's "class D1": the receive WR is
+/// reset to its original state). The bytes the abandoned part already placed stay in the
+/// buffer (and in a WRITE's target) until overwritten: UC never undoes a placement. A
+/// message refused at its start (no receive WQE, an R_Key the target refuses, a length that
+/// does not fit) is dropped the same way (rxe's class D for a QP without an SRQ); only a
+/// receive buffer that cannot be written ends the QP (class A, the WQE completes with
+/// LOC_PROT_ERR).
+pub(crate) fn handle_uc(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    pkt: &PacketRepr<'_>,
+    info: &OpcodeInfo,
+) {
+    if check_state(qp.state()).is_err() {
+        sh.counters.drops.bad_state += 1;
+        return;
+    }
+    let kind = match check_opcode(info) {
+        Ok(k @ (Kind::Send | Kind::Write)) => k,
+        _ => {
+            sh.counters.drops.bad_opcode += 1;
+            return;
+        }
+    };
+    let psn = pkt.bth.psn;
+    let in_sequence = psn == qp.resp.epsn;
+    if !in_sequence {
+        sh.counters.out_of_seq_request += 1;
+    }
+    if matches!(info.position, Position::First | Position::Only) {
+        abandon_uc_message(qp, sh);
+        qp.resp.epsn = psn;
+    } else if !in_sequence || check_op_sequence(&qp.resp.in_progress, kind, info.position).is_err()
+    {
+        abandon_uc_message(qp, sh);
+        sh.counters.drops.uc_out_of_sequence += 1;
+        return;
+    }
+    let result = check_packet_length(kind, info.position, pkt.payload.len(), qp.mtu() as usize)
+        .and_then(|()| check_resource(qp.rq.is_empty(), kind, info))
+        .and_then(|()| match kind {
+            Kind::Send => execute_send(qp, sh, pkt, info),
+            _ => execute_write(qp, sh, pkt, info),
+        });
+    match result {
+        Ok(_) => qp.resp.epsn = psn.wrapping_add(1),
+        Err(ResponderError::ReceiveBufferFault) => {
+            // Class A: the receive WQE is malformed; it completes in error, the QP ends.
+            if let InProgress::Send { wqe, .. } =
+                std::mem::replace(&mut qp.resp.in_progress, InProgress::None)
+            {
+                let wc = recv_wc(qp, &wqe, WcStatus::LocProtErr, 0);
+                sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
+            }
+            sh.events.push_back(super::Event::QpFatal(qp.qpn));
+            flush_qp(qp, sh);
+        }
+        Err(_) => {
+            // The message is refused: it counts as dropped even if nothing was in progress.
+            if matches!(qp.resp.in_progress, InProgress::None) {
+                sh.counters.uc_messages_dropped += 1;
+            }
+            abandon_uc_message(qp, sh);
+        }
+    }
+}
+
+/// Drop the UC message in progress, if any (counted): a SEND's receive WQE goes back to the
+/// head of the receive queue, unconsumed.
+fn abandon_uc_message(qp: &mut Qp, sh: &mut DeviceState) {
+    match std::mem::replace(&mut qp.resp.in_progress, InProgress::None) {
+        InProgress::None => {}
+        InProgress::Send { wqe, .. } => {
+            sh.counters.uc_messages_dropped += 1;
+            qp.rq.push_front(wqe);
+        }
+        InProgress::Write { .. } => sh.counters.uc_messages_dropped += 1,
+    }
+}
+
 /// A READ response could not be read from memory: NAK remote access error at `psn`, the QP
 /// enters ERR (every queued response but NAKs is dropped, every WR flushed).
 fn read_fault(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) {

@@ -29,30 +29,47 @@ const NONE: TransitionRule = TransitionRule {
 };
 
 /// The rule for `from -> to` and `qp_type`, or `None` if the transition does not exist.
+///
+/// UC takes RC's connection attributes (AV, path MTU, destination QPN, PSNs, access flags)
+/// and none of what only acknowledgements need: no local ACK timeout, retry counts, RNR timer
+/// or READ/ATOMIC depths (UC has no READ or atomics, IBTA 9.8.1), as Linux's table says.
 pub fn transition_rule(from: QpState, to: QpState, qp_type: QpType) -> Option<TransitionRule> {
     use QpState::*;
-    let rc = qp_type == QpType::Rc;
     let rule = |required: M, optional: M| Some(TransitionRule { required, optional });
+    // One rule per QP type: (RC, UC, UD).
+    let by_type = |rc: (M, M), uc: (M, M), ud: (M, M)| {
+        let (required, optional) = match qp_type {
+            QpType::Rc => rc,
+            QpType::Uc => uc,
+            QpType::Ud => ud,
+        };
+        rule(required, optional)
+    };
+    let none = M::empty();
     match (from, to) {
         // Any state may go to RESET or ERR with no attributes.
         (_, Reset) | (_, Err) => Some(NONE),
         (Reset, Init) => {
-            if rc {
-                rule(m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]), M::empty())
-            } else {
-                rule(m(&[M::PKEY_INDEX, M::PORT, M::QKEY]), M::empty())
-            }
+            let connected = m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]);
+            by_type(
+                (connected, none),
+                (connected, none),
+                (m(&[M::PKEY_INDEX, M::PORT, M::QKEY]), none),
+            )
         }
         (Init, Init) => {
-            if rc {
-                rule(M::empty(), m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]))
-            } else {
-                rule(M::empty(), m(&[M::PKEY_INDEX, M::PORT, M::QKEY]))
-            }
+            let connected = m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]);
+            by_type(
+                (none, connected),
+                (none, connected),
+                (none, m(&[M::PKEY_INDEX, M::PORT, M::QKEY])),
+            )
         }
         (Init, Rtr) => {
-            if rc {
-                rule(
+            let optional = m(&[M::ALT_PATH, M::ACCESS_FLAGS, M::PKEY_INDEX]);
+            let uc = m(&[M::AV, M::PATH_MTU, M::DEST_QPN, M::RQ_PSN]);
+            by_type(
+                (
                     m(&[
                         M::AV,
                         M::PATH_MTU,
@@ -61,82 +78,99 @@ pub fn transition_rule(from: QpState, to: QpState, qp_type: QpType) -> Option<Tr
                         M::MAX_DEST_RD_ATOMIC,
                         M::MIN_RNR_TIMER,
                     ]),
-                    m(&[M::ALT_PATH, M::ACCESS_FLAGS, M::PKEY_INDEX]),
-                )
-            } else {
-                rule(M::empty(), m(&[M::PKEY_INDEX, M::QKEY]))
-            }
+                    optional,
+                ),
+                (uc, optional),
+                (none, m(&[M::PKEY_INDEX, M::QKEY])),
+            )
         }
-        (Rtr, Rts) => {
-            if rc {
-                rule(
-                    m(&[
-                        M::TIMEOUT,
-                        M::RETRY_CNT,
-                        M::RNR_RETRY,
-                        M::SQ_PSN,
-                        M::MAX_QP_RD_ATOMIC,
-                    ]),
-                    m(&[
-                        M::CUR_STATE,
-                        M::ALT_PATH,
-                        M::ACCESS_FLAGS,
-                        M::MIN_RNR_TIMER,
-                        M::PATH_MIG_STATE,
-                    ]),
-                )
-            } else {
-                rule(M::SQ_PSN, m(&[M::CUR_STATE, M::QKEY]))
-            }
-        }
-        (Rts, Rts) | (Sqd, Rts) => {
-            if rc {
-                rule(
-                    M::empty(),
-                    m(&[
-                        M::CUR_STATE,
-                        M::ACCESS_FLAGS,
-                        M::ALT_PATH,
-                        M::PATH_MIG_STATE,
-                        M::MIN_RNR_TIMER,
-                    ]),
-                )
-            } else {
-                rule(M::empty(), m(&[M::CUR_STATE, M::QKEY]))
-            }
-        }
+        (Rtr, Rts) => by_type(
+            (
+                m(&[
+                    M::TIMEOUT,
+                    M::RETRY_CNT,
+                    M::RNR_RETRY,
+                    M::SQ_PSN,
+                    M::MAX_QP_RD_ATOMIC,
+                ]),
+                m(&[
+                    M::CUR_STATE,
+                    M::ALT_PATH,
+                    M::ACCESS_FLAGS,
+                    M::MIN_RNR_TIMER,
+                    M::PATH_MIG_STATE,
+                ]),
+            ),
+            (
+                M::SQ_PSN,
+                m(&[
+                    M::CUR_STATE,
+                    M::ALT_PATH,
+                    M::ACCESS_FLAGS,
+                    M::PATH_MIG_STATE,
+                ]),
+            ),
+            (M::SQ_PSN, m(&[M::CUR_STATE, M::QKEY])),
+        ),
+        (Rts, Rts) | (Sqd, Rts) => by_type(
+            (
+                none,
+                m(&[
+                    M::CUR_STATE,
+                    M::ACCESS_FLAGS,
+                    M::ALT_PATH,
+                    M::PATH_MIG_STATE,
+                    M::MIN_RNR_TIMER,
+                ]),
+            ),
+            (
+                none,
+                m(&[
+                    M::CUR_STATE,
+                    M::ACCESS_FLAGS,
+                    M::ALT_PATH,
+                    M::PATH_MIG_STATE,
+                ]),
+            ),
+            (none, m(&[M::CUR_STATE, M::QKEY])),
+        ),
         (Rts, Sqd) => rule(M::empty(), M::EN_SQD_ASYNC_NOTIFY),
-        (Sqd, Sqd) => {
-            if rc {
-                rule(
-                    M::empty(),
-                    m(&[
-                        M::PORT,
-                        M::AV,
-                        M::TIMEOUT,
-                        M::RETRY_CNT,
-                        M::RNR_RETRY,
-                        M::MAX_QP_RD_ATOMIC,
-                        M::MAX_DEST_RD_ATOMIC,
-                        M::ALT_PATH,
-                        M::ACCESS_FLAGS,
-                        M::PKEY_INDEX,
-                        M::MIN_RNR_TIMER,
-                        M::PATH_MIG_STATE,
-                    ]),
-                )
-            } else {
-                rule(M::empty(), m(&[M::PKEY_INDEX, M::QKEY]))
-            }
-        }
+        (Sqd, Sqd) => by_type(
+            (
+                none,
+                m(&[
+                    M::PORT,
+                    M::AV,
+                    M::TIMEOUT,
+                    M::RETRY_CNT,
+                    M::RNR_RETRY,
+                    M::MAX_QP_RD_ATOMIC,
+                    M::MAX_DEST_RD_ATOMIC,
+                    M::ALT_PATH,
+                    M::ACCESS_FLAGS,
+                    M::PKEY_INDEX,
+                    M::MIN_RNR_TIMER,
+                    M::PATH_MIG_STATE,
+                ]),
+            ),
+            (
+                none,
+                m(&[
+                    M::AV,
+                    M::ALT_PATH,
+                    M::ACCESS_FLAGS,
+                    M::PKEY_INDEX,
+                    M::PATH_MIG_STATE,
+                ]),
+            ),
+            (none, m(&[M::PKEY_INDEX, M::QKEY])),
+        ),
         // SQE exists only for UD/UC in Linux's table; for RC it carries no attributes.
-        (Sqe, Rts) => {
-            if rc {
-                rule(M::empty(), M::empty())
-            } else {
-                rule(M::empty(), m(&[M::CUR_STATE, M::QKEY]))
-            }
-        }
+        (Sqe, Rts) => by_type(
+            (none, none),
+            (none, m(&[M::CUR_STATE, M::ACCESS_FLAGS])),
+            (none, m(&[M::CUR_STATE, M::QKEY])),
+        ),
         _ => None,
     }
 }

@@ -33,8 +33,9 @@ pub(crate) struct OutPacket {
     pub payload_len: usize,
     /// The payload lies in one MR (key, address): emitted straight from it, no gather copy.
     pub payload_mr: Option<(u32, u64)>,
-    /// UD: the send WQE's completion (and whether it is signaled), pushed only once the
-    /// frame is emitted; with an error status if it cannot be.
+    /// UD, and the last packet of a UC message: the send WQE's completion (and whether it
+    /// is signaled), pushed only once the frame is emitted; with an error status if it
+    /// cannot be.
     pub ud_completion: Option<(Wc, bool)>,
 }
 

@@ -104,8 +104,27 @@ impl fmt::Display for Mtu {
 pub enum QpType {
     /// Reliable connected.
     Rc,
+    /// Unreliable connected (IBTA 9.8): SEND and RDMA WRITE only, no ACKs, no retries; a
+    /// message lost in part is lost whole.
+    Uc,
     /// Unreliable datagram.
     Ud,
+}
+
+impl QpType {
+    /// The libibverbs spelling ("RC", "UC", "UD").
+    pub fn name(self) -> &'static str {
+        match self {
+            QpType::Rc => "RC",
+            QpType::Uc => "UC",
+            QpType::Ud => "UD",
+        }
+    }
+
+    /// A connected service (RC or UC): one remote QP set by `modify_qp`.
+    pub fn is_connected(self) -> bool {
+        matches!(self, QpType::Rc | QpType::Uc)
+    }
 }
 
 /// QP states (IBTA 10.3.1), in `ibv_qp_state` order.
@@ -463,6 +482,20 @@ impl WrOp {
         matches!(self, WrOp::CompareSwap { .. } | WrOp::FetchAdd { .. })
     }
 
+    /// The variant's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            WrOp::Send => "Send",
+            WrOp::SendWithImm { .. } => "SendWithImm",
+            WrOp::SendWithInv { .. } => "SendWithInv",
+            WrOp::Write { .. } => "Write",
+            WrOp::WriteWithImm { .. } => "WriteWithImm",
+            WrOp::Read { .. } => "Read",
+            WrOp::CompareSwap { .. } => "CompareSwap",
+            WrOp::FetchAdd { .. } => "FetchAdd",
+        }
+    }
+
     /// The completion opcode of this operation.
     pub fn wc_opcode(&self) -> WcOpcode {
         match self {
@@ -776,6 +809,15 @@ pub enum EngineError {
     /// A configuration or argument value is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The operation does not exist on this QP type (IBTA 9.8.1: UC has neither RDMA READ
+    /// nor atomics, nor SEND with invalidate; UD only SENDs).
+    #[error("{op} is not supported on a {} QP", qp_type.name())]
+    UnsupportedOperation {
+        /// The work request's operation (`WrOp` variant name).
+        op: &'static str,
+        /// The QP's type.
+        qp_type: QpType,
+    },
     /// An address vector field no frame can carry (checked where the AV is set: `modify_qp`
     /// with `AV`, a UD send's destination, `create_ah`).
     #[error("address vector field {field}: {reason}")]

@@ -334,7 +334,8 @@ fn setup(cfg: &WorkloadConfig) -> anyhow::Result<(Network, Vec<QpPair>, Sides)> 
     ))
 }
 
-/// Move a local RC QP through INIT, RTR, RTS towards `remote_qpn`.
+/// Move a local RC or UC QP through INIT, RTR, RTS towards `remote_qpn` (UC with the
+/// connection attributes only).
 #[allow(clippy::too_many_arguments)]
 pub fn connect(
     e: &mut Engine,
@@ -363,28 +364,27 @@ pub fn connect(
     attr.max_dest_rd_atomic = cfg.max_rd_atomic;
     attr.min_rnr_timer = cfg.min_rnr_timer;
     attr.ah_attr = Some(AddressVector::new(remote_mac, IpAddr::V4(remote_ip)));
-    e.modify_qp(
-        qpn,
-        &attr,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER,
-    )?;
+    // UC takes the connection attributes only: no READ/ATOMIC depths, timers or retries.
+    let rc = e.qp_type(qpn)? == QpType::Rc;
+    let connection = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+    let rtr = if rc {
+        connection | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER
+    } else {
+        connection
+    };
+    e.modify_qp(qpn, &attr, rtr)?;
     attr.qp_state = QpState::Rts;
     attr.sq_psn = sq_psn;
     attr.timeout = cfg.timeout;
     attr.retry_cnt = cfg.retry_cnt;
     attr.rnr_retry = cfg.rnr_retry;
     attr.max_rd_atomic = cfg.max_rd_atomic;
-    e.modify_qp(
-        qpn,
-        &attr,
-        M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
-    )?;
+    let rts = if rc {
+        M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC
+    } else {
+        M::STATE | M::SQ_PSN
+    };
+    e.modify_qp(qpn, &attr, rts)?;
     Ok(())
 }
 
@@ -894,7 +894,7 @@ mod tests {
             },
             ..Counters::default()
         };
-        let want = r#"{"sent_pkts":1,"rcvd_pkts":2,"duplicate_request":0,"out_of_seq_request":0,"rcvd_rnr_err":0,"send_rnr_err":0,"rcvd_seq_err":0,"retry_exceeded_err":0,"retry_rnr_exceeded_err":0,"completer_retry_err":0,"local_ack_timeout_err":0,"retransmitted_packets":0,"acks_coalesced":0,"emit_failed":0,"read_response_faults":15,"drops":{"bad_icrc":101,"malformed":0,"unsupported_headers":0,"bad_dest_addr":0,"bad_source_addr":0,"unknown_qp":0,"bad_pkey":0,"bad_qkey":0,"bad_opcode":0,"bad_state":0,"out_of_seq_silent":0,"stale_duplicate":0,"bad_duplicate":0,"ghost_ack":0,"duplicate_ack":0,"unexpected_response":0,"ud_no_recv_wqe":0,"response_queue_full":0,"tx_buffer_too_small":119}}"#;
+        let want = r#"{"sent_pkts":1,"rcvd_pkts":2,"duplicate_request":0,"out_of_seq_request":0,"rcvd_rnr_err":0,"send_rnr_err":0,"rcvd_seq_err":0,"retry_exceeded_err":0,"retry_rnr_exceeded_err":0,"completer_retry_err":0,"local_ack_timeout_err":0,"retransmitted_packets":0,"acks_coalesced":0,"emit_failed":0,"read_response_faults":15,"uc_messages_dropped":0,"drops":{"bad_icrc":101,"malformed":0,"unsupported_headers":0,"bad_dest_addr":0,"bad_source_addr":0,"unknown_qp":0,"bad_pkey":0,"bad_qkey":0,"bad_opcode":0,"bad_state":0,"out_of_seq_silent":0,"stale_duplicate":0,"bad_duplicate":0,"ghost_ack":0,"duplicate_ack":0,"unexpected_response":0,"uc_out_of_sequence":0,"ud_no_recv_wqe":0,"response_queue_full":0,"tx_buffer_too_small":119}}"#;
         let mut out = Vec::new();
         counters_json(&c, &mut serde_json::Serializer::new(&mut out)).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), want);

@@ -380,7 +380,7 @@ pub fn open_endpoint(
         .ipv4_gid_index()
         .ok_or_else(|| anyhow!("{} has no IPv4 address (no IPv4 GID)", dev.name()))?;
     let spec = EndpointSpec {
-        rc: true,
+        qp_type: crate::engine::QpType::Rc,
         buf_len: side.buf_len(size),
         max_send_wr: 4,
         max_recv_wr: 4,

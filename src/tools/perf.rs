@@ -98,6 +98,8 @@ pub struct PerfOptions {
     pub fetch_add: bool,
     /// `-c UD`.
     pub ud: bool,
+    /// `-c UC` (send and write tests; no ACKs, a lost message is lost).
+    pub uc: bool,
     /// `--report_gbits`.
     pub report_gbits: bool,
     /// `-e`: sleep on the CQ's completion channel instead of spinning (needs endpoints made
@@ -129,6 +131,7 @@ impl PerfOptions {
             out_reads: 16,
             fetch_add: true,
             ud: false,
+            uc: false,
             report_gbits: false,
             events: false,
             stall_timeout: Duration::from_secs(30),
@@ -144,7 +147,7 @@ impl PerfOptions {
             return;
         }
         let iters = u32::try_from(self.iters).unwrap_or(u32::MAX);
-        if self.ud && self.rx_depth == DEF_RX_SEND {
+        if (self.ud || self.uc) && self.rx_depth == DEF_RX_SEND {
             self.rx_depth = iters.min(UC_MAX_RX);
         }
         self.rx_depth = self.rx_depth.min(iters.max(1));
@@ -169,7 +172,11 @@ impl PerfOptions {
             mtu_enum,
             params: NegotiateParams {
                 test_method: pick(self.all_sizes, enums::RUN_ALL, enums::RUN_REGULAR),
-                connection_type: pick(self.ud, enums::CONN_UD, enums::CONN_RC),
+                connection_type: pick(
+                    self.ud,
+                    enums::CONN_UD,
+                    pick(self.uc, enums::CONN_UC, enums::CONN_RC),
+                ),
                 verb: self.kind.verb(),
                 tst: pick(self.kind.is_bw(), enums::TST_BW, enums::TST_LAT),
                 atomic_type: pick(self.fetch_add, enums::FETCH_AND_ADD, enums::CMP_AND_SWAP),
@@ -250,6 +257,9 @@ impl PerfOptions {
         let k = self.kind;
         if self.ud && k.verb() != enums::VERB_SEND {
             anyhow::bail!("-c UD works only with send_bw and send_lat (UD has no RDMA READ/WRITE/atomics); use -c RC");
+        }
+        if self.uc && !matches!(k.verb(), enums::VERB_SEND | enums::VERB_WRITE) {
+            anyhow::bail!("-c UC works only with the send and write tests (UC has no RDMA READ or atomics, IBTA 9.8); use -c RC");
         }
         if k.verb() == enums::VERB_ATOMIC && self.size != 8 {
             anyhow::bail!("atomic tests always use 8-byte operands; drop -s or use -s 8");

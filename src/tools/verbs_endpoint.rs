@@ -97,8 +97,8 @@ impl std::str::FromStr for DriverChoice {
 /// What the tool needs from its QPs.
 #[derive(Debug, Clone)]
 pub struct EndpointSpec {
-    /// RC (true) or UD.
-    pub rc: bool,
+    /// RC, UC or UD.
+    pub qp_type: QpType,
     /// Bytes of the registered buffer per QP.
     pub buf_len: usize,
     /// Send queue depth.
@@ -169,10 +169,10 @@ impl VerbsEndpoint {
             Some(shard) => device.create_cq_on_shard(depth, channel.as_ref(), shard)?,
             None => device.create_cq(depth, channel.as_ref())?,
         };
-        let mut init = if spec.rc {
-            QpInitAttr::rc(&cq, &cq)
-        } else {
-            QpInitAttr::ud(&cq, &cq)
+        let mut init = match spec.qp_type {
+            QpType::Rc => QpInitAttr::rc(&cq, &cq),
+            QpType::Uc => QpInitAttr::uc(&cq, &cq),
+            QpType::Ud => QpInitAttr::ud(&cq, &cq),
         };
         init.cap = QpCaps {
             max_send_wr: spec.max_send_wr.max(1),
@@ -187,7 +187,11 @@ impl VerbsEndpoint {
         let mr = pd.reg_mr(spec.buf_len.max(64), PEER_ACCESS)?;
         // Receives may be posted before connecting: INIT allows that (IBTA 10.3.1).
         qp.to_init(
-            if spec.rc { PEER_ACCESS } else { Access::NONE },
+            if spec.qp_type.is_connected() {
+                PEER_ACCESS
+            } else {
+                Access::NONE
+            },
             crate::tools::pingpong_oob::UD_QKEY,
         )?;
         Ok(VerbsEndpoint {
@@ -250,8 +254,13 @@ impl ToolEndpoint for VerbsEndpoint {
         let mtu = Mtu::from_bytes(params.mtu)
             .ok_or_else(|| anyhow::anyhow!("path MTU {} is not an IB MTU", params.mtu))?;
         match self.qp.qp_type() {
-            QpType::Rc => {
-                self.qp.connect_rc(
+            qp_type @ (QpType::Rc | QpType::Uc) => {
+                let connect = match qp_type {
+                    QpType::Uc => Qp::connect_uc,
+                    _ => Qp::connect_rc,
+                };
+                connect(
+                    &self.qp,
                     &RcPeer {
                         qpn: remote.qpn,
                         psn: remote.psn,

@@ -62,6 +62,16 @@ pub enum VerbsError {
         /// The object.
         what: &'static str,
     },
+    /// A call made for one QP type on a QP of another (`connect_uc` on an RC QP, ...).
+    #[error("{call} needs a {} queue pair, this one is {}", expected.name(), actual.name())]
+    WrongQpType {
+        /// The call.
+        call: &'static str,
+        /// The type it needs.
+        expected: crate::engine::QpType,
+        /// The QP's type.
+        actual: crate::engine::QpType,
+    },
     /// A work request in a batch was refused; those before it were posted.
     #[error("work request {index} of the batch (wr_id {wr_id:#x}) was refused: {source}")]
     PostFailed {

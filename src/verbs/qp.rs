@@ -15,7 +15,7 @@ use super::pd::{AhAttr, Pd, PdInner};
 /// Arguments of [`Pd::create_qp`] (`ibv_qp_init_attr`).
 #[derive(Clone, Debug)]
 pub struct QpInitAttr<'a> {
-    /// RC or UD.
+    /// RC, UC or UD.
     pub qp_type: QpType,
     /// Where send completions go.
     pub send_cq: &'a Cq,
@@ -36,6 +36,15 @@ impl<'a> QpInitAttr<'a> {
             recv_cq,
             cap: QpCaps::default(),
             sq_sig_all: true,
+        }
+    }
+
+    /// A UC QP with default capabilities, all sends signaled: SEND and RDMA WRITE only, no
+    /// ACKs, a message lost in part is lost whole (IBTA 9.8).
+    pub fn uc(send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+        QpInitAttr {
+            qp_type: QpType::Uc,
+            ..QpInitAttr::rc(send_cq, recv_cq)
         }
     }
 
@@ -218,7 +227,7 @@ impl Qp {
         self.inner.shard as u32
     }
 
-    /// RC or UD.
+    /// RC, UC or UD.
     pub fn qp_type(&self) -> QpType {
         self.inner.qp_type
     }
@@ -371,7 +380,7 @@ impl Qp {
         };
         let mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
         let mask = match self.inner.qp_type {
-            QpType::Rc => mask | QpAttrMask::ACCESS_FLAGS,
+            QpType::Rc | QpType::Uc => mask | QpAttrMask::ACCESS_FLAGS,
             QpType::Ud => mask | QpAttrMask::QKEY,
         };
         self.modify(&attr, mask)
@@ -380,11 +389,34 @@ impl Qp {
     /// Connects an RC QP to `peer`: RESET → INIT → RTR → RTS with `opts`, resolving the
     /// peer's MAC (what ibv_rc_pingpong does after the out-of-band exchange).
     pub fn connect_rc(&self, peer: &RcPeer, opts: &RcOptions) -> Result<()> {
-        if self.inner.qp_type != QpType::Rc {
-            return Err(VerbsError::InvalidArgument(
-                "connect_rc needs an RC queue pair".into(),
-            ));
+        self.expect_type("connect_rc", QpType::Rc)?;
+        self.connect(peer, opts)
+    }
+
+    /// Connects a UC QP to `peer` (what ibv_uc_pingpong does): RESET → INIT → RTR → RTS with
+    /// the connection attributes of `opts` (GID index, path MTU, first PSN, access, hop
+    /// limit). Its ACK timeout, retry counts, RNR timer and READ/ATOMIC depth are RC's only
+    /// and are not used: a UC transition refuses them (IBTA 9.8, Linux's state table).
+    pub fn connect_uc(&self, peer: &RcPeer, opts: &RcOptions) -> Result<()> {
+        self.expect_type("connect_uc", QpType::Uc)?;
+        self.connect(peer, opts)
+    }
+
+    fn expect_type(&self, call: &'static str, expected: QpType) -> Result<()> {
+        let actual = self.inner.qp_type;
+        if actual != expected {
+            return Err(VerbsError::WrongQpType {
+                call,
+                expected,
+                actual,
+            });
         }
+        Ok(())
+    }
+
+    /// RC or UC: RESET → INIT → RTR → RTS with the attributes the QP type takes.
+    fn connect(&self, peer: &RcPeer, opts: &RcOptions) -> Result<()> {
+        let rc = self.inner.qp_type == QpType::Rc;
         let device = self.device();
         let mut ah = AhAttr::new(peer.gid, opts.sgid_index);
         ah.hop_limit = opts.hop_limit;
@@ -402,16 +434,15 @@ impl Qp {
             ah_attr: Some(av),
             ..QpAttr::default()
         };
-        self.modify(
-            &rtr,
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-        )?;
+        let mut rtr_mask = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN;
+        if rc {
+            rtr_mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+        }
+        self.modify(&rtr, rtr_mask)?;
         let rts = QpAttr {
             qp_state: QpState::Rts,
             sq_psn: opts.sq_psn,
@@ -421,24 +452,19 @@ impl Qp {
             max_rd_atomic: opts.max_rd_atomic,
             ..QpAttr::default()
         };
-        self.modify(
-            &rts,
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
+        let mut rts_mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+        if rc {
+            rts_mask |= QpAttrMask::TIMEOUT
                 | QpAttrMask::RETRY_CNT
                 | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
-        )
+                | QpAttrMask::MAX_QP_RD_ATOMIC;
+        }
+        self.modify(&rts, rts_mask)
     }
 
     /// Brings a UD QP to RTS (RESET → INIT → RTR → RTS) with Q_Key `qkey`, first PSN `sq_psn`.
     pub fn ready_ud(&self, qkey: u32, sq_psn: u32) -> Result<()> {
-        if self.inner.qp_type != QpType::Ud {
-            return Err(VerbsError::InvalidArgument(
-                "ready_ud needs a UD queue pair".into(),
-            ));
-        }
+        self.expect_type("ready_ud", QpType::Ud)?;
         if self.state()? == QpState::Reset {
             self.to_init(Access::NONE, qkey)?;
         }

@@ -1,4 +1,4 @@
-//! A connected pair of engines with one RC QP each, memory and CQs: the fixture of the
+//! A connected pair of engines with one RC (or UC) QP each, memory and CQs: the fixture of the
 //! scenario tests, the engine benchmark, the `engine_frames` fuzz target and `hostile.rs`
 //! beside it, and a compact example of the set-up calls. Test scaffolding, so not in the
 //! library: include with `#[path = "common/pair.rs"] mod pair;` (from `benches/` and
@@ -41,6 +41,8 @@ pub struct PairOptions {
     pub depth: u32,
     /// Seed of the link's random faults.
     pub seed: u64,
+    /// RC (the default) or UC.
+    pub qp_type: QpType,
 }
 
 impl Default for PairOptions {
@@ -58,6 +60,7 @@ impl Default for PairOptions {
             link: LinkConfig::default(),
             depth: 256,
             seed: 1,
+            qp_type: QpType::Rc,
         }
     }
 }
@@ -95,7 +98,7 @@ impl Pair {
             let cq = e.create_cq(4096).expect("cq");
             let qp = e
                 .create_qp(QpInit {
-                    qp_type: QpType::Rc,
+                    qp_type: o.qp_type,
                     pd,
                     send_cq: cq,
                     recv_cq: cq,

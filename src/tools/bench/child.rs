@@ -352,7 +352,7 @@ fn qp_memory(spec: &ChildSpec, out: &mut dyn Write) -> anyhow::Result<()> {
     opts.settle_depths();
     // The same EndpointSpec as src/cli/perf.rs builds.
     let endpoint = EndpointSpec {
-        rc: true,
+        qp_type: crate::engine::QpType::Rc,
         buf_len: 2 * opts.half_len(),
         max_send_wr: opts.tx_depth.max(2),
         max_recv_wr: opts.rx_depth.max(2),
