@@ -17,41 +17,22 @@ use xroce::driver::udp::{UdpConfig, UdpDriver};
 use xroce::driver::xdp::{XdpConfig, XdpDriver};
 use xroce::driver::{poll_readable, Driver, DriverError};
 use xroce::netns::{LinkConfig, Netns, VethLink};
-use xroce::wire::{EthRepr, FrameRepr, IpRepr, Opcode, PacketRepr, Psn, RethRepr};
+use xroce::wire::{EthRepr, FrameRepr};
 
 /// The frame of packet `psn`, as the engine would build it.
-fn frame_repr<'a>(
+fn frame_repr(
     src: Ipv4Addr,
     dst: Ipv4Addr,
     dst_mac: [u8; 6],
-    payload: &'a [u8],
+    payload: &[u8],
     psn: u32,
-) -> FrameRepr<'a> {
-    let mut roce = PacketRepr::new(Opcode::RC_RDMA_WRITE_ONLY, 0x11);
-    roce.reth = Some(RethRepr {
-        va: 0x1000,
-        rkey: 7,
-        dma_len: payload.len() as u32,
-    });
-    roce.bth.psn = Psn::new(psn & 0xff_ffff);
-    roce.payload = payload;
-    FrameRepr {
-        eth: EthRepr {
-            dst: dst_mac,
-            src: [2, 0, 0, 0, 0, 1],
-            vlan: None,
-        },
-        ip: IpRepr::V4 {
-            src,
-            dst,
-            tos: 0,
-            ttl: 64,
-            ident: 0,
-            dont_fragment: true,
-        },
-        udp_src_port: 0xc000,
-        roce,
-    }
+) -> FrameRepr<'_> {
+    let eth = EthRepr {
+        dst: dst_mac,
+        src: [2, 0, 0, 0, 0, 1],
+        vlan: None,
+    };
+    FrameRepr::rc_write_only_v4(eth, src, dst, payload, psn)
 }
 
 fn open(kind: &str, ifname: &str, ip: Ipv4Addr) -> Box<dyn Driver> {

@@ -94,3 +94,18 @@ fn the_udp_driver_works_without_af_xdp() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn bench_sections_that_need_af_xdp_say_the_feature_is_missing() {
+    // bench checks for root first (it makes namespaces); CI runs as root.
+    if xroce::netns::is_privileged() {
+        assert_refused_for_missing_xdp(&["bench", "--quick"]);
+        assert_refused_for_missing_xdp(&["bench", "--quick", "--sections", "threads"]);
+    } else {
+        let out = xroce(&["bench", "--quick"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "bench succeeded without root");
+        assert!(stderr.contains("needs root"), "{stderr}");
+        eprintln!("SKIPPED (not root): the bench refusal without the xdp feature");
+    }
+}

@@ -29,8 +29,11 @@ use etherparse::{
 use super::bth::BTH_LEN;
 use super::error::{Layer, Result, WireError};
 use super::icrc::{self, IcrcCheck, ICRC_LEN};
+use super::opcode::Opcode;
 use super::packet::PacketRepr;
 use super::pretty::{Explainer, IcrcRole, PrettyPrint};
+use super::psn::Psn;
+use super::reth::RethRepr;
 
 /// The IANA UDP port of RoCEv2.
 pub const ROCEV2_UDP_PORT: u16 = 4791;
@@ -597,6 +600,41 @@ pub fn parse_frame_verified(frame: &[u8]) -> Result<FrameRepr<'_>> {
         udp_src_port: loc.udp_src_port,
         roce,
     })
+}
+
+impl<'a> FrameRepr<'a> {
+    /// An RC RDMA WRITE_ONLY frame over IPv4 to QP 0x11 (R_Key 7, VA 0x1000), the stand-in
+    /// for a stream of engine traffic that the driver benchmarks and `xroce bench`'s raw
+    /// AF_XDP ceiling send without an engine.
+    pub fn rc_write_only_v4(
+        eth: EthRepr,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        payload: &'a [u8],
+        psn: u32,
+    ) -> FrameRepr<'a> {
+        let mut roce = PacketRepr::new(Opcode::RC_RDMA_WRITE_ONLY, 0x11);
+        roce.reth = Some(RethRepr {
+            va: 0x1000,
+            rkey: 7,
+            dma_len: payload.len() as u32,
+        });
+        roce.bth.psn = Psn::new(psn & 0xff_ffff);
+        roce.payload = payload;
+        FrameRepr {
+            eth,
+            ip: IpRepr::V4 {
+                src,
+                dst,
+                tos: 0,
+                ttl: 64,
+                ident: 0,
+                dont_fragment: true,
+            },
+            udp_src_port: 0xc000,
+            roce,
+        }
+    }
 }
 
 impl FrameRepr<'_> {

@@ -420,7 +420,7 @@ mod xdp {
     use super::*;
     use crate::driver::xdp::{XdpConfig, XdpDriver};
     use crate::driver::{poll_readable, Driver, DriverError};
-    use crate::wire::{Bth, EthRepr, FrameRepr, IpRepr, Opcode, PacketRepr, Psn, RethRepr};
+    use crate::wire::{Bth, EthRepr, FrameRepr, Psn};
 
     /// Where the BTH starts in the frames built here: Ethernet (14), IPv4 (20), UDP (8).
     const BTH_OFFSET: usize = 14 + 20 + 8;
@@ -428,31 +428,12 @@ mod xdp {
     /// One RC RDMA WRITE_ONLY frame (BTH + RETH + payload + ICRC) from `spec`'s side.
     pub fn frame(spec: &ChildSpec, src_mac: [u8; 6], psn: u32) -> anyhow::Result<Vec<u8>> {
         let payload = vec![0xa5u8; spec.size];
-        let mut roce = PacketRepr::new(Opcode::RC_RDMA_WRITE_ONLY, 0x11);
-        roce.reth = Some(RethRepr {
-            va: 0x1000,
-            rkey: 7,
-            dma_len: spec.size as u32,
-        });
-        roce.bth.psn = Psn::new(psn & 0xff_ffff);
-        roce.payload = &payload;
-        let f = FrameRepr {
-            eth: EthRepr {
-                dst: spec.peer_mac,
-                src: src_mac,
-                vlan: None,
-            },
-            ip: IpRepr::V4 {
-                src: spec.local_ip,
-                dst: spec.peer_ip,
-                tos: 0,
-                ttl: 64,
-                ident: 0,
-                dont_fragment: true,
-            },
-            udp_src_port: 0xc000,
-            roce,
+        let eth = EthRepr {
+            dst: spec.peer_mac,
+            src: src_mac,
+            vlan: None,
         };
+        let f = FrameRepr::rc_write_only_v4(eth, spec.local_ip, spec.peer_ip, &payload, psn);
         let mut buf = vec![0; f.buffer_len()];
         f.emit(&mut buf)
             .map_err(|e| anyhow::anyhow!("building a {}-byte frame: {e}", spec.size))?;
