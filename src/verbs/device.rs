@@ -317,6 +317,24 @@ impl DeviceState {
     ) -> Result<R> {
         self.check_alive()?;
         let s = &self.shards[shard];
+        let f = if posted {
+            // With a poller active, its next poll kicks the frames out with those of
+            // other posts: one system call per batch instead of one per post.
+            let now = self.now();
+            let flush = if self.poller_active(shard, now) {
+                progress::Flush::Batched
+            } else {
+                progress::Flush::Always
+            };
+            // A free token: the post is the call of this thread's round, which transmits
+            // what it produced (one engine lock for both).
+            match self.drive(shard, now, flush, f)? {
+                Ok(out) => return Ok(out),
+                Err(f) => f,
+            }
+        } else {
+            f
+        };
         let (out, events) = {
             let mut engine = lock(&s.engine);
             let out = f(&mut engine);
@@ -328,10 +346,9 @@ impl DeviceState {
         };
         self.dispatch(events);
         if posted {
-            // After `f`: a holder that clears `pending` from now on sees the posted work.
+            // The token was busy. After `f`: a holder that clears `pending` from now on sees
+            // the posted work.
             s.pending.store(true, Ordering::SeqCst);
-            // With a poller active, its next poll kicks the frames out with those of
-            // other posts: one system call per batch instead of one per post.
             let now = self.now();
             let flush = if self.poller_active(shard, now) {
                 progress::Flush::Batched
