@@ -190,11 +190,11 @@ impl UserMemory {
         // A panic in an earlier `f` leaves bytes, not a broken invariant.
         let _held = self.region.lock.lock().unwrap_or_else(|p| p.into_inner());
         // Safety: `offset + len <= region.len` (checked where the handle was made), so the
-        // range lies in the memory `new`'s caller vouched for or the Vec `from_vec` took;
-        // it is valid until the last handle is gone (`new`'s contract, or Region's drop),
-        // and `_held` makes this slice the only way to the bytes while it lives: every
-        // access goes through this function, and nothing else reaches them (`new`'s
-        // contract; a given-up Vec has no other owner).
+        // range lies in the memory `new`'s caller vouched for, or in the Vec `from_vec`
+        // took. It is valid until the last handle is gone (`new`'s contract, or Region's
+        // drop), and `_held` makes this slice the only way to the bytes while it lives:
+        // every access goes through this function, and nothing else reaches them (`new`'s
+        // contract, or a given-up Vec, which has no other owner).
         let bytes = unsafe {
             std::slice::from_raw_parts_mut(self.region.base.as_ptr().add(self.offset), self.len)
         };
