@@ -589,3 +589,27 @@ fn no_write_lands_once_deregistration_returns() {
         assert!(after_dereg.chunks(4096).all(|c| c == &source[..]));
     }
 }
+
+#[test]
+fn user_memory_handles_cross_threads() {
+    fn check<T: Send + Sync>() {}
+    check::<UserMemory>();
+    check::<MrRereg<'static>>();
+    // A region re-registered on one thread is seen re-registered on another.
+    let (_a, b, _link) = ends();
+    let mr = b.pd.reg_user_mr(UserMemory::zeroed(64), LW).unwrap();
+    let other = mr.clone();
+    std::thread::spawn(move || {
+        other
+            .rereg(&MrRereg {
+                memory: Some(MrMemory::User(UserMemory::zeroed(128))),
+                access: Some(RW),
+                ..MrRereg::default()
+            })
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!((mr.len(), mr.access()), (128, RW));
+    assert_eq!(mr.user_memory().unwrap().len(), 128);
+}
