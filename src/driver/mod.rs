@@ -14,11 +14,13 @@
 //! (`--pcap FILE` of the tools): over AF_XDP, `tcpdump` on the interface sees no RoCE frames.
 //!
 //! Beside the drivers: [`iface`] (an interface's index, MAC, MTU, queues), [`wait`] (sleeping
-//! on file descriptors) and [`sigpipe`] (the command's SIGPIPE disposition).
+//! on file descriptors), [`sigpipe`] (the command's SIGPIPE disposition) and [`dma`] (the
+//! application's memory that memory regions are registered on, read and written in place).
 //!
 //! This is the crate's only module allowed `unsafe` code (`#![deny(unsafe_code)]` holds
 //! everywhere else): the AF_XDP rings and UMEM of xsk-rs, libbpf calls that have no safe
-//! wrapper, and `signal(2)`. Every block carries a `// Safety:` comment saying why it holds.
+//! wrapper, `signal(2)`, and turning the application's memory into a byte slice
+//! ([`dma::UserMemory`]). Every block carries a `// Safety:` comment saying why it holds.
 //! System calls go through rustix's safe API wherever it has one.
 //!
 //! # Calling order
@@ -37,6 +39,7 @@
 //! `flush` submits them to the TX ring at once; `recv` consumes up to a batch of RX
 //! descriptors per ring access and gives the batch back to the fill ring in one submit.
 
+pub mod dma;
 pub mod iface;
 pub mod mem;
 pub mod sigpipe;

@@ -76,7 +76,8 @@ mod transmit;
 pub mod types;
 
 pub use counters::{Counters, DropCounters};
-pub use objects::MrInfo;
+pub use mr::MrMemory;
+pub use objects::{check_mr_access, MrChange, MrInfo};
 pub use time::Instant;
 
 pub use types::*;

@@ -1,22 +1,26 @@
-//! Memory regions: the engine owns each MR's bytes (a `Vec<u8>` at an iova base), so the
-//! transport can read and write them without `unsafe`; the verbs layer reaches them through
-//! `Engine::mr_read` / `mr_write`.
+//! Memory regions: each MR's bytes are either the engine's own (a `Vec<u8>`) or the
+//! application's (a [`UserMemory`] of the DMA layer, read and written in place); either way
+//! the transport reaches them without `unsafe` here, through the storage's safe methods, and
+//! the verbs layer through `Engine::mr_read` / `mr_write`. Every region sits at an iova the
+//! table hands out, whatever its storage.
 //!
 //! The table is shared by the engine shards of one device ([`super::Engine::new_shards`]):
 //! any shard's responder may write a region another shard's requester reads. Readers load
 //! the current table through an `ArcSwap` (no shared lock: cores reading it do not contend
-//! for a cache line); registering and deregistering publish a new copy. Each region's bytes
-//! are behind their own mutex, held for one copy: shards working on different regions never
-//! wait for each other, as on an HCA whose DMA engines work in parallel.
+//! for a cache line); registering, re-registering and deregistering publish a new copy.
+//! Each region's bytes are behind their own lock, held for one copy: shards working on
+//! different regions never wait for each other, as on an HCA whose DMA engines work in
+//! parallel.
 //!
 //! Keys are `index << 8 | tag`: the low byte changes each time a slot is reused, so a stale
 //! key of a deregistered MR does not match its successor (IBTA 10.6.3, the "key" portion).
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::{ArcSwap, Guard};
 
 use super::types::{Access, PdId, Sge};
+use crate::driver::dma::UserMemory;
 
 /// One registered memory region.
 #[derive(Debug)]
@@ -28,7 +32,58 @@ pub(crate) struct Mr {
     pub len: usize,
     /// False after a remote SEND_WITH_INV invalidated the R_Key.
     pub rkey_valid: AtomicBool,
-    data: Mutex<Vec<u8>>,
+    /// Shared by the versions of the region a re-registration that keeps the translation
+    /// publishes.
+    data: Arc<MrBytes>,
+}
+
+/// Where a region's bytes are.
+#[derive(Debug)]
+enum MrBytes {
+    /// The engine's own.
+    Device(Mutex<Vec<u8>>),
+    /// The application's, under the memory's own lock. `live` turns false (under that lock)
+    /// when the region is deregistered or moved elsewhere: from then on no access reaches
+    /// the memory, not even one whose key check passed before, so the caller may free it.
+    User {
+        memory: UserMemory,
+        live: AtomicBool,
+    },
+}
+
+impl MrBytes {
+    /// Runs `f` on the bytes `range`, under their lock; `None` if the range is outside them
+    /// or the application's memory is no longer the region's.
+    fn with<R>(&self, range: std::ops::Range<usize>, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        match self {
+            MrBytes::Device(bytes) => {
+                // A copy that panicked half-way leaves bytes, not a broken invariant.
+                let mut bytes = bytes.lock().unwrap_or_else(|p| p.into_inner());
+                bytes.get_mut(range).map(f)
+            }
+            MrBytes::User { memory, live } => memory.with_bytes(|bytes| {
+                if !live.load(Ordering::Acquire) {
+                    return None;
+                }
+                bytes.get_mut(range).map(f)
+            }),
+        }
+    }
+
+    /// The region is gone from the table: no later access may reach the bytes. Taking the
+    /// memory's lock waits for an access under way to end.
+    fn retire(&self) {
+        if let MrBytes::User { memory, live } = self {
+            memory.with_bytes(|_| live.store(false, Ordering::Release));
+        }
+    }
+
+    fn user(&self) -> Option<&UserMemory> {
+        match self {
+            MrBytes::User { memory, .. } => Some(memory),
+            MrBytes::Device(_) => None,
+        }
+    }
 }
 
 impl Mr {
@@ -42,10 +97,54 @@ impl Mr {
         Some(start as usize..end as usize)
     }
 
-    fn bytes(&self) -> MutexGuard<'_, Vec<u8>> {
-        // A copy that panicked half-way leaves bytes, not a broken invariant.
-        self.data.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs `f` on the bytes `[addr, addr+len)`; `None` if out of bounds or gone.
+    fn with_range<R>(&self, addr: u64, len: u64, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        let r = self.range(addr, len)?;
+        self.data.with(r, f)
     }
+}
+
+/// The bytes a region is registered on: the engine's (zeroed) or the application's.
+#[derive(Clone, Debug)]
+pub enum MrMemory {
+    /// This many zeroed bytes the engine owns (`Engine::reg_mr`).
+    Device(usize),
+    /// The application's memory, read and written in place.
+    User(UserMemory),
+}
+
+impl MrMemory {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            MrMemory::Device(len) => *len,
+            MrMemory::User(memory) => memory.len(),
+        }
+    }
+
+    /// Whether it has no byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn into_bytes(self) -> MrBytes {
+        match self {
+            MrMemory::Device(len) => MrBytes::Device(Mutex::new(vec![0; len])),
+            MrMemory::User(memory) => MrBytes::User {
+                memory,
+                live: AtomicBool::new(true),
+            },
+        }
+    }
+}
+
+/// What a re-registration changes (`ibv_rereg_mr`'s `IBV_REREG_MR_CHANGE_*`); `None` keeps
+/// it. Checked by the caller (PD exists, access rules).
+#[derive(Debug, Default)]
+pub(crate) struct MrUpdate {
+    pub memory: Option<MrMemory>,
+    pub pd: Option<PdId>,
+    pub access: Option<Access>,
 }
 
 /// What a caller may know of a region without touching its bytes.
@@ -113,25 +212,79 @@ impl MrTable {
     }
 
     /// Register `len` zeroed bytes; returns (key, iova), or `None` when the iova space is
-    /// used up (never wrapped: two regions must not overlap).
+    /// used up (never wrapped: two regions must not overlap). For unit tests.
+    #[cfg(test)]
     pub fn register(&self, pd: PdId, len: usize, access: Access) -> Option<(u32, u64)> {
-        self.update(|t| t.register(pd, len, access))
+        self.register_on(pd, MrMemory::Device(len), access)
+    }
+
+    /// Register a region on `memory`; as [`MrTable::register`].
+    pub fn register_on(&self, pd: PdId, memory: MrMemory, access: Access) -> Option<(u32, u64)> {
+        self.update(|t| t.register(pd, memory, access))
+    }
+
+    /// Re-register the region `key` (same key): a new PD or access applies to the next
+    /// access checked, new memory gets a fresh iova and the old memory is never reached
+    /// again once this returns. Returns the new iova, or `None` if there is no such region
+    /// or no iova space left (the region is then unchanged).
+    pub fn reregister(&self, key: u32, change: MrUpdate) -> Option<u64> {
+        let retired = self.update(|t| {
+            let idx = t.get(key).map(|_| (key >> 8) as usize - 1)?;
+            let old = t.slots[idx].clone()?;
+            let (iova, len, data) = match change.memory {
+                Some(memory) => {
+                    let len = memory.len();
+                    (t.alloc_iova(len)?, len, Arc::new(memory.into_bytes()))
+                }
+                None => (old.iova, old.len, old.data.clone()),
+            };
+            let moved = !Arc::ptr_eq(&data, &old.data);
+            t.slots[idx] = Some(Arc::new(Mr {
+                pd: change.pd.unwrap_or(old.pd),
+                key,
+                iova,
+                access: change.access.unwrap_or(old.access),
+                len,
+                // A re-registration is a new registration (ibv_rereg_mr(3)): its R_Key works.
+                rkey_valid: AtomicBool::new(true),
+                data,
+            }));
+            Some((iova, moved.then_some(old)))
+        });
+        let (iova, old) = retired?;
+        if let Some(old) = old {
+            old.data.retire();
+        }
+        Some(iova)
+    }
+
+    /// The application's memory the region `key` is registered on, if it is.
+    pub fn user_memory(&self, key: u32) -> Option<UserMemory> {
+        self.read().get(key)?.data.user().cloned()
     }
 }
 
 impl MrSlots {
-    fn register(&mut self, pd: PdId, len: usize, access: Access) -> Option<(u32, u64)> {
-        let t = self;
-        if t.next_iova == 0 {
-            t.next_iova = IOVA_BASE;
+    /// A fresh iova range for `len` bytes, page aligned with a guard page after it; `None`
+    /// once the iova space is used up (never wrapped: two regions must not overlap).
+    fn alloc_iova(&mut self, len: usize) -> Option<u64> {
+        if self.next_iova == 0 {
+            self.next_iova = IOVA_BASE;
         }
-        let iova = t.next_iova;
-        // Page-align the next region and leave a guard page between regions.
+        let iova = self.next_iova;
         let next = (len as u64)
             .checked_add(4095)
             .map(|l| l & !4095)
             .and_then(|l| l.checked_add(4096))
             .and_then(|l| iova.checked_add(l))?;
+        self.next_iova = next;
+        Some(iova)
+    }
+
+    fn register(&mut self, pd: PdId, memory: MrMemory, access: Access) -> Option<(u32, u64)> {
+        let t = self;
+        let len = memory.len();
+        let iova = t.alloc_iova(len)?;
         let idx = match t.slots.iter().position(|s| s.is_none()) {
             Some(i) => i,
             // The index fills the key's upper 24 bits: no more regions than that.
@@ -144,7 +297,6 @@ impl MrSlots {
         };
         t.tags[idx] = t.tags[idx].wrapping_add(0x35) | 1;
         let key = ((idx as u32 + 1) << 8) | t.tags[idx] as u32;
-        t.next_iova = next;
         t.slots[idx] = Some(Arc::new(Mr {
             pd,
             key,
@@ -152,7 +304,7 @@ impl MrSlots {
             access,
             len,
             rkey_valid: AtomicBool::new(true),
-            data: Mutex::new(vec![0; len]),
+            data: Arc::new(memory.into_bytes()),
         }));
         Some((key, iova))
     }
@@ -172,14 +324,20 @@ impl MrTable {
     }
 
     /// Deregister `key`; false if there is no such region.
+    /// Once it returns, no access reaches the region's bytes (an access that loaded the
+    /// table before fails on the retired storage).
     pub fn remove(&self, key: u32) -> bool {
-        self.update(|t| {
-            let Some(idx) = t.get(key).map(|_| (key >> 8) as usize - 1) else {
-                return false;
-            };
-            t.slots[idx] = None;
-            true
-        })
+        let removed = self.update(|t| {
+            let idx = t.get(key).map(|_| (key >> 8) as usize - 1)?;
+            t.slots[idx].take()
+        });
+        match removed {
+            Some(mr) => {
+                mr.data.retire();
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn any_in_pd(&self, pd: PdId) -> bool {
@@ -259,14 +417,14 @@ impl MrTable {
             let Some(mr) = t.get(sge.lkey) else {
                 return false;
             };
-            let Some(r) = sge
+            let dst = &mut out[done..done + take];
+            let copied = sge
                 .addr
                 .checked_add(offset)
-                .and_then(|a| mr.range(a, take as u64))
-            else {
+                .and_then(|a| mr.with_range(a, take as u64, |b| dst.copy_from_slice(b)));
+            if copied.is_none() {
                 return false;
-            };
-            out[done..done + take].copy_from_slice(&mr.bytes()[r]);
+            }
             done += take;
             offset = 0;
         }
@@ -289,11 +447,13 @@ impl MrTable {
                 .slots
                 .iter()
                 .flatten()
-                .find_map(|mr| mr.range(sge.addr, len as u64).map(|r| (mr, r)));
-            let Some((mr, r)) = found else {
+                .find(|mr| mr.range(sge.addr, len as u64).is_some());
+            let dst = &mut out[done..done + len];
+            let copied = found
+                .and_then(|mr| mr.with_range(sge.addr, len as u64, |b| dst.copy_from_slice(b)));
+            if copied.is_none() {
                 return false;
-            };
-            out[done..done + len].copy_from_slice(&mr.bytes()[r]);
+            }
             done += len;
         }
         done == out.len()
@@ -316,14 +476,14 @@ impl MrTable {
             let Some(mr) = t.get(sge.lkey) else {
                 return false;
             };
-            let Some(r) = sge
+            let src = &data[done..done + take];
+            let copied = sge
                 .addr
                 .checked_add(offset)
-                .and_then(|a| mr.range(a, take as u64))
-            else {
+                .and_then(|a| mr.with_range(a, take as u64, |b| b.copy_from_slice(src)));
+            if copied.is_none() {
                 return false;
-            };
-            mr.bytes()[r].copy_from_slice(&data[done..done + take]);
+            }
             done += take;
             offset = 0;
         }
@@ -347,10 +507,7 @@ impl MrTable {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Option<R> {
         let t = self.read();
-        let mr = t.get(key)?;
-        let r = mr.range(va, len)?;
-        let bytes = mr.bytes();
-        Some(f(&bytes[r]))
+        t.get(key)?.with_range(va, len, |b| f(b))
     }
 
     /// Runs `f` on the writable bytes at `[va, va+len)` of the MR `key`; `None` if they are
@@ -363,9 +520,6 @@ impl MrTable {
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Option<R> {
         let t = self.read();
-        let mr = t.get(key)?;
-        let r = mr.range(va, len)?;
-        let mut bytes = mr.bytes();
-        Some(f(&mut bytes[r]))
+        t.get(key)?.with_range(va, len, f)
     }
 }

@@ -3,10 +3,11 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use super::mr::MrTable;
+use super::mr::{MrMemory, MrTable, MrUpdate};
 use super::qp::Qp;
 use super::types::{Access, CqId, EngineError, PdId, QpAttr, QpCaps, QpInit, QpState, QpType, Wc};
 use super::{limits, Engine};
+use crate::driver::dma::UserMemory;
 
 /// A registered memory region as the caller sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +24,42 @@ pub struct MrInfo {
     pub pd: PdId,
     /// Access flags.
     pub access: Access,
+}
+
+/// What [`Engine::rereg_mr`] changes, as `ibv_rereg_mr`'s flags: `memory` is
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`, `pd` `IBV_REREG_MR_CHANGE_PD`, `access`
+/// `IBV_REREG_MR_CHANGE_ACCESS`; `None` keeps what the region has.
+#[derive(Clone, Debug, Default)]
+pub struct MrChange {
+    /// New bytes (the engine's or the application's); the region gets a fresh iova for
+    /// them and never reaches the old ones again.
+    pub memory: Option<MrMemory>,
+    /// The protection domain the region moves to.
+    pub pd: Option<PdId>,
+    /// The new access rights (checked as at registration: [`check_mr_access`]).
+    pub access: Option<Access>,
+}
+
+/// The access rights a memory region may be registered with (IBTA 10.6.3.1; rdma-core and
+/// the kernel check the same in `ib_check_mr_access`): remote write or remote atomic access
+/// needs local write, since the HCA writes the region for them; and no bit beyond the
+/// flags this device knows.
+pub fn check_mr_access(access: Access) -> Result<(), EngineError> {
+    if Access::from_bits(access.bits()).is_none() {
+        return Err(EngineError::InvalidMrAccess {
+            access,
+            reason: "bits this device does not know",
+        });
+    }
+    if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+        && !access.contains(Access::LOCAL_WRITE)
+    {
+        return Err(EngineError::InvalidMrAccess {
+            access,
+            reason: "REMOTE_WRITE or REMOTE_ATOMIC needs LOCAL_WRITE",
+        });
+    }
+    Ok(())
 }
 
 /// The PDs of a device, shared by its shards: for each, how many QPs use it.
@@ -74,6 +111,22 @@ impl PdTable {
     }
 }
 
+fn check_mr_len(len: usize) -> Result<(), EngineError> {
+    if len as u64 > limits::MAX_MR_SIZE {
+        return Err(EngineError::InvalidArgument(format!(
+            "memory region of {len} bytes is larger than the limit of {} bytes",
+            limits::MAX_MR_SIZE
+        )));
+    }
+    Ok(())
+}
+
+fn mr_space_used_up() -> EngineError {
+    EngineError::InvalidArgument(
+        "no more memory regions: the device's key or address space is used up".into(),
+    )
+}
+
 impl Engine {
     // ----- protection domains and memory regions -----
 
@@ -97,26 +150,36 @@ impl Engine {
 
     /// Register a zero-filled memory region of `len` bytes that the engine owns.
     pub fn reg_mr(&mut self, pd: PdId, len: usize, access: Access) -> Result<MrInfo, EngineError> {
+        self.reg_mr_on(pd, MrMemory::Device(len), access)
+    }
+
+    /// Register a memory region on the application's memory: the transport reads and
+    /// writes those bytes in place. It stops reaching them once the region is deregistered
+    /// (or re-registered elsewhere).
+    pub fn reg_user_mr(
+        &mut self,
+        pd: PdId,
+        memory: UserMemory,
+        access: Access,
+    ) -> Result<MrInfo, EngineError> {
+        self.reg_mr_on(pd, MrMemory::User(memory), access)
+    }
+
+    fn reg_mr_on(
+        &mut self,
+        pd: PdId,
+        memory: MrMemory,
+        access: Access,
+    ) -> Result<MrInfo, EngineError> {
         self.check_pd(pd)?;
-        // Remote write/atomic access requires local write (ibv_reg_mr(3); IBTA 10.6).
-        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
-            && !access.contains(Access::LOCAL_WRITE)
-        {
-            return Err(EngineError::InvalidArgument(
-                "REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE".into(),
-            ));
-        }
-        if len as u64 > limits::MAX_MR_SIZE {
-            return Err(EngineError::InvalidArgument(format!(
-                "memory region of {len} bytes is larger than the limit of {} bytes",
-                limits::MAX_MR_SIZE
-            )));
-        }
-        let (key, addr) = self.sh.mrs.register(pd, len, access).ok_or_else(|| {
-            EngineError::InvalidArgument(
-                "no more memory regions: the device's key or address space is used up".into(),
-            )
-        })?;
+        check_mr_access(access)?;
+        check_mr_len(memory.len())?;
+        let len = memory.len();
+        let (key, addr) = self
+            .sh
+            .mrs
+            .register_on(pd, memory, access)
+            .ok_or_else(mr_space_used_up)?;
         Ok(MrInfo {
             lkey: key,
             rkey: key,
@@ -125,6 +188,61 @@ impl Engine {
             pd,
             access,
         })
+    }
+
+    /// Re-register a memory region (`ibv_rereg_mr`): move it to other memory, another PD or
+    /// other access rights, keeping its keys. A refused change leaves the region as it was
+    /// (`IBV_REREG_MR_ERR_INPUT`): a change of nothing is `InvalidArgument`, an unknown PD
+    /// `UnknownPd`, access against the rules `InvalidMrAccess`. New memory gets a fresh
+    /// iova (in the returned `MrInfo`): an access through the old addresses is out of
+    /// bounds, and the old memory is not reached again once this returns. Operations
+    /// checked before the call may still complete against the old rights.
+    pub fn rereg_mr(&mut self, lkey: u32, change: MrChange) -> Result<MrInfo, EngineError> {
+        let old = self
+            .sh
+            .mrs
+            .facts(lkey)
+            .ok_or(EngineError::UnknownKey(lkey))?;
+        if change.memory.is_none() && change.pd.is_none() && change.access.is_none() {
+            return Err(EngineError::InvalidArgument(
+                "rereg_mr: nothing to change (no memory, PD or access given)".into(),
+            ));
+        }
+        if let Some(pd) = change.pd {
+            self.check_pd(pd)?;
+        }
+        if let Some(access) = change.access {
+            check_mr_access(access)?;
+        }
+        if let Some(memory) = &change.memory {
+            check_mr_len(memory.len())?;
+        }
+        let length = change.memory.as_ref().map_or(old.len, MrMemory::len);
+        let info = MrInfo {
+            lkey,
+            rkey: lkey,
+            addr: old.iova,
+            length,
+            pd: change.pd.unwrap_or(old.pd),
+            access: change.access.unwrap_or(old.access),
+        };
+        let update = MrUpdate {
+            memory: change.memory,
+            pd: change.pd,
+            access: change.access,
+        };
+        let addr = self
+            .sh
+            .mrs
+            .reregister(lkey, update)
+            .ok_or_else(mr_space_used_up)?;
+        Ok(MrInfo { addr, ..info })
+    }
+
+    /// The application's memory the region `lkey` is registered on (`None` for the
+    /// engine's own bytes, or no such region).
+    pub fn mr_user_memory(&self, lkey: u32) -> Option<UserMemory> {
+        self.sh.mrs.user_memory(lkey)
     }
 
     /// Deregister a memory region (its bytes are freed).

@@ -809,6 +809,15 @@ pub enum EngineError {
     /// A configuration or argument value is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Access rights a memory region may not have (IBTA 10.6.3.1; `ibv_reg_mr` and
+    /// `ibv_rereg_mr` fail with EINVAL): see `engine::check_mr_access`.
+    #[error("memory region access {access:?}: {reason}")]
+    InvalidMrAccess {
+        /// The rights asked for.
+        access: Access,
+        /// The rule they break.
+        reason: &'static str,
+    },
     /// The operation does not exist on this QP type (IBTA 9.8.1: UC has neither RDMA READ
     /// nor atomics, nor SEND with invalidate; UD only SENDs).
     #[error("{op} is not supported on a {} QP", qp_type.name())]

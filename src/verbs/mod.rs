@@ -6,6 +6,8 @@
 //! | `ibv_query_device` / `_port` / `_gid` | [`Device::query_device`], [`Device::query_port`], [`Device::query_gid`] |
 //! | `ibv_alloc_pd` | [`Device::alloc_pd`] → [`Pd`] |
 //! | `ibv_reg_mr` | [`Pd::reg_mr`] → [`Mr`] (`addr`, `lkey`, `rkey`, `read`, `write`) |
+//! | `ibv_reg_mr` on the application's buffer | [`Pd::reg_user_mr`]`(`[`UserMemory`]`, access)`: read and written in place |
+//! | `ibv_rereg_mr` | [`Mr::rereg`]`(&`[`MrRereg`]` { memory, pd, access })` |
 //! | `ibv_create_comp_channel` | [`Device::create_comp_channel`] → [`CompletionChannel`] (an fd) |
 //! | `ibv_create_cq` / `ibv_poll_cq` / `ibv_req_notify_cq` | [`Device::create_cq`] → [`Cq::poll`], [`Cq::req_notify`] |
 //! | `ibv_resize_cq` | [`Cq::resize`] |
@@ -15,8 +17,10 @@
 //! | `ibv_create_ah` | [`Pd::create_ah`] → [`AddressHandle`] |
 //!
 //! Objects are reference-counted handles: a QP keeps its PD and CQs alive, an MR its PD,
-//! everything its device. Memory regions are owned by the device (the transport writes into
-//! them), so safe code cannot free memory the wire still targets. Every call is safe from
+//! everything its device. A memory region's bytes are the device's, or the application's
+//! handed over as a [`UserMemory`] (the one `unsafe` step, `UserMemory::new` from a raw
+//! pointer, is in the driver layer with its contract), so safe code cannot free memory the
+//! wire still targets. Every call is safe from
 //! any thread. Errors are [`VerbsError`]s naming the attribute or limit at fault; remote
 //! failures are completion statuses.
 //!
@@ -75,12 +79,13 @@ pub use device::{
     TracedFrame, MAX_SHARDS,
 };
 pub use error::{Result, VerbsError};
-pub use pd::{AddressHandle, AhAttr, Mr, Pd};
+pub use pd::{AddressHandle, AhAttr, Mr, MrRereg, Pd};
 pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
 
+pub use crate::driver::dma::{DmaError, UserMemory};
 pub use crate::driver::mem::{MemLink, MemLinkConfig};
 pub use crate::engine::{
-    Access, AddressVector, CqId, Event, Mtu, QpAttr, QpAttrMask, QpCaps, QpState, QpType, RecvWr,
-    SendFlags, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus, WrOp,
+    Access, AddressVector, CqId, Event, MrMemory, Mtu, QpAttr, QpAttrMask, QpCaps, QpState, QpType,
+    RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus, WrOp,
 };
 pub use crate::netdev::{Gid, GidEntry, GidType, MacAddr};

@@ -1,7 +1,12 @@
 //! Protection domains, memory regions and address handles.
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::engine::{Access, AddressVector, MrInfo, PdId, Sge};
+use arc_swap::ArcSwap;
+
+use crate::driver::dma::UserMemory;
+use crate::engine::{
+    check_mr_access, Access, AddressVector, MrChange, MrInfo, MrMemory, PdId, Sge,
+};
 use crate::netdev::Gid;
 
 use super::attr::limits;
@@ -61,34 +66,47 @@ impl Pd {
     /// application); reach them with [`Mr::read`] and [`Mr::write`]. The region lives as
     /// long as the returned handle (or a clone of it).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
-        if len == 0 {
-            return Err(VerbsError::Zero { what: "MR length" });
-        }
-        if len as u64 > limits::MAX_MR_SIZE {
-            return Err(VerbsError::LimitExceeded {
-                what: "max_mr_size",
-                requested: len as u64,
-                max: limits::MAX_MR_SIZE,
-            });
-        }
-        // ibv_reg_mr(3) (IBTA 10.6): remote write or atomic access needs local write.
-        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
-            && !access.contains(Access::LOCAL_WRITE)
-        {
-            return Err(VerbsError::InvalidArgument(
-                "MR access REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE".into(),
-            ));
-        }
+        self.register(MrMemory::Device(len), access)
+    }
+
+    /// Registers a memory region on the application's own memory (`ibv_reg_mr` on a
+    /// buffer of the caller's): the transport reads and writes those bytes in place, no
+    /// copy. A remote WRITE lands in them, a SEND takes its bytes from them as they are
+    /// when it goes out (so, as with any RDMA buffer, leave them alone from the post to the
+    /// completion). Reach them through the memory itself ([`UserMemory::with_bytes`]) or
+    /// through [`Mr::read`]/[`Mr::write`]; both are ordered with the device's accesses.
+    /// After the last handle of the region is dropped the device never touches the memory
+    /// again.
+    pub fn reg_user_mr(&self, memory: UserMemory, access: Access) -> Result<Mr> {
+        self.register(MrMemory::User(memory), access)
+    }
+
+    fn register(&self, memory: MrMemory, access: Access) -> Result<Mr> {
+        check_mr_memory(&memory)?;
+        // ibv_reg_mr(3), IBTA 10.6.3.1: remote write or atomic access needs local write.
+        check_mr_access(access)?;
         let slot = ObjectSlot::take(&self.inner.core, ObjectKind::Mr)?;
+        let user = match &memory {
+            MrMemory::User(m) => Some(m.clone()),
+            MrMemory::Device(_) => None,
+        };
         let info = self
             .inner
             .core
             .shared
-            .with_engine(0, false, |e| e.reg_mr(self.inner.id, len, access))??;
+            .with_engine(0, false, |e| match memory {
+                MrMemory::Device(len) => e.reg_mr(self.inner.id, len, access),
+                MrMemory::User(m) => e.reg_user_mr(self.inner.id, m, access),
+            })??;
         Ok(Mr {
             inner: Arc::new(MrInner {
-                pd: self.inner.clone(),
-                info,
+                core: self.inner.core.clone(),
+                state: ArcSwap::from_pointee(MrState {
+                    pd: self.inner.clone(),
+                    info,
+                    user,
+                }),
+                rereg: Mutex::new(()),
                 _slot: slot,
             }),
         })
@@ -123,26 +141,50 @@ impl Pd {
     }
 }
 
+/// The memory a region may be (re-)registered on: not empty, not over `max_mr_size`.
+fn check_mr_memory(memory: &MrMemory) -> Result<()> {
+    let len = memory.len();
+    if len == 0 {
+        return Err(VerbsError::Zero { what: "MR length" });
+    }
+    if len as u64 > limits::MAX_MR_SIZE {
+        return Err(VerbsError::LimitExceeded {
+            what: "max_mr_size",
+            requested: len as u64,
+            max: limits::MAX_MR_SIZE,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) struct MrInner {
+    core: Arc<Core>,
+    /// What the region is now; a re-registration publishes a new one.
+    state: ArcSwap<MrState>,
+    /// Held by a re-registration, so two of them publish in the engine's order.
+    rereg: Mutex<()>,
+    _slot: ObjectSlot,
+}
+
+struct MrState {
+    /// Kept alive while the region belongs to it.
     pd: Arc<PdInner>,
     info: MrInfo,
-    _slot: ObjectSlot,
+    /// The application's memory, for a region registered on it.
+    user: Option<UserMemory>,
 }
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        let lkey = self.info.lkey;
-        let _ = self
-            .pd
-            .core
-            .shared
-            .with_engine(0, false, |e| e.dereg_mr(lkey));
+        let lkey = self.state.load().info.lkey;
+        let _ = self.core.shared.with_engine(0, false, |e| e.dereg_mr(lkey));
     }
 }
 
-/// A registered memory region (`ibv_mr`). The bytes belong to the device, so no
-/// use-after-free is possible: a WR naming a deregistered region fails with a protection
-/// error instead of touching freed memory.
+/// A registered memory region (`ibv_mr`). Its bytes are the device's ([`Pd::reg_mr`]) or
+/// the application's ([`Pd::reg_user_mr`]); either way no use-after-free is possible: a WR
+/// naming a deregistered region fails with a protection error instead of touching memory
+/// that may be freed.
 #[derive(Clone)]
 pub struct Mr {
     inner: Arc<MrInner>,
@@ -150,78 +192,153 @@ pub struct Mr {
 
 impl std::fmt::Debug for Mr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.inner.state.load();
         f.debug_struct("Mr")
-            .field("addr", &format_args!("{:#x}", self.inner.info.addr))
-            .field("len", &self.inner.info.length)
-            .field("lkey", &format_args!("{:#x}", self.inner.info.lkey))
+            .field("addr", &format_args!("{:#x}", state.info.addr))
+            .field("len", &state.info.length)
+            .field("lkey", &format_args!("{:#x}", state.info.lkey))
+            .field("user_memory", &state.user.is_some())
             .finish()
     }
 }
 
+/// What [`Mr::rereg`] changes (`ibv_rereg_mr`'s `IBV_REREG_MR_CHANGE_TRANSLATION`, `_PD`,
+/// `_ACCESS`); `None` keeps it. At least one must be given.
+#[derive(Clone, Debug, Default)]
+pub struct MrRereg<'a> {
+    /// New memory: the device's zeroed bytes or the application's. The region gets a new
+    /// [`Mr::addr`] for it; the old memory is not reached again once `rereg` returns.
+    pub memory: Option<MrMemory>,
+    /// The protection domain the region moves to (of the same device).
+    pub pd: Option<&'a Pd>,
+    /// The new access rights (the same rules as at registration).
+    pub access: Option<Access>,
+}
+
 impl Mr {
+    fn info(&self) -> MrInfo {
+        self.inner.state.load().info
+    }
+
     /// Start address in the device's address space (what the peer puts in a RETH).
     pub fn addr(&self) -> u64 {
-        self.inner.info.addr
+        self.info().addr
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.inner.info.length
+        self.info().length
     }
 
     /// Always false: zero-length regions cannot be registered.
     pub fn is_empty(&self) -> bool {
-        self.inner.info.length == 0
+        self.info().length == 0
     }
 
     /// Local key, for SGEs.
     pub fn lkey(&self) -> u32 {
-        self.inner.info.lkey
+        self.info().lkey
     }
 
     /// Remote key, for the peer's RDMA READ/WRITE/atomics.
     pub fn rkey(&self) -> u32 {
-        self.inner.info.rkey
+        self.info().rkey
     }
 
     /// Access flags.
     pub fn access(&self) -> Access {
-        self.inner.info.access
+        self.info().access
     }
 
     /// The PD it belongs to.
     pub fn pd(&self) -> PdId {
-        self.inner.info.pd
+        self.info().pd
     }
 
-    fn check(&self, offset: usize, len: usize) -> Result<u64> {
-        let end = offset.checked_add(len);
-        match end {
-            Some(end) if end <= self.len() => Ok(self.addr() + offset as u64),
+    /// The application's memory the region is registered on; `None` when its bytes are
+    /// the device's.
+    pub fn user_memory(&self) -> Option<UserMemory> {
+        self.inner.state.load().user.clone()
+    }
+
+    /// Re-registers the region (`ibv_rereg_mr`): other memory, another PD, other access
+    /// rights, or several at once; the keys stay. A refused change (nothing to change, a PD
+    /// of another device, access against the rules, an empty or oversized memory) leaves
+    /// the region as it was. Like `ibv_rereg_mr`, it is for a region no operation is using:
+    /// one the device checked before the call may still complete against the old rights.
+    pub fn rereg(&self, change: &MrRereg<'_>) -> Result<()> {
+        if let Some(pd) = change.pd {
+            if !Arc::ptr_eq(&pd.inner.core, &self.inner.core) {
+                return Err(VerbsError::WrongDevice {
+                    what: "protection domain",
+                });
+            }
+        }
+        if let Some(memory) = &change.memory {
+            check_mr_memory(memory)?;
+        }
+        if let Some(access) = change.access {
+            check_mr_access(access)?;
+        }
+        let _one_at_a_time = self.inner.rereg.lock().unwrap_or_else(|p| p.into_inner());
+        let state = self.inner.state.load_full();
+        let engine_change = MrChange {
+            memory: change.memory.clone(),
+            pd: change.pd.map(|p| p.inner.id),
+            access: change.access,
+        };
+        let lkey = state.info.lkey;
+        let info = self
+            .inner
+            .core
+            .shared
+            .with_engine(0, false, |e| e.rereg_mr(lkey, engine_change))??;
+        let user = match &change.memory {
+            Some(MrMemory::User(m)) => Some(m.clone()),
+            Some(MrMemory::Device(_)) => None,
+            None => state.user.clone(),
+        };
+        self.inner.state.store(Arc::new(MrState {
+            pd: change
+                .pd
+                .map_or_else(|| state.pd.clone(), |p| p.inner.clone()),
+            info,
+            user,
+        }));
+        Ok(())
+    }
+
+    /// The address of `len` bytes at `offset`, and the key, of one view of the region (a
+    /// re-registration may move it meanwhile).
+    fn check(&self, offset: usize, len: usize) -> Result<(u64, u32)> {
+        let info = self.info();
+        match offset.checked_add(len) {
+            Some(end) if end <= info.length => Ok((info.addr + offset as u64, info.lkey)),
             _ => Err(VerbsError::MrRange {
                 offset: offset as u64,
                 len: len as u64,
-                mr_len: self.len() as u64,
+                mr_len: info.length as u64,
             }),
         }
     }
 
     /// An SGE for `len` bytes at `offset`.
     pub fn sge(&self, offset: usize, len: u32) -> Result<Sge> {
-        let addr = self.check(offset, len as usize)?;
+        let (addr, lkey) = self.check(offset, len as usize)?;
         Ok(Sge {
             addr,
             length: len,
-            lkey: self.lkey(),
+            lkey,
         })
     }
 
     /// An SGE covering the whole region.
     pub fn sge_all(&self) -> Sge {
+        let info = self.info();
         Sge {
-            addr: self.addr(),
-            length: self.len().min(u32::MAX as usize) as u32,
-            lkey: self.lkey(),
+            addr: info.addr,
+            length: info.length.min(u32::MAX as usize) as u32,
+            lkey: info.lkey,
         }
     }
 
@@ -230,25 +347,21 @@ impl Mr {
     /// Reading is how a program polls memory for a peer's RDMA WRITE (as `ib_write_lat`
     /// does), so, like polling a CQ, it first makes progress when no other thread is.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        let addr = self.check(offset, out.len())?;
-        let lkey = self.lkey();
+        let (addr, lkey) = self.check(offset, out.len())?;
         Ok(self
             .inner
-            .pd
             .core
             .shared
-            .poll_shards(shared_all(&self.inner.pd.core), 0, |e| {
+            .poll_shards(shared_all(&self.inner.core), 0, |e| {
                 e.mr_read(lkey, addr, out)
             })??)
     }
 
     /// Copies `data` into the region at `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        let addr = self.check(offset, data.len())?;
-        let lkey = self.lkey();
+        let (addr, lkey) = self.check(offset, data.len())?;
         Ok(self
             .inner
-            .pd
             .core
             .shared
             .with_engine(0, false, |e| e.mr_write(lkey, addr, data))??)
