@@ -628,6 +628,8 @@ fn srq_pingpong_and_perf_use_srq_over_af_xdp() {
         "pingpong", "--srq", "-g", "1", "-q", "8", "-r", "64", "-n", "400", "-s", "4096",
     ];
     let (server, client) = pair(&link, &args, &args, 60);
+    // docs/tools.md quotes these (run with --nocapture).
+    println!("server:\n{server}client:\n{client}");
     for out in [&server, &client] {
         assert_eq!(out.matches("  local address:  LID").count(), 8, "{out}");
         assert_eq!(out.matches("  remote address: LID").count(), 8, "{out}");
