@@ -54,6 +54,7 @@ fn connection(engine: Arc<Mutex<Engine>>, pd_a: PdId) -> Connection {
         recv_cq: cq,
         caps: caps(),
         sq_sig_all: false,
+        srq: None,
     };
     let qb = peer.create_qp(init(pd_b, cq_b)).unwrap();
     let (qa, cq_a, mr_a) = {

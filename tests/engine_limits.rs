@@ -21,6 +21,7 @@ fn qp_init(pd: PdId, cq: CqId, caps: QpCaps) -> QpInit {
         recv_cq: cq,
         caps,
         sq_sig_all: true,
+        srq: None,
     }
 }
 

@@ -420,6 +420,7 @@ fn small_cq_qps(p: &mut Pair, a_depth: u32, b_depth: u32) -> (u32, CqId, u32, Cq
                 recv_cq: cq,
                 caps: QpCaps::default(),
                 sq_sig_all: false,
+                srq: None,
             })
             .unwrap();
         (qp, cq)

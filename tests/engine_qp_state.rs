@@ -90,6 +90,7 @@ fn engine_with_qp(ty: QpType) -> (Engine, u32) {
             recv_cq: cq,
             caps: QpCaps::default(),
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     (e, qp)

@@ -81,6 +81,7 @@ fn replay(frames: &[Frame], me: IpAddr, mtu: Mtu) -> (Vec<String>, Vec<String>) 
                     ..QpCaps::default()
                 },
                 sq_sig_all: false,
+                srq: None,
             },
             my_qpn,
         )

@@ -917,6 +917,7 @@ fn ud_send_with_grh_and_qkey_checks() {
                 recv_cq: cq,
                 caps: QpCaps::default(),
                 sq_sig_all: true,
+                srq: None,
             })
             .unwrap();
         let mut attr = QpAttr {

@@ -24,6 +24,7 @@ fn rc(pd: PdId, cq: CqId) -> QpInit {
             ..QpCaps::default()
         },
         sq_sig_all: false,
+        srq: None,
     }
 }
 

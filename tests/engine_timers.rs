@@ -18,6 +18,7 @@ fn engine_with_qps(n: u32, cfg: &WorkloadConfig) -> (Engine, Vec<u32>, MrInfo) {
         recv_cq: cq,
         caps: QpCaps::default(),
         sq_sig_all: true,
+        srq: None,
     };
     let qpns = (0..n)
         .map(|i| {

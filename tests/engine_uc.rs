@@ -435,6 +435,7 @@ fn rc_only_attributes_are_refused_on_uc_transitions() {
             recv_cq: cq,
             caps: QpCaps::default(),
             sq_sig_all: true,
+            srq: None,
         })
         .unwrap();
     let mut attr = QpAttr {

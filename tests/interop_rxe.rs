@@ -327,6 +327,23 @@ const CASES: &[Case] = &[
     Case { name: "xroce_cli_uc_send_lat", mtu: 1500, netem: None,
         server: (G1, pt!("ib_send_lat", "-c UC -n 200 -s 64")), client: (HOST, xp!("send_lat", "-c UC -n 200 -s 64 {srv}")),
         opcodes: &[UC_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    // SRQ: ibv_srq_pingpong against xroce pingpong --srq (16 RC QPs on one SRQ and one CQ
+    // on each side; 256 addresses each way in the exchange), and ib_send_bw --use-srq against
+    // xroce perf send_bw --use-srq (4 QPs taking their receives from one SRQ), both roles.
+    Case { name: "xroce_srv_srq_pingpong", mtu: 1500, netem: None,
+        server: (HOST, "{xroce} pingpong --srq -d eth0 -g 1 -q 16 -n 500 -s 4096"),
+        client: (G1, "timeout 120 ibv_srq_pingpong -d rxe0 -g 1 -q 16 -n 500 -s 4096 {srv}"),
+        opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_srq_pingpong", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 ibv_srq_pingpong -d rxe0 -g 1 -q 16 -n 500 -s 4096"),
+        client: (HOST, "{xroce} pingpong --srq -d eth0 -g 1 -q 16 -n 500 -s 4096 {srv}"),
+        opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_srv_srq_send_bw", mtu: 1500, netem: None,
+        server: (HOST, xp!("send_bw", "--use-srq -q 4 -n 500 -s 4096")), client: (G1, pt!("ib_send_bw", "--use-srq -q 4 -n 500 -s 4096 {srv}")),
+        opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_srq_send_bw", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_send_bw", "--use-srq -q 4 -n 500 -s 4096")), client: (HOST, xp!("send_bw", "--use-srq -q 4 -n 500 -s 4096 {srv}")),
+        opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
     Case { name: "xroce_srv_send_bw_a", mtu: 1500, netem: None,
         server: (HOST, xp!("send_bw", "-a -n 5")), client: (G1, pt!("ib_send_bw", "-a -n 5 {srv}")),
         opcodes: SEND_ALL, loss_evidence: None, state: State::Runs },

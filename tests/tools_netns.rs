@@ -612,3 +612,66 @@ fn perf_inline_sends_over_af_xdp() {
         );
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn srq_pingpong_and_perf_use_srq_over_af_xdp() {
+    if !common::privileged_or_skip("srq_pingpong_and_perf_use_srq_over_af_xdp") {
+        return;
+    }
+    let link = link();
+    // ibv_srq_pingpong's exchange both ends: 8 RC QPs on one SRQ per side, 4 KiB messages.
+    let args = [
+        "pingpong", "--srq", "-g", "1", "-q", "8", "-r", "64", "-n", "400", "-s", "4096",
+    ];
+    let (server, client) = pair(&link, &args, &args, 60);
+    // docs/tools.md quotes these (run with --nocapture).
+    println!("server:\n{server}client:\n{client}");
+    for out in [&server, &client] {
+        assert_eq!(out.matches("  local address:  LID").count(), 8, "{out}");
+        assert_eq!(out.matches("  remote address: LID").count(), 8, "{out}");
+        assert!(out.contains("3276800 bytes in"), "{out}");
+        assert!(out.contains("400 iters in"), "{out}");
+    }
+    // More QPs than receives is refused, as ibv_srq_pingpong refuses it.
+    let (_, _, s_out, _) = run_pair(
+        &link,
+        &["pingpong", "--srq", "-q", "8", "-r", "4"],
+        &["pingpong", "--srq", "-q", "8", "-r", "4"],
+        20,
+    );
+    assert!(!s_out.status.success());
+    assert!(
+        String::from_utf8_lossy(&s_out.stderr).contains("rx_depth 4 is too small for 8 QPs"),
+        "{}",
+        String::from_utf8_lossy(&s_out.stderr)
+    );
+    // perftest's --use-srq: send_bw with 4 QPs on one SRQ at the receiver, and send_lat.
+    for (test, qps) in [("send_bw", "4"), ("send_lat", "1")] {
+        let args = [
+            "perf",
+            test,
+            "-x",
+            "1",
+            "--use-srq",
+            "-q",
+            qps,
+            "-n",
+            "300",
+            "-s",
+            "4096",
+        ];
+        let (server, client) = pair(&link, &args, &args, 60);
+        assert!(server.contains("Using SRQ      : ON"), "{test}\n{server}");
+        let header = if test.ends_with("_bw") {
+            "BW average[MB/sec]"
+        } else {
+            "t_typical[usec]"
+        };
+        assert!(server.contains(header), "{test}\n{server}\n{client}");
+        assert!(client.contains(header), "{test}\n{client}");
+    }
+}

@@ -107,6 +107,9 @@ fn devinfo_reports_identity_and_the_enforced_limits() {
         format!("max_qp_init_rd_atom:\t\t{}\n", limits::MAX_RD_ATOMIC),
         format!("max_inline_data:\t\t{}\n", limits::MAX_INLINE_DATA),
         format!("max_ah:\t\t\t\t{}\n", limits::MAX_AH),
+        format!("max_srq:\t\t\t{}\n", limits::MAX_SRQ),
+        format!("max_srq_wr:\t\t\t{}\n", limits::MAX_SRQ_WR),
+        format!("max_srq_sge:\t\t\t{}\n", limits::MAX_SRQ_SGE),
     ];
     for field in &fields {
         assert!(out.contains(field.as_str()), "no {field:?} in\n{out}");

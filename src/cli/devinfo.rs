@@ -111,6 +111,9 @@ pub fn render(net: &NetdevInfo, verbose: bool) -> String {
         let _ = writeln!(w, "\tmax_qp_init_rd_atom:\t\t{}", dev.max_qp_init_rd_atom);
         let _ = writeln!(w, "\tmax_inline_data:\t\t{}", dev.max_inline_data);
         let _ = writeln!(w, "\tmax_ah:\t\t\t\t{}", dev.max_ah);
+        let _ = writeln!(w, "\tmax_srq:\t\t\t{}", dev.max_srq);
+        let _ = writeln!(w, "\tmax_srq_wr:\t\t\t{}", dev.max_srq_wr);
+        let _ = writeln!(w, "\tmax_srq_sge:\t\t\t{}", dev.max_srq_sge);
         let _ = writeln!(
             w,
             "\tatomic_cap:\t\t\t{} ({})",

@@ -154,9 +154,13 @@ pub struct Args {
     /// device's max_inline_data).
     #[arg(short = 'I', long = "inline_size", value_name = "SIZE")]
     pub inline_size: Option<u32>,
-    /// Receive queue depth (send tests).
+    /// Receive queue depth (send tests); with --use-srq the depth of the SRQ.
     #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
     pub rx_depth: u32,
+    /// Take the receives of all QPs from one shared receive queue of -r WRs (send tests,
+    /// receiving side; perftest's --use-srq).
+    #[arg(long = "use-srq", alias = "use_srq")]
+    pub use_srq: bool,
     /// Completion moderation: signal every n-th send (bw tests).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     pub cq_mod: u32,
@@ -226,6 +230,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.uc = args.connection == Conn::Uc;
     opts.report_gbits = args.report_gbits;
     opts.events = args.events;
+    opts.use_srq = args.use_srq;
     // The limits apply to what was typed (as perftest checks -r before it caps it at -n);
     // then the depths are settled as perftest settles them.
     opts.validate()?;
@@ -296,17 +301,18 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         progress: args.progress,
         shards: args.shards,
     };
-    let mut eps = verbs_endpoint::open(&dev, &gid, &spec, opts.num_qps)?;
-    for ep in &mut eps {
-        ep.set_inline(inline_size)?;
-    }
-    let info0 = eps[0].local();
-    opts.out_reads = args.outs.unwrap_or(info0.max_rd_atomic).max(1);
     let role = if args.host.is_some() {
         Role::Client
     } else {
         Role::Server
     };
+    let srq_depth = opts.srq_depth(role)?;
+    let mut eps = verbs_endpoint::open_with_srq(&dev, &gid, &spec, opts.num_qps, srq_depth)?;
+    for ep in &mut eps {
+        ep.set_inline(inline_size)?;
+    }
+    let info0 = eps[0].local();
+    opts.out_reads = args.outs.unwrap_or(info0.max_rd_atomic).max(1);
 
     let dests: Vec<PerftestDest> = eps
         .iter()
@@ -344,6 +350,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         } else {
             "CMP_AND_SWAP"
         }),
+        use_srq: opts.use_srq,
     };
     let stream = match &args.host {
         Some(host) => setup::connect(host, args.port, Duration::from_secs(10))?,

@@ -1,5 +1,6 @@
 //! `xroce pingpong`: rdma-core's `ibv_rc_pingpong` (with `--uc`, `ibv_uc_pingpong`; with
-//! `--ud`, `ibv_ud_pingpong`), same options, same TCP exchange, same output. Interoperates with the C tools.
+//! `--ud`, `ibv_ud_pingpong`; with `--srq`, `ibv_srq_pingpong`), same options, same TCP
+//! exchange, same output. Interoperates with the C tools.
 use std::time::Duration;
 
 use xroce::tools::options;
@@ -21,7 +22,9 @@ Examples:
   # UC, like ibv_uc_pingpong (no ACKs: a lost message stalls the exchange):
   xroce pingpong --uc -d eth0 -g 1 198.18.0.11
   # UD, like ibv_ud_pingpong (messages up to the path MTU):
-  xroce pingpong --ud -d eth0 -g 1 -s 1024";
+  xroce pingpong --ud -d eth0 -g 1 -s 1024
+  # 16 RC QPs sharing one receive queue, like ibv_srq_pingpong (same -q on both sides):
+  xroce pingpong --srq -q 16 -d eth0 -g 1 198.18.0.11";
 
 /// Arguments (rdma-core's names; `-i` must be 1: an xroce device has one port).
 #[derive(clap::Args, Debug)]
@@ -66,8 +69,15 @@ pub struct Args {
     #[arg(long = "ud", conflicts_with = "uc")]
     pub ud: bool,
     /// Unreliable connected, as ibv_uc_pingpong (SENDs without ACKs or retries).
-    #[arg(long = "uc")]
+    #[arg(long = "uc", conflicts_with = "srq")]
     pub uc: bool,
+    /// Several RC QPs on one shared receive queue and one CQ, as ibv_srq_pingpong (-q QPs;
+    /// -r is the SRQ's depth; -n counts the exchanges of all QPs together).
+    #[arg(long = "srq", conflicts_with = "ud")]
+    pub srq: bool,
+    /// Number of QPs with --srq (ibv_srq_pingpong's -q, default 16; at most 256 and -r).
+    #[arg(short = 'q', long = "num-qp", requires = "srq")]
+    pub num_qp: Option<usize>,
     /// Frame driver: AF_XDP (root) or a kernel UDP socket.
     #[arg(long = "driver", value_parser = super::values::driver(), default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
@@ -154,6 +164,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             args.mtu
         }),
     )?;
+    if args.srq {
+        return run_srq(&args, &dev, &gid, rx_depth, mtu);
+    }
     let opts = PingpongOptions {
         size: args.size.unwrap_or(if args.ud { 1024 } else { 4096 }),
         iters: args.iters,
@@ -196,5 +209,49 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         setup::random_psn(),
         &mut stdout,
     )?;
+    Ok(0)
+}
+
+/// `--srq`: ibv_srq_pingpong.
+fn run_srq(
+    args: &Args,
+    dev: &xroce::netdev::NetdevInfo,
+    gid: &xroce::netdev::GidEntry,
+    rx_depth: u32,
+    mtu: u32,
+) -> anyhow::Result<i32> {
+    use xroce::tools::srq_pingpong::{SrqPingpong, SrqPingpongOptions};
+    if args.chk {
+        anyhow::bail!("-c/--chk: ibv_srq_pingpong has no validation option; drop -c");
+    }
+    let opts = SrqPingpongOptions {
+        size: args.size.unwrap_or(4096),
+        iters: args.iters,
+        rx_depth,
+        num_qp: args.num_qp.unwrap_or(16),
+        mtu,
+        sl: args.sl,
+        events: args.events,
+        stall_timeout: Duration::from_secs(30),
+    };
+    opts.validate()?;
+    let config = xroce::verbs::DeviceConfig {
+        progress: args.progress,
+        shards: args.shards,
+        ..verbs_endpoint::device_config(args.driver, args.pcap.clone())
+    };
+    let device = xroce::verbs::Device::open(&dev.name, config)?;
+    let mut pp = SrqPingpong::create(&device, gid.index, &opts)?;
+    let role = if args.host.is_some() {
+        Role::Client
+    } else {
+        Role::Server
+    };
+    let open_stream = || match &args.host {
+        Some(host) => setup::connect(host, args.port, Duration::from_secs(10)),
+        None => setup::accept_one(args.port),
+    };
+    let mut stdout = std::io::stdout();
+    pp.run(open_stream, role, &opts, setup::random_psn, &mut stdout)?;
     Ok(0)
 }

@@ -180,6 +180,7 @@ mod tests {
                 recv_cq: cq,
                 caps: QpCaps::default(),
                 sq_sig_all: true,
+                srq: None,
             })
             .unwrap();
         let m = QpAttrMask::STATE;
@@ -331,6 +332,7 @@ mod tests {
                 recv_cq: cq,
                 caps: QpCaps::default(),
                 sq_sig_all: true,
+                srq: None,
             })
             .unwrap();
         for (state, mask) in [

@@ -28,3 +28,9 @@ pub const MAX_AH: u32 = 4096;
 /// Largest message (2 GiB, the IB limit of a DMA length: a longer one is a Remote Invalid
 /// Request).
 pub const MAX_MSG_SZ: u32 = 1 << 31;
+/// Shared receive queues per device (counted by the verbs layer; rxe: 4032).
+pub const MAX_SRQ: u32 = 1024;
+/// Work requests per shared receive queue (rxe's `max_srq_wr`).
+pub const MAX_SRQ_WR: u32 = 16 * 1024;
+/// SGEs per shared receive queue WR.
+pub const MAX_SRQ_SGE: u32 = MAX_SGE;

@@ -29,6 +29,7 @@
 //! - `mod.rs`: the [`Engine`] and its configuration, the device-wide state, the timer entry
 //!   points ([`Engine::handle_timeout`], [`Engine::poll_timeout`]).
 //! - `objects`: creating, querying and destroying PDs, MRs, CQs and QPs.
+//! - `srq`: shared receive queues (their table, shared by the shards, and the limit event).
 //! - `modify`: `modify_qp` (masks checked by `state`, values range-checked there) and the
 //!   state changes the engine makes itself (flush to ERR, fail a QP, SQ drained).
 //! - `post`: `post_send` / `post_recv`.
@@ -69,6 +70,7 @@ mod qp;
 mod receive;
 mod requester;
 mod responder;
+mod srq;
 pub mod state;
 pub mod time;
 pub mod timers;
@@ -85,6 +87,7 @@ pub use types::*;
 use cq::CqTable;
 use mr::MrTable;
 use qp::Qp;
+use srq::SrqTable;
 use timers::TimerQueue;
 use transmit::schedule;
 
@@ -146,6 +149,8 @@ pub(crate) struct DeviceState {
     pub mrs: Arc<MrTable>,
     /// Shared with the other shards of the device, if any.
     pub cqs: Arc<CqTable>,
+    /// Shared with the other shards of the device, if any.
+    pub srqs: Arc<SrqTable>,
     pub counters: Counters,
     pub events: VecDeque<Event>,
     /// Reused buffer for gathering payloads.
@@ -194,6 +199,7 @@ impl Shard {
 struct Tables {
     mrs: Arc<MrTable>,
     cqs: Arc<CqTable>,
+    srqs: Arc<SrqTable>,
     pds: Arc<objects::PdTable>,
 }
 
@@ -250,8 +256,8 @@ impl Engine {
         Engine::shard_of(cfg, Shard { index: 0, count: 1 }, &Tables::default())
     }
 
-    /// `count` engines (1..=64) that are the shards of one device: they share its PDs, MRs
-    /// and CQs (a QP on one shard may use a region or complete into a CQ another shard's
+    /// `count` engines (1..=64) that are the shards of one device: they share its PDs, MRs,
+    /// CQs and SRQs (a QP on one shard may use a region or complete into a CQ another shard's
     /// QPs use too), and each owns the QPs it creates, numbered `qpn % count == shard`
     /// ([`shard_of_qpn`]). Each is driven on its own (its own lock, its own frames): a frame
     /// belongs to the shard of its destination QPN.
@@ -269,6 +275,7 @@ impl Engine {
                 cfg,
                 mrs: tables.mrs.clone(),
                 cqs: tables.cqs.clone(),
+                srqs: tables.srqs.clone(),
                 counters: Counters::default(),
                 events: VecDeque::new(),
                 scratch: vec![0; 4096],

@@ -4,7 +4,7 @@
 use super::qp::{self, Qp};
 use super::transmit::schedule;
 use super::types::{EngineError, Event, QpAttr, QpAttrMask, QpState, WcStatus};
-use super::{limits, requester, responder, state, DeviceState, Engine, EngineConfig};
+use super::{limits, requester, responder, srq, state, DeviceState, Engine, EngineConfig};
 use crate::wire::{self, Psn};
 
 impl Engine {
@@ -114,7 +114,8 @@ pub(crate) fn check_sq_drained(qp: &mut Qp, sh: &mut DeviceState) {
 }
 
 /// Move a QP to the error state: every outstanding WR completes with WR_FLUSH_ERR, in order
-/// (IBTA 10.3.1, the Error state); queued NAKs are still sent.
+/// (IBTA 10.3.1, the Error state); queued NAKs are still sent. A QP on an SRQ flushes only the
+/// WQE it was filling and raises [`Event::QpLastWqeReached`].
 pub(crate) fn flush_qp(qp: &mut Qp, sh: &mut DeviceState) {
     qp.attr.qp_state = QpState::Err;
     qp.attr.cur_qp_state = QpState::Err;
@@ -132,10 +133,12 @@ pub(crate) fn flush_qp(qp: &mut Qp, sh: &mut DeviceState) {
         let wc = responder::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);
         sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
     }
+    // A QP on an SRQ has nothing here: the SRQ's WQEs stay for its other QPs.
     while let Some(wqe) = qp.rq.pop_front() {
         let wc = responder::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);
         sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
     }
+    srq::last_wqe_reached(qp, sh);
     // Keep only NAKs: READ responses and ACKs of a dead QP are not sent.
     qp.resp.responses.retain(|r| {
         matches!(r, qp::Response::Ack { syndrome, .. } if !matches!(syndrome, wire::Syndrome::Ack { .. }))
@@ -220,9 +223,16 @@ fn enter_state(qp: &mut Qp, sh: &mut DeviceState, to: QpState) {
     match to {
         QpState::Reset => {
             // Back to a fresh QP: queues emptied without completions (IBTA 10.3.1); its
-            // QPN, type, PD and CQs stay.
+            // QPN, type, PD, CQs and SRQ stay. A WQE it had taken from its SRQ for a message
+            // in progress goes back to the SRQ for the other QPs.
+            if let qp::InProgress::Send { wqe, .. } =
+                std::mem::replace(&mut qp.resp.in_progress, qp::InProgress::None)
+            {
+                srq::give_back_recv_wqe(qp, sh, wqe);
+            }
             qp.sq.clear();
             qp.rq.clear();
+            qp.last_wqe_reached = false;
             qp.req = Default::default();
             qp.resp = Default::default();
             qp.attr = QpAttr::default();

@@ -62,7 +62,7 @@ pub fn check_mr_access(access: Access) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// The PDs of a device, shared by its shards: for each, how many QPs use it.
+/// The PDs of a device, shared by its shards: for each, how many QPs and SRQs use it.
 #[derive(Debug, Default)]
 pub(crate) struct PdTable {
     slots: Mutex<Vec<Option<u32>>>,
@@ -103,7 +103,7 @@ impl PdTable {
         }
     }
 
-    /// A QP starts (`+1`) or stops (`-1`) using `pd`.
+    /// A QP or SRQ starts (`+1`) or stops (`-1`) using `pd`.
     fn count_qp(&self, pd: PdId, delta: i32) {
         if let Some(Some(n)) = self.slots().get_mut(pd.0 as usize) {
             *n = n.saturating_add_signed(delta);
@@ -135,7 +135,7 @@ impl Engine {
         self.pds.alloc()
     }
 
-    fn check_pd(&self, pd: PdId) -> Result<(), EngineError> {
+    pub(super) fn check_pd(&self, pd: PdId) -> Result<(), EngineError> {
         if self.pds.exists(pd) {
             Ok(())
         } else {
@@ -143,7 +143,12 @@ impl Engine {
         }
     }
 
-    /// Free a protection domain that no MR or QP (of any shard) uses.
+    /// A QP or SRQ starts (`+1`) or stops (`-1`) using `pd`, which cannot be freed before.
+    pub(super) fn count_pd_user(&self, pd: PdId, delta: i32) {
+        self.pds.count_qp(pd, delta);
+    }
+
+    /// Free a protection domain that no MR, QP or SRQ (of any shard) uses.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), EngineError> {
         self.pds.free(pd, &self.sh.mrs)
     }
@@ -432,6 +437,11 @@ impl Engine {
                 return Err(EngineError::UnknownCq(cq));
             }
         }
+        if let Some(srq) = init.srq {
+            if self.sh.srqs.with(srq, |_| ()).is_none() {
+                return Err(EngineError::UnknownSrq(srq));
+            }
+        }
         let c = init.caps;
         let max_wr = limits::MAX_QP_WR;
         if c.max_send_wr == 0 || c.max_send_wr > max_wr || c.max_recv_wr > max_wr {
@@ -472,8 +482,13 @@ impl Engine {
             resp: Default::default(),
             in_tx_list: false,
             sqd_notified: false,
+            srq: init.srq,
+            last_wqe_reached: false,
         };
         self.pds.count_qp(init.pd, 1);
+        if let Some(srq) = init.srq {
+            self.sh.srqs.with(srq, |q| q.qp_refs += 1);
+        }
         for cq in [init.send_cq, init.recv_cq] {
             self.sh.cqs.with(cq, |q| q.qp_refs += 1);
         }
@@ -486,6 +501,11 @@ impl Engine {
         let qp = self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         self.timers.set(qpn, None);
         self.pds.count_qp(qp.pd, -1);
+        if let Some(srq) = qp.srq {
+            self.sh
+                .srqs
+                .with(srq, |q| q.qp_refs = q.qp_refs.saturating_sub(1));
+        }
         for cq in [qp.send_cq, qp.recv_cq] {
             self.sh
                 .cqs
@@ -527,7 +547,13 @@ impl Engine {
             .len())
     }
 
-    /// Receive WRs posted and not yet consumed.
+    /// The SRQ the QP takes its receives from, if any.
+    pub fn qp_srq(&self, qpn: u32) -> Result<Option<super::SrqId>, EngineError> {
+        Ok(self.qps.get(&qpn).ok_or(EngineError::UnknownQp(qpn))?.srq)
+    }
+
+    /// Receive WRs posted to the QP's own receive queue and not yet consumed (0 for a QP on
+    /// an SRQ: see [`Engine::srq_len`]).
     pub fn recv_queue_len(&self, qpn: u32) -> Result<usize, EngineError> {
         Ok(self
             .qps

@@ -69,7 +69,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Post a receive WR.
+    /// Post a receive WR to the QP's own receive queue (a QP on an SRQ refuses it with
+    /// [`EngineError::ReceivesFromSrq`]: see [`Engine::post_srq_recv`]).
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), EngineError> {
         self.post_recv_sges(qpn, wr.wr_id, &wr.sg_list)
     }
@@ -82,6 +83,9 @@ impl Engine {
         sg_list: &[Sge],
     ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        if qp.srq.is_some() {
+            return Err(EngineError::ReceivesFromSrq(qpn));
+        }
         if qp.state() == QpState::Reset {
             return Err(EngineError::BadState {
                 what: "receive",

@@ -225,6 +225,10 @@ pub(crate) struct Qp {
     pub in_tx_list: bool,
     /// `Event::SqDrained` was raised for the current SQD period.
     pub sqd_notified: bool,
+    /// The SRQ receives are taken from instead of `rq` (which then stays empty).
+    pub srq: Option<super::types::SrqId>,
+    /// `Event::QpLastWqeReached` was raised for the current stay in ERR.
+    pub last_wqe_reached: bool,
 }
 
 impl Qp {
@@ -276,6 +280,8 @@ impl Qp {
             resp: Default::default(),
             in_tx_list: false,
             sqd_notified: false,
+            srq: None,
+            last_wqe_reached: false,
         }
     }
 }

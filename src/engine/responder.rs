@@ -2,8 +2,9 @@
 //! executes them and queues what goes back: ACKs, NAKs, READ responses, atomic ACKs.
 //!
 //! [`handle_request`] reads as the list of checks. Every request passes `check_state`,
-//! `check_opcode`, `check_psn`, `check_op_sequence`, `check_packet_length` and
-//! `check_resource`; each operation then checks its own headers, lengths and keys
+//! `check_opcode`, `check_psn`, `check_op_sequence` and `check_packet_length`, then
+//! `take_resource` takes the receive WQE it needs (from the QP's receive queue or its SRQ);
+//! each operation then checks its own headers, lengths and keys
 //! (`check_reth`, `check_message_length`, `check_write_length`, `check_rkey`,
 //! `check_atomic_alignment`, `check_receive_space`, ...). A failed check returns a
 //! [`ResponderError`] whose [`Outcome`] is its IBTA class: a silent drop, a duplicate, a
@@ -18,6 +19,7 @@ use crate::wire::{
 use super::modify::flush_qp;
 use super::mr::{AccessFault, MrTable};
 use super::qp::{InProgress, Qp, RecvWqe, Response, SavedResource};
+use super::srq::{give_back_recv_wqe, take_recv_wqe};
 use super::transmit::OutPacket;
 use super::types::{Access, PdId, QpState, Wc, WcOpcode, WcStatus};
 use super::{DeviceState, CREDIT_UNLIMITED};
@@ -236,11 +238,14 @@ pub(crate) fn handle_request(
     pkt: &PacketRepr<'_>,
     info: &OpcodeInfo,
 ) {
-    let result = check_request(qp, pkt, info).and_then(|kind| match kind {
-        Kind::Send => execute_send(qp, sh, pkt, info),
-        Kind::Write => execute_write(qp, sh, pkt, info),
-        Kind::Read => execute_read(qp, sh, pkt),
-        Kind::Atomic => execute_atomic(qp, sh, pkt),
+    let result = check_request(qp, pkt, info).and_then(|kind| {
+        let wqe = take_resource(qp, sh, kind, info)?;
+        match kind {
+            Kind::Send => execute_send(qp, sh, pkt, info, wqe),
+            Kind::Write => execute_write(qp, sh, pkt, info, wqe),
+            Kind::Read => execute_read(qp, sh, pkt),
+            Kind::Atomic => execute_atomic(qp, sh, pkt),
+        }
     });
     match result {
         Ok(Executed::Acknowledge) => {
@@ -264,7 +269,6 @@ fn check_request(qp: &Qp, pkt: &PacketRepr<'_>, info: &OpcodeInfo) -> Result<Kin
     check_psn(qp.resp.epsn, pkt.bth.psn)?;
     check_op_sequence(&qp.resp.in_progress, kind, info.position)?;
     check_packet_length(kind, info.position, pkt.payload.len(), qp.mtu() as usize)?;
-    check_resource(qp.rq.is_empty(), kind, info)?;
     Ok(kind)
 }
 
@@ -396,18 +400,32 @@ fn check_packet_length(
     ok.then_some(()).ok_or(ResponderError::PacketLength)
 }
 
-/// A receive WQE is there for a SEND (FIRST/ONLY) and for a WRITE with immediate
-/// (LAST/ONLY).
-fn check_resource(rq_empty: bool, kind: Kind, info: &OpcodeInfo) -> Result<(), ResponderError> {
-    let needs_wqe = match kind {
+/// A SEND (FIRST/ONLY) and a WRITE with immediate (LAST/ONLY) consume a receive WQE.
+fn needs_wqe(kind: Kind, info: &OpcodeInfo) -> bool {
+    match kind {
         Kind::Send => matches!(info.position, Position::First | Position::Only),
         Kind::Write => matches!(info.position, Position::Last | Position::Only) && info.has_immdt,
         _ => false,
-    };
-    if needs_wqe && rq_empty {
-        return Err(ResponderError::ReceiverNotReady);
     }
-    Ok(())
+}
+
+/// Takes the receive WQE the request consumes, if it consumes one: from the QP's receive
+/// queue, or from its SRQ (IBTA 10.2.9), where it is taken at once, so that a QP of another
+/// shard cannot take the same one between the check and the use (rxe's `get_srq_wqe` copies
+/// it out alike). None there: receiver not ready. A request refused before it wrote to the
+/// WQE's buffer gives it back (`give_back_recv_wqe`).
+fn take_resource(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    kind: Kind,
+    info: &OpcodeInfo,
+) -> Result<Option<RecvWqe>, ResponderError> {
+    if !needs_wqe(kind, info) {
+        return Ok(None);
+    }
+    take_recv_wqe(qp, sh)
+        .map(Some)
+        .ok_or(ResponderError::ReceiverNotReady)
 }
 
 // ----- the checks of each operation -----
@@ -495,18 +513,17 @@ fn invalidate_rkey(mrs: &MrTable, pd: PdId, rkey: u32) -> Result<(), ResponderEr
 
 // ----- execution -----
 
+/// A SEND packet; `wqe` is the receive WQE a FIRST or ONLY took.
 fn execute_send(
     qp: &mut Qp,
     sh: &mut DeviceState,
     pkt: &PacketRepr<'_>,
     info: &OpcodeInfo,
+    wqe: Option<RecvWqe>,
 ) -> Result<Executed, ResponderError> {
     let pos = info.position;
     let plen = pkt.payload.len() as u64;
-    if matches!(pos, Position::First | Position::Only) {
-        let Some(wqe) = qp.rq.pop_front() else {
-            return Ok(Executed::Stopped);
-        };
+    if let Some(wqe) = wqe {
         qp.resp.in_progress = InProgress::Send { wqe, offset: 0 };
     }
     let InProgress::Send { wqe, offset, .. } = &mut qp.resp.in_progress else {
@@ -540,12 +557,48 @@ fn execute_send(
     Ok(Executed::Acknowledge)
 }
 
+/// A WRITE packet; `wqe` is the receive WQE a LAST or ONLY with immediate took. If the
+/// packet is refused, the WQE goes back unconsumed (a WRITE writes none of its buffer).
 fn execute_write(
     qp: &mut Qp,
     sh: &mut DeviceState,
     pkt: &PacketRepr<'_>,
     info: &OpcodeInfo,
+    wqe: Option<RecvWqe>,
 ) -> Result<Executed, ResponderError> {
+    match place_write(qp, sh, pkt, info) {
+        Ok(Some(total)) => {
+            qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
+            let Some(wqe) = wqe else {
+                return Ok(Executed::Acknowledge);
+            };
+            let mut wc = recv_wc(qp, &wqe, WcStatus::Success, total as u32);
+            wc.opcode = WcOpcode::RecvRdmaWithImm;
+            wc.imm_data = pkt.immdt;
+            let cq = qp.recv_cq;
+            if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
+                return Ok(Executed::Stopped);
+            }
+            Ok(Executed::Acknowledge)
+        }
+        Ok(None) => Ok(Executed::Acknowledge),
+        Err(e) => {
+            if let Some(wqe) = wqe {
+                give_back_recv_wqe(qp, sh, wqe);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Checks a WRITE packet and places its payload; `Some(total)` when it ended the message
+/// (of `total` bytes, the RETH length).
+fn place_write(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    pkt: &PacketRepr<'_>,
+    info: &OpcodeInfo,
+) -> Result<Option<u64>, ResponderError> {
     let pos = info.position;
     let plen = pkt.payload.len() as u64;
     let last = matches!(pos, Position::Last | Position::Only);
@@ -571,7 +624,8 @@ fn execute_write(
         total,
     } = &mut qp.resp.in_progress
     else {
-        return Ok(Executed::Stopped);
+        // check_op_sequence admits a MIDDLE/LAST only inside a WRITE.
+        return Err(ResponderError::OpSequence);
     };
     check_write_payload(plen, *remaining, last)?;
     if plen > 0 {
@@ -590,21 +644,9 @@ fn execute_write(
     let total = *total;
     if last {
         qp.resp.in_progress = InProgress::None;
-        qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
-        if info.has_immdt {
-            let Some(wqe) = qp.rq.pop_front() else {
-                return Ok(Executed::Stopped);
-            };
-            let mut wc = recv_wc(qp, &wqe, WcStatus::Success, total as u32);
-            wc.opcode = WcOpcode::RecvRdmaWithImm;
-            wc.imm_data = pkt.immdt;
-            let cq = qp.recv_cq;
-            if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
-                return Ok(Executed::Stopped);
-            }
-        }
+        return Ok(Some(total));
     }
-    Ok(Executed::Acknowledge)
+    Ok(None)
 }
 
 fn execute_read(
@@ -940,6 +982,10 @@ pub(crate) fn handle_uc(
     }
     if matches!(info.position, Position::First | Position::Only) {
         abandon_uc_message(qp, sh);
+        if qp.state() == QpState::Err {
+            // Completing an abandoned SRQ WQE overran the CQ.
+            return;
+        }
         qp.resp.epsn = psn;
     } else if !in_sequence || check_op_sequence(&qp.resp.in_progress, kind, info.position).is_err()
     {
@@ -948,10 +994,10 @@ pub(crate) fn handle_uc(
         return;
     }
     let result = check_packet_length(kind, info.position, pkt.payload.len(), qp.mtu() as usize)
-        .and_then(|()| check_resource(qp.rq.is_empty(), kind, info))
-        .and_then(|()| match kind {
-            Kind::Send => execute_send(qp, sh, pkt, info),
-            _ => execute_write(qp, sh, pkt, info),
+        .and_then(|()| take_resource(qp, sh, kind, info))
+        .and_then(|wqe| match kind {
+            Kind::Send => execute_send(qp, sh, pkt, info, wqe),
+            _ => execute_write(qp, sh, pkt, info, wqe),
         });
     match result {
         Ok(_) => qp.resp.epsn = psn.wrapping_add(1),
@@ -977,10 +1023,18 @@ pub(crate) fn handle_uc(
 }
 
 /// Drop the UC message in progress, if any (counted): a SEND's receive WQE goes back to the
-/// head of the receive queue, unconsumed.
+/// head of the receive queue, unconsumed. On an SRQ it completes with REM_INV_REQ_ERR
+/// instead and the QP stays usable (rxe's class E, `do_class_d1e_error`: the WQE, already
+/// written to in part, is not handed to another QP of the SRQ).
 fn abandon_uc_message(qp: &mut Qp, sh: &mut DeviceState) {
     match std::mem::replace(&mut qp.resp.in_progress, InProgress::None) {
         InProgress::None => {}
+        InProgress::Send { wqe, offset } if qp.srq.is_some() => {
+            sh.counters.uc_messages_dropped += 1;
+            let wc = recv_wc(qp, &wqe, WcStatus::RemInvReqErr, offset as u32);
+            let cq = qp.recv_cq;
+            super::cq::post(qp, sh, cq, wc, false);
+        }
         InProgress::Send { wqe, .. } => {
             sh.counters.uc_messages_dropped += 1;
             qp.rq.push_front(wqe);
@@ -1032,7 +1086,7 @@ pub(crate) fn handle_ud(
         sh.counters.drops.bad_qkey += 1;
         return;
     }
-    let Some(wqe) = qp.rq.pop_front() else {
+    let Some(wqe) = take_recv_wqe(qp, sh) else {
         sh.counters.drops.ud_no_recv_wqe += 1;
         return;
     };
@@ -1095,6 +1149,7 @@ mod tests {
             cfg: EngineConfig::new([2, 0, 0, 0, 0, 1], "198.18.0.1".parse().unwrap()),
             mrs: Default::default(),
             cqs: Default::default(),
+            srqs: Default::default(),
             counters: Counters::default(),
             events: VecDeque::new(),
             scratch: vec![0; 4096],
@@ -1223,37 +1278,40 @@ mod tests {
     }
 
     #[test]
-    fn check_resource_wants_a_wqe_for_send_and_write_with_immediate() {
-        let rnr = Err(ResponderError::ReceiverNotReady);
-        assert_eq!(
-            check_resource(true, Kind::Send, info(Opcode::RC_SEND_FIRST)),
-            rnr
-        );
-        assert_eq!(
-            check_resource(
-                true,
-                Kind::Write,
-                info(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
-            ),
-            rnr
-        );
-        assert_eq!(
-            check_resource(false, Kind::Send, info(Opcode::RC_SEND_FIRST)),
-            Ok(())
-        );
+    fn a_wqe_is_taken_for_send_and_write_with_immediate() {
+        assert!(needs_wqe(Kind::Send, info(Opcode::RC_SEND_FIRST)));
+        assert!(needs_wqe(
+            Kind::Send,
+            info(Opcode::RC_SEND_ONLY_WITH_IMMEDIATE)
+        ));
+        assert!(needs_wqe(
+            Kind::Write,
+            info(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+        ));
+        assert!(needs_wqe(
+            Kind::Write,
+            info(Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE)
+        ));
         // A SEND MIDDLE uses the WQE its FIRST took; a WRITE without immediate takes none.
+        assert!(!needs_wqe(Kind::Send, info(Opcode::RC_SEND_MIDDLE)));
+        assert!(!needs_wqe(Kind::Write, info(Opcode::RC_RDMA_WRITE_ONLY)));
+        assert!(!needs_wqe(Kind::Read, info(Opcode::RC_RDMA_READ_REQUEST)));
+
+        let mut sh = device();
+        let mut qp = rts_qp(PdId(0), CqId(0));
+        let send = info(Opcode::RC_SEND_ONLY);
         assert_eq!(
-            check_resource(true, Kind::Send, info(Opcode::RC_SEND_MIDDLE)),
-            Ok(())
+            take_resource(&mut qp, &mut sh, Kind::Send, send).map(|w| w.is_some()),
+            Err(ResponderError::ReceiverNotReady)
         );
-        assert_eq!(
-            check_resource(true, Kind::Write, info(Opcode::RC_RDMA_WRITE_ONLY)),
-            Ok(())
-        );
-        assert_eq!(
-            check_resource(true, Kind::Read, info(Opcode::RC_RDMA_READ_REQUEST)),
-            Ok(())
-        );
+        qp.rq.push_back(RecvWqe {
+            wr_id: 7,
+            sges: SgeList::from(&[][..]),
+            len: 0,
+        });
+        let taken = take_resource(&mut qp, &mut sh, Kind::Send, send).unwrap();
+        assert_eq!(taken.map(|w| w.wr_id), Some(7));
+        assert!(qp.rq.is_empty());
     }
 
     #[test]

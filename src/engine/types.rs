@@ -11,6 +11,33 @@ pub struct PdId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CqId(pub u32);
 
+/// A shared receive queue handle (`ibv_srq`): shared by the device's shards, like CQs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrqId(pub u32);
+
+/// The attributes of a shared receive queue (`ibv_srq_attr`; IBTA 10.2.9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SrqAttr {
+    /// Receive WRs it holds at most.
+    pub max_wr: u32,
+    /// Scatter/gather entries per receive WR.
+    pub max_sge: u32,
+    /// The limit: when the WRs it holds fall below it, [`Event::SrqLimitReached`] is raised
+    /// once and the limit goes back to 0 (disarmed). 0 = not armed.
+    pub srq_limit: u32,
+}
+
+bitflags::bitflags! {
+    /// Which attributes `modify_srq` sets (`ibv_srq_attr_mask` values).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct SrqAttrMask: u32 {
+        /// `IBV_SRQ_MAX_WR`: resize the queue.
+        const MAX_WR = 1;
+        /// `IBV_SRQ_LIMIT`: arm (or, with 0, disarm) the limit event.
+        const LIMIT = 1 << 1;
+    }
+}
+
 bitflags::bitflags! {
     /// Memory region and QP access flags, with the bit values of `ibv_access_flags`.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -380,6 +407,9 @@ pub struct QpInit {
     pub caps: QpCaps,
     /// If false, only WRs with `SendFlags::SIGNALED` produce successful completions.
     pub sq_sig_all: bool,
+    /// Take receives from this shared receive queue instead of the QP's own (IBTA 10.2.9);
+    /// `caps.max_recv_wr` and `max_recv_sge` are then unused.
+    pub srq: Option<SrqId>,
 }
 
 /// One scatter/gather element: `length` bytes at `addr` inside the MR `lkey`.
@@ -698,6 +728,14 @@ pub enum Event {
     QpFatal(u32),
     /// A QP in SQD has drained its send queue (when `en_sqd_async_notify` was set).
     SqDrained(u32),
+    /// An SRQ armed with a limit holds fewer WRs than the limit now (IBTA 11.6.3, the SRQ
+    /// affiliated event "SRQ Limit Reached"; `IBV_EVENT_SRQ_LIMIT_REACHED`). Raised once: the
+    /// SRQ is disarmed (its limit reads 0) until `modify_srq` arms it again.
+    SrqLimitReached(SrqId),
+    /// A QP on an SRQ entered the error state and will take no more WQEs from it (IBTA
+    /// 11.6.3, "Last WQE Reached"; `IBV_EVENT_QP_LAST_WQE_REACHED`): the WQE it was filling, if
+    /// any, is completed, so the application may destroy the QP.
+    QpLastWqeReached(u32),
 }
 
 /// API misuse: what a verbs call returns when it cannot be done.
@@ -715,7 +753,14 @@ pub enum EngineError {
     /// No MR with that key.
     #[error("no memory region with key {0:#x}")]
     UnknownKey(u32),
-    /// An object is still used (PD with MRs/QPs, CQ with QPs).
+    /// No SRQ with that handle.
+    #[error("no SRQ {0:?}")]
+    UnknownSrq(SrqId),
+    /// A receive WR was posted to a QP that takes its receives from an SRQ (post it to the
+    /// SRQ: `ibv_post_recv` fails the same way on such a QP).
+    #[error("QP {0:#x} takes its receives from a shared receive queue: post them to the SRQ")]
+    ReceivesFromSrq(u32),
+    /// An object is still used (PD with MRs/QPs/SRQs, CQ with QPs, SRQ with QPs).
     #[error("{0} is still in use")]
     InUse(&'static str),
     /// The transition is not in the QP state table.

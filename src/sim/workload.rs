@@ -280,6 +280,7 @@ fn setup(cfg: &WorkloadConfig) -> anyhow::Result<(Network, Vec<QpPair>, Sides)> 
             recv_cq: cq_a,
             caps,
             sq_sig_all: true,
+            srq: None,
         })?;
         let qpn_b = b.create_qp(QpInit {
             qp_type: QpType::Rc,
@@ -288,6 +289,7 @@ fn setup(cfg: &WorkloadConfig) -> anyhow::Result<(Network, Vec<QpPair>, Sides)> 
             recv_cq: cq_b_recv,
             caps,
             sq_sig_all: true,
+            srq: None,
         })?;
         let len = slot * depth as usize;
         let a_mr = a.reg_mr(pd_a, len, Access::LOCAL_WRITE)?;

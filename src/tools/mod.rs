@@ -21,6 +21,7 @@ pub mod pingpong;
 pub mod pingpong_oob;
 pub mod report;
 pub mod setup;
+pub mod srq_pingpong;
 pub mod stats;
 pub mod tcp_streams;
 pub mod verbs_endpoint;

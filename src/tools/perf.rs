@@ -105,6 +105,11 @@ pub struct PerfOptions {
     /// `-e`: sleep on the CQ's completion channel instead of spinning (needs endpoints made
     /// with `EndpointSpec::events`).
     pub events: bool,
+    /// `--use-srq` (send tests): the receiving side's QPs take their receives from one
+    /// shared receive queue of `rx_depth` WRs, each QP posting `rx_depth / num_qps` of them
+    /// (perftest's `ctx_set_recv_wqes`). Needs endpoints opened with
+    /// [`crate::tools::verbs_endpoint::open_with_srq`] and [`PerfOptions::srq_depth`].
+    pub use_srq: bool,
     /// Give up when nothing completes for this long.
     pub stall_timeout: Duration,
 }
@@ -134,6 +139,7 @@ impl PerfOptions {
             uc: false,
             report_gbits: false,
             events: false,
+            use_srq: false,
             stall_timeout: Duration::from_secs(30),
         }
     }
@@ -261,6 +267,10 @@ impl PerfOptions {
         if self.uc && !matches!(k.verb(), enums::VERB_SEND | enums::VERB_WRITE) {
             anyhow::bail!("-c UC works only with the send and write tests (UC has no RDMA READ or atomics, IBTA 9.8); use -c RC");
         }
+        if self.use_srq && k.verb() != enums::VERB_SEND {
+            // perftest: " Using SRQ only avavilible in SEND / SEND_IMM tests."
+            anyhow::bail!("--use-srq works only with send_bw and send_lat (an SRQ holds receives; only SENDs consume them)");
+        }
         if k.verb() == enums::VERB_ATOMIC && self.size != 8 {
             anyhow::bail!("atomic tests always use 8-byte operands; drop -s or use -s 8");
         }
@@ -370,6 +380,24 @@ impl PerfOptions {
             );
         }
         Ok(())
+    }
+
+    /// The depth of the shared receive queue this side's QPs use (`--use-srq`): `rx_depth`
+    /// on the side that receives (the server of send_bw, both sides of send_lat, as
+    /// perftest creates it), `None` otherwise. Checked after [`PerfOptions::settle_depths`]:
+    /// fewer WRs than QPs is refused, as perftest refuses it.
+    pub fn srq_depth(&self, role: Role) -> anyhow::Result<Option<u32>> {
+        if !self.use_srq || (self.kind.is_bw() && role == Role::Client) {
+            return Ok(None);
+        }
+        if self.num_qps as u64 > u64::from(self.rx_depth) {
+            anyhow::bail!(
+                "--use-srq with -q {} and -r {}: the SRQ depth must be at least the number of QPs (perftest: \"Using SRQ depth should be greater than number of QPs\")",
+                self.num_qps,
+                self.rx_depth
+            );
+        }
+        Ok(Some(self.rx_depth))
     }
 
     /// Bytes each half of a QP buffer needs.
@@ -504,11 +532,18 @@ impl<'a> PerfRunner<'a> {
         size as usize + if self.opts.ud { 40 } else { 0 }
     }
 
-    /// Posts receives so each QP has `rx_depth` (SEND tests), each for `len` bytes.
+    /// Posts receives so each QP has `rx_depth` (SEND tests), each for `len` bytes; with an
+    /// SRQ, `rx_depth / num_qps` each into the SRQ (perftest's `ctx_set_recv_wqes`).
     fn fill_recvs(&mut self, len: usize) -> anyhow::Result<()> {
         let half = self.half();
+        let srq = self.opts.srq_depth(self.role)?.is_some();
+        let per_qp = if srq {
+            (self.opts.rx_depth / self.eps.len().max(1) as u32).max(1)
+        } else {
+            self.opts.rx_depth
+        };
         for (i, ep) in self.eps.iter_mut().enumerate() {
-            while self.recvs_posted[i] < self.opts.rx_depth {
+            while self.recvs_posted[i] < per_qp {
                 ep.post_recv(0, half, len)?;
                 self.recvs_posted[i] += 1;
             }

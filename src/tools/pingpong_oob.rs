@@ -1,4 +1,5 @@
-//! The out-of-band exchange of rdma-core's `ibv_rc_pingpong` and `ibv_ud_pingpong`.
+//! The out-of-band exchange of rdma-core's `ibv_rc_pingpong` and `ibv_ud_pingpong` (and
+//! `ibv_srq_pingpong`, which sends 256 such messages each way: [`client_exchange_all`]).
 //!
 //! Both tools swap one fixed-size ASCII message over TCP (port 18515 by default) before any
 //! RoCE packet flows. The message is `sprintf("%04x:%06x:%06x:%s", lid, qpn, psn, gid)` in a
@@ -319,6 +320,93 @@ where
         .write_all(&mine.encode())
         .map_err(io("sending the local address"))?;
     stream.flush().map_err(io("sending the local address"))?;
+    let mut done = [0u8; DONE.len()];
+    read_msg(stream, &mut done, bound, "waiting for \"done\"", "")?;
+    if &done != DONE {
+        return Err(PingpongOobError::BadDone { got: done.to_vec() });
+    }
+    stream
+        .bound_reads(None)
+        .map_err(io("clearing the set-up timeout"))?;
+    Ok(remote)
+}
+
+/// How many addresses `ibv_srq_pingpong` sends each way, whatever its `-q` (its `MAX_QP`):
+/// those past the QPs in use are all zero (`"0000:000000:000000:0000...0"`).
+pub const SRQ_MAX_QP: usize = 256;
+
+/// The client side of `ibv_srq_pingpong`'s exchange: [`client_exchange`] with
+/// `mine.len()` messages each way (all of ours, then all of the peer's), then `"done\0"`.
+pub fn client_exchange_all<S: OobStream>(
+    stream: &mut S,
+    mine: &[PingpongDest],
+) -> Result<Vec<PingpongDest>, PingpongOobError> {
+    let bound = setup::SETUP_TIMEOUT;
+    stream
+        .bound_reads(Some(bound))
+        .map_err(io("setting the set-up timeout"))?;
+    let mut out = Vec::with_capacity(mine.len() * MSG_LEN);
+    for dest in mine {
+        out.extend_from_slice(&dest.encode());
+    }
+    stream
+        .write_all(&out)
+        .map_err(io("sending the local addresses"))?;
+    let mut remote = Vec::with_capacity(mine.len());
+    let mut msg = [0u8; MSG_LEN];
+    for _ in mine {
+        read_msg(stream, &mut msg, bound, "reading the remote addresses", "")?;
+        remote.push(decode_from_peer(&msg)?);
+    }
+    stream.write_all(DONE).map_err(io("sending \"done\""))?;
+    stream.flush().map_err(io("sending \"done\""))?;
+    stream
+        .bound_reads(None)
+        .map_err(io("clearing the set-up timeout"))?;
+    Ok(remote)
+}
+
+/// The server side of `ibv_srq_pingpong`'s exchange: read `mine.len()` addresses, `connect`
+/// the QPs to them, answer with ours and wait for `"done\0"`.
+pub fn server_exchange_all<S, F>(
+    stream: &mut S,
+    mine: &[PingpongDest],
+    connect: F,
+) -> Result<Vec<PingpongDest>, PingpongOobError>
+where
+    S: OobStream,
+    F: FnOnce(&[PingpongDest]) -> anyhow::Result<()>,
+{
+    let bound = setup::SETUP_TIMEOUT;
+    stream
+        .bound_reads(Some(bound))
+        .map_err(io("setting the set-up timeout"))?;
+    let mut remote = Vec::with_capacity(mine.len());
+    let mut msg = [0u8; MSG_LEN];
+    for i in 0..mine.len() {
+        let silent = if i == 0 {
+            "; the peer connected but sent nothing (a pingpong client writes first)"
+        } else {
+            "; the peer sent fewer addresses than ibv_srq_pingpong's 256 (is it ibv_rc_pingpong?)"
+        };
+        read_msg(
+            stream,
+            &mut msg,
+            bound,
+            "reading the remote addresses",
+            silent,
+        )?;
+        remote.push(decode_from_peer(&msg)?);
+    }
+    connect(&remote).map_err(PingpongOobError::Connect)?;
+    let mut out = Vec::with_capacity(mine.len() * MSG_LEN);
+    for dest in mine {
+        out.extend_from_slice(&dest.encode());
+    }
+    stream
+        .write_all(&out)
+        .map_err(io("sending the local addresses"))?;
+    stream.flush().map_err(io("sending the local addresses"))?;
     let mut done = [0u8; DONE.len()];
     read_msg(stream, &mut done, bound, "waiting for \"done\"", "")?;
     if &done != DONE {

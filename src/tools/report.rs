@@ -37,6 +37,8 @@ pub struct TestInfo {
     pub out_reads: u32,
     /// For atomics: "CMP_AND_SWAP" or "FETCH_AND_ADD".
     pub atomic_type: Option<&'static str>,
+    /// `--use-srq`: "Using SRQ : ON".
+    pub use_srq: bool,
 }
 
 /// The block perftest prints before connecting.
@@ -61,8 +63,9 @@ pub fn header(info: &TestInfo) -> String {
         info.num_qps
     ));
     s.push_str(&format!(
-        " Connection type : {}\t\tUsing SRQ      : OFF\n",
-        info.connection
+        " Connection type : {}\t\tUsing SRQ      : {}\n",
+        info.connection,
+        if info.use_srq { "ON" } else { "OFF" }
     ));
     s.push_str(" PCIe relax order: Unsupported\n");
     s.push_str(" ibv_wr* API     : OFF\n");

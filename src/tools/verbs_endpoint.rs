@@ -9,7 +9,7 @@ use crate::tools::endpoint::{
 use crate::verbs::{
     Access, AddressHandle, AhAttr, CompletionChannel, Cq, Device, DeviceConfig, DriverKind, Mr,
     Mtu, Pd, ProgressMode, Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, RecvWr, SendFlags,
-    SendWr, UdDest, Wc, WcOpcode, WcStatus, WrOp,
+    SendWr, Srq, SrqAttr, UdDest, Wc, WcOpcode, WcStatus, WrOp,
 };
 
 /// Which frame driver an endpoint uses. Its names (`xdp`, `udp`) are what `--driver`
@@ -134,6 +134,9 @@ pub struct VerbsEndpoint {
     early: std::collections::VecDeque<Wc>,
     /// SENDs and WRITEs up to this many bytes go inline (`-I`; 0: none).
     inline_max: u32,
+    /// The shared receive queue the QP takes its receives from (`perf --use-srq`): receives
+    /// are posted there.
+    srq: Option<Srq>,
 }
 
 /// Access the tools grant their peers: everything perftest and the file transfer need.
@@ -157,6 +160,18 @@ impl VerbsEndpoint {
         sgid_index: u32,
         spec: &EndpointSpec,
         shard: Option<u32>,
+    ) -> anyhow::Result<Self> {
+        Self::create_with_srq(device, pd, sgid_index, spec, shard, None)
+    }
+
+    /// [`VerbsEndpoint::create_on`] with a QP that takes its receives from `srq`.
+    pub fn create_with_srq(
+        device: &Device,
+        pd: &Pd,
+        sgid_index: u32,
+        spec: &EndpointSpec,
+        shard: Option<u32>,
+        srq: Option<&Srq>,
     ) -> anyhow::Result<Self> {
         let gid = device.query_gid(sgid_index)?;
         let depth = (spec.max_send_wr + spec.max_recv_wr + 16).max(64);
@@ -183,6 +198,7 @@ impl VerbsEndpoint {
             max_inline_data: crate::verbs::attr::limits::MAX_INLINE_DATA,
         };
         init.sq_sig_all = false;
+        init.srq = srq;
         let qp = pd.create_qp(&init)?;
         let mr = pd.reg_mr(spec.buf_len.max(64), PEER_ACCESS)?;
         // Receives may be posted before connecting: INIT allows that (IBTA 10.3.1).
@@ -206,6 +222,7 @@ impl VerbsEndpoint {
             channel,
             early: Default::default(),
             inline_max: 0,
+            srq: srq.cloned(),
         })
     }
 }
@@ -377,7 +394,11 @@ impl ToolEndpoint for VerbsEndpoint {
         } else {
             Vec::new()
         };
-        self.qp.post_recv(&RecvWr { wr_id, sg_list })?;
+        let wr = RecvWr { wr_id, sg_list };
+        match &self.srq {
+            Some(srq) => srq.post_recv(&wr)?,
+            None => self.qp.post_recv(&wr)?,
+        }
         Ok(())
     }
 
@@ -439,6 +460,18 @@ pub fn open(
     spec: &EndpointSpec,
     count: usize,
 ) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
+    open_with_srq(dev, gid, spec, count, None)
+}
+
+/// [`open`], the QPs sharing one SRQ of `srq_depth` receives when it is given
+/// (`perf --use-srq`).
+pub fn open_with_srq(
+    dev: &NetdevInfo,
+    gid: &GidEntry,
+    spec: &EndpointSpec,
+    count: usize,
+    srq_depth: Option<u32>,
+) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
     let config = DeviceConfig {
         progress: spec.progress,
         shards: spec.shards,
@@ -452,7 +485,7 @@ pub fn open(
             if spec.shards == 1 { "" } else { "s" }
         ))
     })?;
-    open_on(&device, gid.index, spec, count)
+    open_on_with_srq(&device, gid.index, spec, count, srq_depth)
 }
 
 /// How the tools open a device: `driver`, the progress thread woken by the driver, three
@@ -474,7 +507,29 @@ pub fn open_on(
     spec: &EndpointSpec,
     count: usize,
 ) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
+    open_on_with_srq(device, sgid_index, spec, count, None)
+}
+
+/// [`open_on`], the QPs sharing one SRQ of `srq_depth` receives (one SGE each) when it is
+/// given: every endpoint's `post_recv` posts to it, and a receive completes on the CQ of the
+/// QP its message arrived on. The SRQ is shared across the device's shards.
+pub fn open_on_with_srq(
+    device: &Device,
+    sgid_index: u32,
+    spec: &EndpointSpec,
+    count: usize,
+    srq_depth: Option<u32>,
+) -> anyhow::Result<Vec<Box<dyn ToolEndpoint>>> {
     let pd = device.alloc_pd()?;
+    let srq = srq_depth
+        .map(|max_wr| {
+            pd.create_srq(&SrqAttr {
+                max_wr,
+                max_sge: 1,
+                srq_limit: 0,
+            })
+        })
+        .transpose()?;
     // Endpoints in blocks, one block per shard: `perf --threads T --shards T` gives thread t
     // (which owns the t-th block of QPs) shard t, and a peer that does the same receives
     // each flow on the shard that owns it.
@@ -482,7 +537,7 @@ pub fn open_on(
     (0..count)
         .map(|i| {
             let shard = (shards > 1).then(|| (i * shards / count.max(1)) as u32);
-            VerbsEndpoint::create_on(device, &pd, sgid_index, spec, shard)
+            VerbsEndpoint::create_with_srq(device, &pd, sgid_index, spec, shard, srq.as_ref())
                 .map(|e| Box::new(e) as Box<dyn ToolEndpoint>)
         })
         .collect()

@@ -46,6 +46,12 @@ pub struct DeviceAttr {
     pub max_inline_data: u32,
     /// Maximum address handles.
     pub max_ah: u32,
+    /// Maximum shared receive queues.
+    pub max_srq: u32,
+    /// Maximum work requests per shared receive queue.
+    pub max_srq_wr: u32,
+    /// Maximum scatter/gather entries per shared receive queue WR.
+    pub max_srq_sge: u32,
     /// Atomic operations are atomic with respect to this device only (IBV_ATOMIC_HCA).
     pub atomic_cap: AtomicCap,
 }
@@ -109,6 +115,9 @@ impl DeviceAttr {
             max_qp_init_rd_atom: limits::MAX_RD_ATOMIC,
             max_inline_data: limits::MAX_INLINE_DATA,
             max_ah: limits::MAX_AH,
+            max_srq: limits::MAX_SRQ,
+            max_srq_wr: limits::MAX_SRQ_WR,
+            max_srq_sge: limits::MAX_SRQ_SGE,
             atomic_cap: AtomicCap::Hca,
         }
     }

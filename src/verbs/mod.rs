@@ -15,8 +15,9 @@
 //! | `ibv_post_send` / `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_recv`] (and batches) |
 //! | `ibv_post_send` with `IBV_SEND_INLINE` | [`Qp::post_send`] with [`SendFlags::INLINE`], or [`Qp::post_send_inline`] from a slice |
 //! | `ibv_create_ah` | [`Pd::create_ah`] → [`AddressHandle`] |
+//! | `ibv_create_srq` / `_modify_srq` / `_query_srq` / `ibv_post_srq_recv` | [`Pd::create_srq`] → [`Srq::modify`], [`Srq::query`], [`Srq::post_recv`]; QPs on it: [`QpInitAttr::srq`] |
 //!
-//! Objects are reference-counted handles: a QP keeps its PD and CQs alive, an MR its PD,
+//! Objects are reference-counted handles: a QP keeps its PD, CQs and SRQ alive, an MR its PD,
 //! everything its device. A memory region's bytes are the device's, or the application's
 //! handed over as a [`UserMemory`] (the one `unsafe` step, `UserMemory::new` from a raw
 //! pointer, is in the driver layer with its contract), so safe code cannot free memory the
@@ -71,6 +72,7 @@ mod error;
 mod pd;
 mod progress;
 mod qp;
+mod srq;
 
 pub use attr::{DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
@@ -81,11 +83,13 @@ pub use device::{
 pub use error::{Result, VerbsError};
 pub use pd::{AddressHandle, AhAttr, Mr, MrRereg, Pd};
 pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
+pub use srq::Srq;
 
 pub use crate::driver::dma::{DmaError, UserMemory};
 pub use crate::driver::mem::{MemLink, MemLinkConfig};
 pub use crate::engine::{
     Access, AddressVector, CqId, Event, MrMemory, Mtu, QpAttr, QpAttrMask, QpCaps, QpState, QpType,
-    RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus, WrOp,
+    RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqAttrMask, SrqId, UdDest, Wc, WcOpcode, WcStatus,
+    WrOp,
 };
 pub use crate::netdev::{Gid, GidEntry, GidType, MacAddr};

@@ -11,6 +11,7 @@ use super::cq::{Cq, CqInner};
 use super::device::{Device, ObjectKind, ObjectSlot};
 use super::error::{Result, VerbsError};
 use super::pd::{AhAttr, Pd, PdInner};
+use super::srq::{Srq, SrqInner};
 
 /// Arguments of [`Pd::create_qp`] (`ibv_qp_init_attr`).
 #[derive(Clone, Debug)]
@@ -25,6 +26,10 @@ pub struct QpInitAttr<'a> {
     pub cap: QpCaps,
     /// Every send WR completes (otherwise only those with `SendFlags::SIGNALED`).
     pub sq_sig_all: bool,
+    /// Take every receive from this shared receive queue (`ibv_qp_init_attr.srq`); the
+    /// QP's own receive queue is then unused (`cap.max_recv_wr` and `max_recv_sge` are not
+    /// checked) and [`Qp::post_recv`] is refused.
+    pub srq: Option<&'a Srq>,
 }
 
 impl<'a> QpInitAttr<'a> {
@@ -36,6 +41,7 @@ impl<'a> QpInitAttr<'a> {
             recv_cq,
             cap: QpCaps::default(),
             sq_sig_all: true,
+            srq: None,
         }
     }
 
@@ -79,6 +85,7 @@ struct QpInner {
     qp_type: QpType,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    _srq: Option<Arc<SrqInner>>,
 }
 
 impl Drop for QpInner {
@@ -170,11 +177,24 @@ impl Qp {
                 what: "completion queue",
             });
         }
-        let cap = &init.cap;
+        if let Some(srq) = init.srq {
+            if !Arc::ptr_eq(&srq.inner.pd.core, &pd.inner.core) {
+                return Err(VerbsError::WrongDevice {
+                    what: "shared receive queue",
+                });
+            }
+        }
+        let mut cap = init.cap;
         check_cap("max_send_wr", cap.max_send_wr, limits::MAX_QP_WR, false)?;
-        check_cap("max_recv_wr", cap.max_recv_wr, limits::MAX_QP_WR, false)?;
         check_cap("max_send_sge", cap.max_send_sge, limits::MAX_SGE, true)?;
-        check_cap("max_recv_sge", cap.max_recv_sge, limits::MAX_SGE, true)?;
+        if init.srq.is_some() {
+            // ibv_create_qp ignores them with an SRQ (perftest and ibv_srq_pingpong pass 0).
+            cap.max_recv_wr = 0;
+            cap.max_recv_sge = 0;
+        } else {
+            check_cap("max_recv_wr", cap.max_recv_wr, limits::MAX_QP_WR, false)?;
+            check_cap("max_recv_sge", cap.max_recv_sge, limits::MAX_SGE, true)?;
+        }
         check_cap(
             "max_inline_data",
             cap.max_inline_data,
@@ -187,8 +207,9 @@ impl Qp {
             pd: pd.inner.id,
             send_cq: init.send_cq.inner.id,
             recv_cq: init.recv_cq.inner.id,
-            caps: *cap,
+            caps: cap,
             sq_sig_all: init.sq_sig_all,
+            srq: init.srq.map(|s| s.inner.id),
         };
         // A QP lives on its send CQ's shard: a thread that owns a CQ and its QPs owns a shard.
         let shard = init.send_cq.inner.home;
@@ -207,6 +228,7 @@ impl Qp {
                 qp_type: init.qp_type,
                 _send_cq: init.send_cq.inner.clone(),
                 _recv_cq: init.recv_cq.inner.clone(),
+                _srq: init.srq.map(|s| s.inner.clone()),
             }),
         })
     }

@@ -701,6 +701,7 @@ pub fn still_serves(p: &mut Pair) -> Result<(), String> {
                 recv_cq: cq,
                 caps: QpCaps::default(),
                 sq_sig_all: false,
+                srq: None,
             })
             .map_err(err)?;
         let mr = e.reg_mr(pd, 4096, Access::ALL).map_err(err)?;

@@ -104,6 +104,7 @@ impl Pair {
                     recv_cq: cq,
                     caps,
                     sq_sig_all: false,
+                    srq: None,
                 })
                 .expect("qp");
             let mr = e.reg_mr(pd, o.mr_len, Access::ALL).expect("mr");

@@ -230,6 +230,8 @@ impl From<&DeviceAttr> for ibv_device_attr {
             max_qp_init_rd_atom: c_int(attr.max_qp_init_rd_atom),
             atomic_cap: attr.atomic_cap.into(),
             max_ah: c_int(attr.max_ah),
+            // max_srq* stay 0: this library has no ibv_create_srq yet, so it must not
+            // announce SRQs (xroce::verbs has them).
             phys_port_cnt: attr.phys_port_cnt,
             ..ibv_device_attr::default()
         }
@@ -496,6 +498,9 @@ mod tests {
             max_qp_init_rd_atom: 16,
             max_inline_data: 256,
             max_ah: 4096,
+            max_srq: 1024,
+            max_srq_wr: 16384,
+            max_srq_sge: 32,
             atomic_cap: AtomicCap::Hca,
         };
         let c = ibv_device_attr::from(&attr);
@@ -514,6 +519,7 @@ mod tests {
             (c.max_qp_rd_atom, c.max_qp_init_rd_atom, c.max_ah),
             (16, 16, 4096)
         );
+        assert_eq!((c.max_srq, c.max_srq_wr, c.max_srq_sge), (0, 0, 0));
         assert_eq!((c.atomic_cap, c.phys_port_cnt), (ibv_atomic_cap::HCA, 1));
         assert_eq!((c.max_mr_size, c.page_size_cap), (1 << 40, !0xfff));
         assert_eq!(c_int(u32::MAX), i32::MAX);
