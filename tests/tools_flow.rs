@@ -532,6 +532,7 @@ fn perf_side_announcing(
         inline_size: 0,
         out_reads: 16,
         atomic_type: None,
+        duplex: false,
     };
     let mut out = Vec::new();
     {

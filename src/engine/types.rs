@@ -698,6 +698,14 @@ pub enum Event {
     QpFatal(u32),
     /// A QP in SQD has drained its send queue (when `en_sqd_async_notify` was set).
     SqDrained(u32),
+    /// The port (its number) can carry frames again: the interface's link came up
+    /// (`IBV_EVENT_PORT_ACTIVE`; an unaffiliated asynchronous event, IBTA 11.6.3). Raised by
+    /// the verbs layer, which watches the interface; the engine has no port state.
+    PortActive(u8),
+    /// The port (its number) cannot carry frames: the interface went down or lost its
+    /// carrier (`IBV_EVENT_PORT_ERR`, IBTA 11.6.3). QPs keep their state: RC retries
+    /// (IBTA 9.7.6) cover an outage shorter than `retry_cnt` local ACK timeouts, as on rxe.
+    PortError(u8),
 }
 
 /// API misuse: what a verbs call returns when it cannot be done.

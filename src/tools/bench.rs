@@ -2308,7 +2308,12 @@ mod tests {
                 rows: vec![
                     row(1, 1, Some(0.4), None),
                     row(2, 1, Some(0.5), None),
-                    row(2, 2, None, Some("xroce perf write_bw client: exit status: 1")),
+                    row(
+                        2,
+                        2,
+                        None,
+                        Some("xroce perf write_bw client: exit status: 1"),
+                    ),
                 ],
             }),
             notes: vec![],
@@ -2318,7 +2323,10 @@ mod tests {
         let text = render_text(&report);
         assert!(text.contains("== 5. Threads"), "{text}");
         assert!(text.contains("1.25x  0.300 + 0.200"), "{text}");
-        assert!(text.contains("error: xroce perf write_bw client: exit status: 1"), "{text}");
+        assert!(
+            text.contains("error: xroce perf write_bw client: exit status: 1"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! | `ibv_post_send` / `ibv_post_recv` | [`Qp::post_send`], [`Qp::post_recv`] (and batches) |
 //! | `ibv_post_send` with `IBV_SEND_INLINE` | [`Qp::post_send`] with [`SendFlags::INLINE`], or [`Qp::post_send_inline`] from a slice |
 //! | `ibv_create_ah` | [`Pd::create_ah`] → [`AddressHandle`] |
+//! | `ibv_get_async_event`, `ibv_context::async_fd` | [`Device::get_async_event`], [`Device::poll_async_event`], [`Device::async_fd`] ([`Event`]: QP fatal, CQ error, port active/error, ...) |
 //!
 //! Objects are reference-counted handles: a QP keeps its PD and CQs alive, an MR its PD,
 //! everything its device. Memory regions are owned by the device (the transport writes into
@@ -64,6 +65,7 @@ pub mod attr;
 mod cq;
 mod device;
 mod error;
+mod events;
 mod pd;
 mod progress;
 mod qp;
