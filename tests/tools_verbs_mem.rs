@@ -281,6 +281,25 @@ fn bidirectional_bw_tests_run_both_ways_and_print_the_sum() {
 }
 
 #[test]
+fn qp_timeout_reaches_the_qps_and_is_bounded() {
+    let mut opts = PerfOptions::defaults(TestKind::WriteBw);
+    assert_eq!(
+        opts.connect_params(1, 1024).timeout,
+        14,
+        "perftest's default"
+    );
+    opts.qp_timeout = 18;
+    opts.validate().unwrap();
+    assert_eq!(opts.connect_params(1, 1024).timeout, 18);
+    opts.iters = 50;
+    let (server, (client, rows)) = perf_over(opts.clone());
+    assert_eq!(rows, 1, "{client}\n{server}");
+    opts.qp_timeout = 32;
+    let err = opts.validate().unwrap_err().to_string();
+    assert!(err.contains("-u/--qp-timeout"), "{err}");
+}
+
+#[test]
 fn bidirectional_is_refused_where_perftest_or_xroce_has_none() {
     for (kind, want) in [
         (TestKind::WriteLat, "only available in the bandwidth tests"),

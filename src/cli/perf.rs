@@ -177,6 +177,9 @@ pub struct Args {
     /// Report Gb/s instead of MB/s.
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
+    /// QP local ACK timeout: 4.096 us x 2^N (0 = none; default 14 = 67 ms), as perftest's -u.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    pub qp_timeout: u8,
     /// Bidirectional: both sides run the test towards each other at once and each prints
     /// the sum of both directions (write_bw, read_bw, atomic_bw; give it on both sides).
     #[arg(short = 'b', long = "bidirectional")]
@@ -233,6 +236,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.report_gbits = args.report_gbits;
     opts.events = args.events;
     opts.duplex = args.bidirectional;
+    opts.qp_timeout = args.qp_timeout;
     // The limits apply to what was typed (as perftest checks -r before it caps it at -n);
     // then the depths are settled as perftest settles them.
     opts.validate()?;

@@ -105,6 +105,9 @@ pub struct PerfOptions {
     /// `-e`: sleep on the CQ's completion channel instead of spinning (needs endpoints made
     /// with `EndpointSpec::events`).
     pub events: bool,
+    /// `-u`: the QPs' local ACK timeout exponent (4.096 us x 2^n; 0 = none; perftest's
+    /// default 14 = 67 ms), IBTA 9.7.6.1.
+    pub qp_timeout: u8,
     /// `-b`: bidirectional. Both sides run the bandwidth loop towards each other at once
     /// and each prints the sum of both directions (write, read and atomic bw).
     pub duplex: bool,
@@ -138,6 +141,7 @@ impl PerfOptions {
             report_gbits: false,
             events: false,
             duplex: false,
+            qp_timeout: 14,
             stall_timeout: Duration::from_secs(30),
         }
     }
@@ -276,6 +280,13 @@ impl PerfOptions {
         if !k.is_bw() && self.num_qps != 1 {
             anyhow::bail!("latency tests use one QP; drop -q");
         }
+        in_range(
+            "-u/--qp-timeout",
+            self.qp_timeout,
+            0,
+            31,
+            "the 5-bit local ACK timeout of IBTA 9.7.6.1 (4.096 us x 2^n)",
+        )?;
         if self.duplex && !k.is_bw() {
             // perftest_parameters.c: "Bidirectional is only available in BW test".
             anyhow::bail!("-b/--bidirectional is only available in the bandwidth tests (write_bw, read_bw, atomic_bw); drop -b");
@@ -403,7 +414,7 @@ impl PerfOptions {
         ConnectParams {
             local_psn,
             mtu,
-            timeout: 14,
+            timeout: self.qp_timeout,
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 12,
