@@ -361,9 +361,8 @@ const CASES: &[Case] = &[
         opcodes: WRITE_ALL, loss_evidence: None, state: State::Runs },
     // perftest -b: both ends WRITE towards each other at once; each prints the sum.
     Case { name: "xroce_srv_write_bw_bidir", mtu: 1500, netem: None,
-        server: (HOST, xp!("write_bw", "-b -n 2000 -s 4096")), client: (G1, pt!("ib_write_bw", "-b -n 2000 -s 4096 {srv}")),
-        opcodes: &[WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: None,
-        state: State::Pending("first run (2026-12-01): the rxe guest stalled ~0.6 s at 3.4 s (no frame from it, then a go-back from an already ACKed PSN); xroce's WRITE waited 8 x 67 ms and ended RETRY_EXC_ERR; see docs/interop.md") },
+        server: (HOST, xp!("write_bw", "-b -u 18 -n 2000 -s 4096")), client: (G1, pt!("ib_write_bw", "-b -u 18 -n 2000 -s 4096 {srv}")),
+        opcodes: &[WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: None, state: State::Runs },
     Case { name: "xroce_cli_write_bw_bidir", mtu: 1500, netem: None,
         server: (G1, pt!("ib_write_bw", "-b -n 2000 -s 4096")), client: (HOST, xp!("write_bw", "-b -n 2000 -s 4096 {srv}")),
         opcodes: &[WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: None, state: State::Runs },
