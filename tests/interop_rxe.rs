@@ -44,7 +44,7 @@ enum State {
     /// Runs in CI and must pass.
     Runs,
     /// Does not pass yet, for the reason given; documented in docs/interop.md, run only with
-    /// XROCE_INTEROP_PENDING=1. Never reported as passing.
+    /// XROCE_INTEROP_PENDING=1. Never reported as passing. (No case is pending today.)
     #[allow(dead_code)]
     Pending(&'static str),
 }
