@@ -877,6 +877,105 @@ pub fn query(ifname: &str) -> Result<NetdevInfo, NetdevError> {
     Rtnl::open()?.query(ifname)
 }
 
+/// rtnetlink's multicast group of link changes (`RTNLGRP_LINK`, linux/rtnetlink.h).
+const RTNLGRP_LINK: u32 = 1;
+
+/// What a [`LinkWatch`] read about its interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkChange {
+    /// A notification about the interface: whether it can carry frames now
+    /// ([`NetdevInfo::is_active`]). Repeats are possible: the kernel notifies every change
+    /// of the link (MTU, XDP program, ...), not only of its state.
+    Active(bool),
+    /// The interface was deleted.
+    Removed,
+    /// Notifications were lost (the socket's buffer overflowed): query the link again.
+    Lost,
+}
+
+/// A subscription to the kernel's link notifications (`RTNLGRP_LINK`) for one interface,
+/// in the network namespace of the thread that opened it. Non-blocking: wait for
+/// [`LinkWatch::fd`] to be readable, then [`LinkWatch::read`].
+pub struct LinkWatch {
+    socket: Socket,
+    ifindex: u32,
+    buf: Vec<u8>,
+}
+
+impl LinkWatch {
+    /// Subscribes to the changes of interface `ifindex`.
+    pub fn open(ifindex: u32) -> Result<LinkWatch, NetdevError> {
+        let netlink = |source| NetdevError::Netlink {
+            what: "subscribing to link notifications".into(),
+            source,
+        };
+        let mut socket = Socket::new(NETLINK_ROUTE).map_err(netlink)?;
+        socket.bind_auto().map_err(netlink)?;
+        socket.add_membership(RTNLGRP_LINK).map_err(netlink)?;
+        socket.set_non_blocking(true).map_err(netlink)?;
+        Ok(LinkWatch {
+            socket,
+            ifindex,
+            buf: vec![0; 64 * 1024],
+        })
+    }
+
+    /// Readable when a notification waits.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.socket.as_fd()
+    }
+
+    /// Every notification about the interface that waits, oldest first (none: nothing
+    /// waits). Unparsable messages are skipped: the next notification carries the whole
+    /// link state again.
+    pub fn read(&mut self) -> Result<Vec<LinkChange>, NetdevError> {
+        let mut changes = Vec::new();
+        loop {
+            let n = match self.socket.recv(&mut &mut self.buf[..], 0) {
+                Ok(n) => n.min(self.buf.len()),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(changes),
+                Err(e) if Errno::from_io_error(&e) == Some(Errno::NOBUFS) => {
+                    changes.push(LinkChange::Lost);
+                    continue;
+                }
+                Err(source) => {
+                    return Err(NetdevError::Netlink {
+                        what: "reading link notifications".into(),
+                        source,
+                    })
+                }
+            };
+            let mut offset = 0;
+            while offset < n {
+                let Ok(msg) =
+                    NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[offset..n])
+                else {
+                    break;
+                };
+                let len = msg.header.length as usize;
+                if len == 0 {
+                    break;
+                }
+                offset += nlmsg_align(len);
+                match msg.payload {
+                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link))
+                        if link.header.index == self.ifindex =>
+                    {
+                        changes.push(LinkChange::Active(info_of_link(&link).is_active()));
+                    }
+                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelLink(link))
+                        if link.header.index == self.ifindex =>
+                    {
+                        changes.push(LinkChange::Removed);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
 /// Lists the interfaces of this namespace (names only).
 pub fn list() -> Result<Vec<String>, NetdevError> {
     let answers = Rtnl::open()?

@@ -168,6 +168,9 @@ macro_rules! xp {
     };
 }
 
+/// Cases whose request opcodes must each be sent by both endpoints (perftest's `-b`).
+const REQUESTS_FROM_BOTH_SIDES: &[&str] = &["xroce_srv_write_bw_bidir", "xroce_cli_write_bw_bidir"];
+
 #[rustfmt::skip]
 const CASES: &[Case] = &[
     // --- rxe against rxe: proves the lab, the capture and the ICRC check on every frame kind.
@@ -373,6 +376,13 @@ const CASES: &[Case] = &[
     Case { name: "xroce_cli_write_bw_a", mtu: 1500, netem: None,
         server: (G1, pt!("ib_write_bw", "-a -n 5")), client: (HOST, xp!("write_bw", "-a -n 5 {srv}")),
         opcodes: WRITE_ALL, loss_evidence: None, state: State::Runs },
+    // perftest -b: both ends WRITE towards each other at once; each prints the sum.
+    Case { name: "xroce_srv_write_bw_bidir", mtu: 1500, netem: None,
+        server: (HOST, xp!("write_bw", "-b -u 18 -n 2000 -s 4096")), client: (G1, pt!("ib_write_bw", "-b -u 18 -n 2000 -s 4096 {srv}")),
+        opcodes: &[WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_write_bw_bidir", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_write_bw", "-b -n 2000 -s 4096")), client: (HOST, xp!("write_bw", "-b -n 2000 -s 4096 {srv}")),
+        opcodes: &[WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: None, state: State::Runs },
     Case { name: "xroce_srv_read_bw_a", mtu: 1500, netem: None,
         server: (HOST, xp!("read_bw", "-a -n 5")), client: (G1, pt!("ib_read_bw", "-a -n 5 {srv}")),
         opcodes: READ_ALL, loss_evidence: None, state: State::Runs },
@@ -1082,6 +1092,18 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                         "a UC case's capture holds opcode {:#04x}: {f:?}",
                         f.opcode
                     ));
+                }
+            }
+            if REQUESTS_FROM_BOTH_SIDES.contains(&case.name) {
+                for src in [ip_of(case.server.0), ip_of(case.client.0)] {
+                    let src: Ipv4Addr = src.parse().expect("lab addresses are IPv4");
+                    for op in case.opcodes.iter().filter(|&&op| op != ACK) {
+                        if !frames.iter().any(|f| f.src == src && f.opcode == *op) {
+                            problems.push(format!(
+                                "{src} sent no frame with opcode {op:#04x}: a bidirectional run must send from both sides"
+                            ));
+                        }
+                    }
                 }
             }
             let stats = side_stats(&frames);

@@ -533,6 +533,7 @@ fn perf_side_announcing(
         out_reads: 16,
         atomic_type: None,
         use_srq: false,
+        duplex: false,
     };
     let mut out = Vec::new();
     {

@@ -318,7 +318,7 @@ fn message_lengths(
                 }
             }
             Step::HandShake(_) => out.push(("dest", dest)),
-            Step::BwReports => out.extend([
+            Step::BwReports | Step::DuplexReports => out.extend([
                 ("report size", 8),
                 ("report iters", 8),
                 ("report peak", 8),

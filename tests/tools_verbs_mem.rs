@@ -160,7 +160,7 @@ fn perf_side(
     let info = ep.local();
     let dest = opts.dest(&info, if role == Role::Server { 0x111 } else { 0x222 });
     let local = opts.local_side(3, 16, vec![dest]);
-    let steps = perftest_oob::script(opts.kind, role, &opts.sizes(1024), 1);
+    let steps = opts.script(role, &opts.sizes(1024));
     let mut out: Vec<u8> = Vec::new();
     let rows;
     {
@@ -168,12 +168,149 @@ fn perf_side(
             PerfRunner::new(vec![ep.as_mut()], opts.clone(), role, vec![dest], &mut out);
         let mut comm = PerftestComm::new(stream, role, "6.06", false, true);
         let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
-        if role == Role::Server && opts.kind.is_bw() && opts.kind != TestKind::SendBw {
+        if role == Role::Server
+            && opts.kind.is_bw()
+            && opts.kind != TestKind::SendBw
+            && !opts.duplex
+        {
             runner.print_remote_bw(&outcome.remote_report.unwrap())?;
         }
         rows = runner.results.len();
     }
     Ok((String::from_utf8(out).unwrap(), rows))
+}
+
+/// One side of a `-b` run: its table and its `--json` results.
+fn duplex_side(
+    mut ep: Box<dyn ToolEndpoint>,
+    stream: UnixStream,
+    role: Role,
+    opts: PerfOptions,
+) -> (String, Vec<JsonResult>) {
+    let info = ep.local();
+    let dest = opts.dest(&info, if role == Role::Server { 0x111 } else { 0x222 });
+    let local = opts.local_side(3, 16, vec![dest]);
+    let steps = opts.script(role, &opts.sizes(1024));
+    let mut out: Vec<u8> = Vec::new();
+    let results = {
+        let mut runner =
+            PerfRunner::new(vec![ep.as_mut()], opts.clone(), role, vec![dest], &mut out);
+        let mut comm = PerftestComm::new(stream, role, "6.06", false, true);
+        perftest_oob::run_script(&mut comm, &steps, &local, &mut runner).unwrap();
+        std::mem::take(&mut runner.results)
+    };
+    (String::from_utf8(out).unwrap(), results)
+}
+
+/// Both sides of a `-b` run over two mem devices (server, client).
+fn duplex_over(opts: PerfOptions) -> [(String, Vec<JsonResult>); 2] {
+    let (a, b, _link) = devices(0.0);
+    let s = spec(true, 2 * opts.half_len(), opts.tx_depth.max(2), 2);
+    let (ea, eb) = (endpoint(&a, &s), endpoint(&b, &s));
+    let (sa, sb) = UnixStream::pair().unwrap();
+    let o2 = opts.clone();
+    let server = std::thread::spawn(move || duplex_side(ea, sa, Role::Server, o2));
+    let client = duplex_side(eb, sb, Role::Client, opts);
+    [server.join().unwrap(), client]
+}
+
+#[test]
+fn bidirectional_bw_tests_run_both_ways_and_print_the_sum() {
+    for (kind, size, sizes) in [
+        (TestKind::WriteBw, 4096, 1),
+        (TestKind::ReadBw, 4096, 1),
+        (TestKind::AtomicBw, 8, 1),
+        (TestKind::WriteBw, 0, 23),
+    ] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.duplex = true;
+        opts.iters = if sizes > 1 { 5 } else { 300 };
+        opts.all_sizes = sizes > 1;
+        if size > 0 {
+            opts.size = size;
+        }
+        opts.stall_timeout = Duration::from_secs(20);
+        opts.validate().unwrap();
+        let [(server_out, server), (client_out, client)] = duplex_over(opts.clone());
+        assert_eq!(server.len(), sizes, "{kind:?}\n{server_out}");
+        assert_eq!(client.len(), sizes, "{kind:?}\n{client_out}");
+        for (mine, theirs) in [(&server, &client), (&client, &server)] {
+            for (m, t) in mine.iter().zip(theirs.iter()) {
+                let JsonResult::BwDuplex {
+                    stats,
+                    local,
+                    remote,
+                    ..
+                } = m
+                else {
+                    panic!("{kind:?}: not a bidirectional row: {m:?}");
+                };
+                let JsonResult::BwDuplex {
+                    local: peer_local, ..
+                } = t
+                else {
+                    panic!("{kind:?}: not a bidirectional row: {t:?}");
+                };
+                // Each side completed every one of its own operations: both directions ran.
+                assert_eq!(local.iters, opts.iters, "{kind:?} {m:?}");
+                assert!(local.average > 0.0, "{kind:?} {m:?}");
+                // The report it got is the one the peer measured, and the row is the sum.
+                assert_eq!(remote.iters, peer_local.iters, "{kind:?}");
+                assert_eq!(
+                    remote.average.to_bits(),
+                    peer_local.average.to_bits(),
+                    "{kind:?}"
+                );
+                assert_eq!(stats.average, local.average + remote.average, "{kind:?}");
+                assert_eq!(
+                    stats.msg_rate_mpps,
+                    local.msg_rate_mpps + remote.msg_rate_mpps
+                );
+                assert_eq!((stats.size, stats.iters), (local.size, local.iters));
+            }
+        }
+        // One table row per size on each side, no separate row of the peer's.
+        let rows = |out: &str| {
+            out.lines()
+                .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+                .count()
+        };
+        assert_eq!(rows(&server_out), sizes, "{server_out}");
+        assert_eq!(rows(&client_out), sizes, "{client_out}");
+    }
+}
+
+#[test]
+fn qp_timeout_reaches_the_qps_and_is_bounded() {
+    let mut opts = PerfOptions::defaults(TestKind::WriteBw);
+    assert_eq!(
+        opts.connect_params(1, 1024).timeout,
+        14,
+        "perftest's default"
+    );
+    opts.qp_timeout = 18;
+    opts.validate().unwrap();
+    assert_eq!(opts.connect_params(1, 1024).timeout, 18);
+    opts.iters = 50;
+    let (server, (client, rows)) = perf_over(opts.clone());
+    assert_eq!(rows, 1, "{client}\n{server}");
+    opts.qp_timeout = 32;
+    let err = opts.validate().unwrap_err().to_string();
+    assert!(err.contains("-u/--qp-timeout"), "{err}");
+}
+
+#[test]
+fn bidirectional_is_refused_where_perftest_or_xroce_has_none() {
+    for (kind, want) in [
+        (TestKind::WriteLat, "only available in the bandwidth tests"),
+        (TestKind::ReadLat, "only available in the bandwidth tests"),
+        (TestKind::SendBw, "send_bw is not implemented"),
+    ] {
+        let mut opts = PerfOptions::defaults(kind);
+        opts.duplex = true;
+        let err = opts.validate().unwrap_err().to_string();
+        assert!(err.contains(want), "{kind:?}: {err}");
+    }
 }
 
 fn perf_over(opts: PerfOptions) -> (String, (String, usize)) {

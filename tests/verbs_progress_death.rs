@@ -1,6 +1,7 @@
 //! When a device's progress thread stops (its driver fails, or it panics), every caller that
 //! waits on it learns so with `DeviceStopped` and the cause, within a bound: a caller blocked
-//! in `get_cq_event(None)`, one in a `Cq::wait` loop, and every later post or poll.
+//! in `get_cq_event(None)`, one in `Device::get_async_event(None)`, one in a `Cq::wait` loop,
+//! and every later post or poll.
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
 use std::sync::mpsc;
@@ -159,6 +160,11 @@ fn blocked_callers_learn_the_cause(panic: bool, cause: &str) {
     std::thread::spawn(move || {
         let _ = tx_event.send(("get_cq_event", channel.get_cq_event(None).map(|_| ())));
     });
+    let dev = a.dev.clone();
+    let tx_async = tx.clone();
+    std::thread::spawn(move || {
+        let _ = tx_async.send(("get_async_event", dev.get_async_event(None).map(|_| ())));
+    });
     let cq = a.cq.clone();
     std::thread::spawn(move || {
         let _ = tx.send(("Cq::wait", cq.wait(1, Duration::from_secs(600)).map(|_| ())));
@@ -166,7 +172,7 @@ fn blocked_callers_learn_the_cause(panic: bool, cause: &str) {
     std::thread::sleep(Duration::from_millis(100));
     let start = Instant::now();
     kill_a_with_traffic(&a, &b, 2);
-    for _ in 0..2 {
+    for _ in 0..3 {
         let (who, result) = rx
             .recv_timeout(BOUND)
             .unwrap_or_else(|_| panic!("a blocked caller still waits {BOUND:?} after the stop"));
@@ -190,6 +196,12 @@ fn blocked_callers_learn_the_cause(panic: bool, cause: &str) {
     assert_stopped(
         &a.channel
             .get_cq_event(Some(Duration::from_secs(60)))
+            .unwrap_err(),
+        cause,
+    );
+    assert_stopped(
+        &a.dev
+            .get_async_event(Some(Duration::from_secs(60)))
             .unwrap_err(),
         cause,
     );

@@ -326,6 +326,7 @@ fn perf_side(
         out_reads: 16,
         atomic_type: None,
         use_srq: opts.use_srq,
+        duplex: false,
     };
     let mut out: Vec<u8> = Vec::new();
     let rows;

@@ -26,6 +26,8 @@ Examples:
   xroce perf read_lat -d eth0 -x 1 -F 198.18.0.11
   # atomics: fetch-and-add or compare-and-swap
   xroce perf atomic_bw -A CMP_AND_SWAP -d eth0 -x 1 198.18.0.11
+  # bidirectional WRITE bandwidth: -b on both sides, each prints the sum of both ways
+  xroce perf write_bw -b -d veth1 -x 1 198.18.0.1
   # 8 QPs over 4 threads, each with its own engine shard (the interface needs 4 queues)
   xroce perf write_bw -d veth1 -x 1 -s 64 -q 8 --threads 4 --shards 4 198.18.0.1";
 
@@ -179,6 +181,13 @@ pub struct Args {
     /// Report Gb/s instead of MB/s.
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
+    /// QP local ACK timeout: 4.096 us x 2^N (0 = none; default 14 = 67 ms), as perftest's -u.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    pub qp_timeout: u8,
+    /// Bidirectional: both sides run the test towards each other at once and each prints
+    /// the sum of both directions (write_bw, read_bw, atomic_bw; give it on both sides).
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
     /// Sleep on CQ events (completion channel) instead of busy polling; not for the WRITE
     /// tests (perftest refuses that too).
     #[arg(short = 'e', long = "events")]
@@ -231,6 +240,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.report_gbits = args.report_gbits;
     opts.events = args.events;
     opts.use_srq = args.use_srq;
+    opts.duplex = args.bidirectional;
+    opts.qp_timeout = args.qp_timeout;
     // The limits apply to what was typed (as perftest checks -r before it caps it at -n);
     // then the depths are settled as perftest settles them.
     opts.validate()?;
@@ -351,6 +362,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             "CMP_AND_SWAP"
         }),
         use_srq: opts.use_srq,
+        duplex: opts.duplex,
     };
     let stream = match &args.host {
         Some(host) => setup::connect(host, args.port, Duration::from_secs(10))?,
@@ -362,7 +374,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             setup::accept_one(args.port)?
         }
     };
-    let steps = perftest_oob::script(kind, role, &sizes, opts.num_qps);
+    let steps = opts.script(role, &sizes);
     let mut comm = PerftestComm::new(
         stream,
         role,
@@ -375,7 +387,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut runner =
         PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut()).with_test_info(info);
     let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
-    if role == Role::Server && kind.is_bw() && kind != TestKind::SendBw {
+    if role == Role::Server && kind.is_bw() && kind != TestKind::SendBw && !opts.duplex {
         if let Some(rep) = outcome.remote_report {
             runner.print_remote_bw(&rep)?;
         }

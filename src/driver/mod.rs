@@ -119,6 +119,11 @@ pub trait Driver: Send {
     fn xdp_stats(&self) -> Option<XdpStats> {
         None
     }
+
+    /// A frame the device looped back to itself (addressed to its own GID) without handing
+    /// it to any driver: seen here once, when it is received. Nothing to do but for a
+    /// capture, which records it as the link it never crossed would have shown it.
+    fn note_looped_back(&mut self, _frame: &[u8]) {}
 }
 
 impl<D: Driver + ?Sized> Driver for Box<D> {
@@ -153,6 +158,9 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     }
     fn xdp_stats(&self) -> Option<XdpStats> {
         (**self).xdp_stats()
+    }
+    fn note_looped_back(&mut self, frame: &[u8]) {
+        (**self).note_looped_back(frame)
     }
 }
 

@@ -55,6 +55,8 @@ pub struct TapStats {
     pub sent: u64,
     /// Frames received from the driver, written.
     pub received: u64,
+    /// Frames the device looped back to itself (never in the driver), written once.
+    pub looped_back: u64,
 }
 
 /// Wraps driver `D`, writing each frame sent and received to a pcap file.
@@ -223,6 +225,13 @@ impl<D: Driver> Driver for PcapTap<D> {
         self.inner.wait_fd()
     }
 
+    fn note_looped_back(&mut self, frame: &[u8]) {
+        if self.file.is_some() {
+            record(&mut self.pcap, frame);
+            self.stats.looped_back += 1;
+        }
+    }
+
     fn info(&self) -> DriverInfo {
         self.inner.info()
     }
@@ -273,7 +282,8 @@ mod tests {
             tap.stats(),
             TapStats {
                 sent: 1,
-                received: 1
+                received: 1,
+                looped_back: 0
             }
         );
         drop(tap);

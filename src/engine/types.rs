@@ -736,6 +736,14 @@ pub enum Event {
     /// 11.6.3, "Last WQE Reached"; `IBV_EVENT_QP_LAST_WQE_REACHED`): the WQE it was filling, if
     /// any, is completed, so the application may destroy the QP.
     QpLastWqeReached(u32),
+    /// The port (its number) can carry frames again: the interface's link came up
+    /// (`IBV_EVENT_PORT_ACTIVE`; an unaffiliated asynchronous event, IBTA 11.6.3). Raised by
+    /// the verbs layer, which watches the interface; the engine has no port state.
+    PortActive(u8),
+    /// The port (its number) cannot carry frames: the interface went down or lost its
+    /// carrier (`IBV_EVENT_PORT_ERR`, IBTA 11.6.3). QPs keep their state: RC retries
+    /// (IBTA 9.7.6) cover an outage shorter than `retry_cnt` local ACK timeouts, as on rxe.
+    PortError(u8),
 }
 
 /// API misuse: what a verbs call returns when it cannot be done.

@@ -110,6 +110,12 @@ pub struct PerfOptions {
     /// (perftest's `ctx_set_recv_wqes`). Needs endpoints opened with
     /// [`crate::tools::verbs_endpoint::open_with_srq`] and [`PerfOptions::srq_depth`].
     pub use_srq: bool,
+    /// `-u`: the QPs' local ACK timeout exponent (4.096 us x 2^n; 0 = none; perftest's
+    /// default 14 = 67 ms), IBTA 9.7.6.1.
+    pub qp_timeout: u8,
+    /// `-b`: bidirectional. Both sides run the bandwidth loop towards each other at once
+    /// and each prints the sum of both directions (write, read and atomic bw).
+    pub duplex: bool,
     /// Give up when nothing completes for this long.
     pub stall_timeout: Duration,
 }
@@ -140,6 +146,8 @@ impl PerfOptions {
             report_gbits: false,
             events: false,
             use_srq: false,
+            duplex: false,
+            qp_timeout: 14,
             stall_timeout: Duration::from_secs(30),
         }
     }
@@ -244,6 +252,11 @@ impl PerfOptions {
             && !(self.kind == TestKind::SendBw && role == Role::Server)
     }
 
+    /// The conversation of this run for `role` (perftest's main(), with `-b` or without).
+    pub fn script(&self, role: Role, sizes: &[u64]) -> Vec<crate::tools::perftest_oob::Step> {
+        crate::tools::perftest_oob::script_with(self.kind, role, sizes, self.num_qps, self.duplex)
+    }
+
     fn measures_peak(&self) -> bool {
         self.duration.is_none() && self.iters <= MAX_PEAK_ITERS
     }
@@ -276,6 +289,20 @@ impl PerfOptions {
         }
         if !k.is_bw() && self.num_qps != 1 {
             anyhow::bail!("latency tests use one QP; drop -q");
+        }
+        in_range(
+            "-u/--qp-timeout",
+            self.qp_timeout,
+            0,
+            31,
+            "the 5-bit local ACK timeout of IBTA 9.7.6.1 (4.096 us x 2^n)",
+        )?;
+        if self.duplex && !k.is_bw() {
+            // perftest_parameters.c: "Bidirectional is only available in BW test".
+            anyhow::bail!("-b/--bidirectional is only available in the bandwidth tests (write_bw, read_bw, atomic_bw); drop -b");
+        }
+        if self.duplex && k == TestKind::SendBw {
+            anyhow::bail!("-b/--bidirectional with send_bw is not implemented (write_bw, read_bw and atomic_bw are); drop -b");
         }
         in_range(
             "-q/--qp",
@@ -415,7 +442,7 @@ impl PerfOptions {
         ConnectParams {
             local_psn,
             mtu,
-            timeout: 14,
+            timeout: self.qp_timeout,
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 12,
@@ -444,6 +471,8 @@ pub struct PerfRunner<'a> {
     /// Bytes of every receive posted: the largest message of the run (see `connect`).
     recv_len: usize,
     stash: std::collections::VecDeque<ToolWc>,
+    /// `-b`: this side's result of the size just run, until the reports are exchanged.
+    duplex_local: Option<(BwStats, Vec<ThreadBw>)>,
 }
 
 impl<'a> PerfRunner<'a> {
@@ -469,6 +498,7 @@ impl<'a> PerfRunner<'a> {
             recvs_posted: vec![0; n],
             recv_len: 0,
             stash: Default::default(),
+            duplex_local: None,
         }
     }
 
@@ -613,9 +643,66 @@ impl<'a> PerfRunner<'a> {
         })
     }
 
+    /// `-b`: this side's half of a bidirectional run, the client loop (the peer runs its
+    /// own towards us meanwhile), measured but not printed: perftest prints only the sum
+    /// of both directions, once the reports are exchanged ([`Self::print_duplex_bw`]).
+    fn run_bw_duplex(&mut self, size: u64) -> anyhow::Result<BwReport> {
+        let (stats, per_thread) = self.measure_bw_client(size)?;
+        self.duplex_local = Some((stats, per_thread));
+        Ok(BwReport {
+            size: stats.size,
+            iters: stats.iters,
+            bw_peak: stats.peak,
+            bw_avg: stats.average,
+            msg_rate_avg: stats.msg_rate_mpps,
+        })
+    }
+
+    /// `-b`: the row of both directions (perftest's `print_full_bw_report` with the remote
+    /// report: size and iterations are ours, peak, average and message rate the sums).
+    /// `--json` gets the sum, with this side's own result as `local` and per thread.
+    pub fn print_duplex_bw(&mut self, mine: &BwReport, theirs: &BwReport) -> anyhow::Result<()> {
+        self.print_table_header()?;
+        let unit = self.opts.unit();
+        let stats = BwStats {
+            size: mine.size,
+            iters: mine.iters,
+            peak: mine.bw_peak + theirs.bw_peak,
+            average: mine.bw_avg + theirs.bw_avg,
+            msg_rate_mpps: mine.msg_rate_avg + theirs.msg_rate_avg,
+            unit,
+        };
+        writeln!(self.out, "{}", report::bw_row(&stats))?;
+        let (local, per_thread) = self
+            .duplex_local
+            .take()
+            .unwrap_or_else(|| (BwStats::nothing(mine.size, unit), Vec::new()));
+        self.results.push(JsonResult::BwDuplex {
+            stats,
+            local,
+            remote: BwStats {
+                size: theirs.size,
+                iters: theirs.iters,
+                peak: theirs.bw_peak,
+                average: theirs.bw_avg,
+                msg_rate_mpps: theirs.msg_rate_avg,
+                unit,
+            },
+            per_thread,
+        });
+        Ok(())
+    }
+
     /// Bandwidth client: each thread posts to and polls its own QPs; the times of all are
     /// on one clock, so the aggregate covers the common interval.
     fn run_bw_client(&mut self, size: u64) -> anyhow::Result<BwReport> {
+        let (stats, per_thread) = self.measure_bw_client(size)?;
+        self.report_bw(stats, per_thread)
+    }
+
+    /// The client loop of a bandwidth test on every thread: the aggregate and each
+    /// thread's result.
+    fn measure_bw_client(&mut self, size: u64) -> anyhow::Result<(BwStats, Vec<ThreadBw>)> {
         let job = BwJob {
             opts: &self.opts,
             ops: (0..self.eps.len()).map(|q| self.op_for(q)).collect(),
@@ -650,7 +737,7 @@ impl<'a> PerfRunner<'a> {
         let stats = BwTimes::merged(&times)
             .stats(size, cq_mod, unit)
             .ok_or_else(|| anyhow::anyhow!("run too short to measure"))?;
-        self.report_bw(stats, per_thread)
+        Ok((stats, per_thread))
     }
 
     /// send_bw server: count `iters` receives per QP, each thread on its own QPs.
@@ -897,6 +984,10 @@ impl<'a> PerfRunner<'a> {
 }
 
 impl PerftestRunner for PerfRunner<'_> {
+    fn duplex_report(&mut self, mine: &BwReport, theirs: &BwReport) -> anyhow::Result<()> {
+        self.print_duplex_bw(mine, theirs)
+    }
+
     fn connect(&mut self, remote: &[PerftestDest], mtu_enum: u8) -> anyhow::Result<()> {
         let mtu = crate::tools::perftest_oob::mtu_bytes(mtu_enum).unwrap_or(1024);
         if remote.len() != self.eps.len() {
@@ -953,7 +1044,9 @@ impl PerftestRunner for PerfRunner<'_> {
     fn run(&mut self, size: u64, peer: &mut dyn PeerWatch) -> anyhow::Result<Option<BwReport>> {
         let kind = self.opts.kind;
         if kind.is_bw() {
-            let rep = if kind == TestKind::SendBw && self.role == Role::Server {
+            let rep = if self.opts.duplex {
+                self.run_bw_duplex(size)?
+            } else if kind == TestKind::SendBw && self.role == Role::Server {
                 self.run_send_bw_server(size, peer)?
             } else {
                 self.run_bw_client(size)?

@@ -572,6 +572,9 @@ pub enum Step {
     Run(u64),
     /// Bandwidth report exchange.
     BwReports,
+    /// `-b`: bandwidth report exchange, then the runner prints the sum of both
+    /// directions ([`PerftestRunner::duplex_report`]).
+    DuplexReports,
     /// Final QP-address round and `"done\0"`.
     Close,
 }
@@ -685,6 +688,41 @@ impl TestKind {
 /// The conversation of one test for one role, as perftest 6.06's main() does it
 /// (non-duplex, `RUN_REGULAR` for one size or `RUN_ALL` for several).
 pub fn script(kind: TestKind, role: Role, sizes: &[u64], num_qps: usize) -> Vec<Step> {
+    script_with(kind, role, sizes, num_qps, false)
+}
+
+/// [`script`], or with `duplex` (`-b`) the bidirectional conversation of write_bw, read_bw
+/// and atomic_bw (perftest's main() with `user_param.duplex`): both roles run every size,
+/// each run between a handshake before (and with several sizes one after, perftest >= 4.6),
+/// each followed by the report exchange; no final report round.
+pub fn script_with(
+    kind: TestKind,
+    role: Role,
+    sizes: &[u64],
+    num_qps: usize,
+    duplex: bool,
+) -> Vec<Step> {
+    if duplex
+        && matches!(
+            kind,
+            TestKind::WriteBw | TestKind::ReadBw | TestKind::AtomicBw
+        )
+    {
+        let mut steps = vec![Step::Versions, Step::SysData, Step::Mtu, Step::Negotiate];
+        steps.extend((0..num_qps).map(Step::HandShake));
+        steps.push(Step::Connect);
+        steps.extend((0..num_qps).map(Step::HandShake));
+        steps.push(Step::HandShake(0)); // "additional handshake after moving qp to RTR"
+        for &size in sizes {
+            steps.extend([Step::HandShake(0), Step::Run(size)]);
+            if sizes.len() > 1 {
+                steps.push(Step::HandShake(0));
+            }
+            steps.push(Step::DuplexReports);
+        }
+        steps.push(Step::Close);
+        return steps;
+    }
     let mut steps = vec![Step::Versions, Step::SysData, Step::Mtu, Step::Negotiate];
     let per_qp = |steps: &mut Vec<Step>| steps.extend((0..num_qps).map(Step::HandShake));
     let run_all = sizes.len() > 1;
@@ -1143,6 +1181,10 @@ pub trait PerftestRunner {
     /// tells whether the peer has finished its part (a receiver that waits for datagrams
     /// uses it to stop once no more can come).
     fn run(&mut self, size: u64, peer: &mut dyn PeerWatch) -> anyhow::Result<Option<BwReport>>;
+    /// `-b`: both reports of the size just run are known ([`Step::DuplexReports`]).
+    fn duplex_report(&mut self, _mine: &BwReport, _theirs: &BwReport) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// What a finished conversation learned.
@@ -1246,6 +1288,14 @@ pub fn run_script<S: OobStream, R: PerftestRunner>(
             Step::BwReports => {
                 let mine = out.local_reports.last().copied().unwrap_or_default();
                 out.remote_report = Some(comm.exchange_bw_reports(&mine)?);
+            }
+            Step::DuplexReports => {
+                let mine = out.local_reports.last().copied().unwrap_or_default();
+                let theirs = comm.exchange_bw_reports(&mine)?;
+                out.remote_report = Some(theirs);
+                runner
+                    .duplex_report(&mine, &theirs)
+                    .map_err(ScriptError::Rdma)?;
             }
             Step::Close => comm.close(&local.dests[0])?,
         }

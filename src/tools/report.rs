@@ -39,6 +39,8 @@ pub struct TestInfo {
     pub atomic_type: Option<&'static str>,
     /// `--use-srq`: "Using SRQ : ON".
     pub use_srq: bool,
+    /// `-b`: both sides run the test towards each other.
+    pub duplex: bool,
 }
 
 /// The block perftest prints before connecting.
@@ -50,6 +52,9 @@ pub fn header(info: &TestInfo) -> String {
     if let Some(atomic) = info.atomic_type {
         title.push_str(atomic);
         title.push(' ');
+    }
+    if info.kind.is_bw() && info.duplex {
+        title.push_str("Bidirectional ");
     }
     title.push_str(if info.kind.is_bw() { "BW " } else { "Latency " });
     title.push_str("Test\n");
@@ -69,7 +74,8 @@ pub fn header(info: &TestInfo) -> String {
     ));
     s.push_str(" PCIe relax order: Unsupported\n");
     s.push_str(" ibv_wr* API     : OFF\n");
-    if info.is_client {
+    // A bidirectional server sends too (perftest: `machine == CLIENT || duplex`).
+    if info.is_client || info.duplex {
         s.push_str(&format!(" TX depth        : {}\n", info.tx_depth));
     }
     if info.kind.verb() == crate::tools::perftest_oob::enums::VERB_SEND && !info.is_client {
@@ -195,6 +201,19 @@ pub enum JsonResult {
         stats: BwStats,
         /// Each thread's own figures (`--threads`; one entry with one thread); empty for a
         /// row the peer reported.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        per_thread: Vec<ThreadBw>,
+    },
+    /// A bidirectional (`-b`) bandwidth row: the sum of both directions, as printed.
+    BwDuplex {
+        /// Size and iterations of this side; peak, average and message rate of both.
+        #[serde(flatten)]
+        stats: BwStats,
+        /// What this side's own loop measured (the direction towards the peer).
+        local: BwStats,
+        /// What the peer reported for its direction.
+        remote: BwStats,
+        /// This side's threads (`--threads`), as for [`JsonResult::Bw`].
         #[serde(skip_serializing_if = "Vec::is_empty")]
         per_thread: Vec<ThreadBw>,
     },

@@ -2,6 +2,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -17,6 +18,7 @@ use crate::netdev::{self, Gid, GidEntry, IfAddr, MacAddr, NetdevInfo, OperState}
 use super::attr::{DeviceAttr, PortAttr};
 use super::cq::{ChannelShared, CompletionChannel, Cq};
 use super::error::{Result, VerbsError};
+use super::events::AsyncQueue;
 use super::pd::Pd;
 use super::progress;
 
@@ -173,6 +175,9 @@ pub struct ProgressStats {
     pub handed_off_frames: AtomicU64,
     /// Of `rx_frames`, those received in rounds of application threads.
     pub driven_rx_frames: AtomicU64,
+    /// Frames the engine sent to one of the device's own addresses, handed straight back to
+    /// the shard of their QP instead of the driver (loopback: they never reach the link).
+    pub looped_back_frames: AtomicU64,
 }
 
 /// A device's state, shared by its user-facing handles and its progress thread: the engine
@@ -202,7 +207,10 @@ pub(crate) struct DeviceState {
     /// Every completion channel of the device (with or without CQs), to wake its waiters
     /// when the progress thread stops.
     pub all_channels: Mutex<Vec<Weak<ChannelShared>>>,
-    pub async_events: Mutex<VecDeque<Event>>,
+    /// Asynchronous events (QP fatal, CQ error, port active/error, ...) and their fd.
+    pub async_events: AsyncQueue,
+    /// The device's own addresses (its GIDs): frames to them are looped back.
+    pub local_ips: Vec<IpAddr>,
     pub stats: ProgressStats,
     pub xdp_stats: Mutex<Option<XdpStats>>,
     /// Set by [`Device::xdp_stats`] to ask the progress thread for fresh counters.
@@ -536,13 +544,46 @@ impl DeviceState {
     /// Gives shard `to` a frame this shard received for one of its QPs, and makes sure it
     /// looks soon: its poller's next round, or its background thread, woken if asleep.
     pub fn hand_off(&self, to: usize, frame: &[u8]) {
+        self.stats.handed_off_frames.fetch_add(1, Ordering::Relaxed);
+        self.deliver_to_shard(to, frame, true);
+    }
+
+    /// The shard that must receive `frame`, sent by shard `from`, when it is addressed to
+    /// one of the device's own GIDs (`None`: it goes to the driver). A frame to ourselves
+    /// never leaves the device: the link would not bring it back (a NIC does the same
+    /// internally; rxe loops such packets back in `rxe_loopback`).
+    pub fn loopback_shard(&self, from: usize, frame: &[u8]) -> Option<usize> {
+        let ip = crate::wire::frame::frame_dest_ip(frame)?;
+        if !self.local_ips.contains(&ip) {
+            return None;
+        }
+        let shards = self.shards.len();
+        Some(match crate::wire::frame::frame_dest_qpn(frame) {
+            Some(qpn) if shards > 1 => crate::engine::shard_of_qpn(qpn, shards as u32) as usize,
+            _ => from,
+        })
+    }
+
+    /// Hands a frame that shard `from` sent to ourselves to shard `to`, as the link would
+    /// deliver it. To the sender's own shard it costs no wake-up: whoever holds that shard's
+    /// token runs one more round when `pending` is set, and that round receives it.
+    pub fn loop_back(&self, from: usize, to: usize, frame: &[u8]) {
+        self.record(false, frame);
+        self.stats
+            .looped_back_frames
+            .fetch_add(1, Ordering::Relaxed);
+        self.deliver_to_shard(to, frame, to != from);
+    }
+
+    /// Puts `frame` in shard `to`'s inbox and makes sure it looks soon: its poller's next
+    /// round, or (`wake`) its background thread, woken if asleep.
+    fn deliver_to_shard(&self, to: usize, frame: &[u8], wake: bool) {
         let s = &self.shards[to];
         lock(&s.inbox).push(frame);
         s.inbox_waiting.store(true, Ordering::SeqCst);
         s.pending.store(true, Ordering::SeqCst);
-        self.stats.handed_off_frames.fetch_add(1, Ordering::Relaxed);
         let wake_at = s.thread_wake_at.load(Ordering::SeqCst);
-        if wake_at != progress::THREAD_AWAKE && wake_at != progress::THREAD_YIELDING {
+        if wake && wake_at != progress::THREAD_AWAKE && wake_at != progress::THREAD_YIELDING {
             self.wake(to);
         }
     }
@@ -558,7 +599,7 @@ impl DeviceState {
                         channel.notify(cq);
                     }
                 }
-                other => lock(&self.async_events).push_back(other),
+                other => self.async_events.push(other),
             }
         }
     }
@@ -583,8 +624,10 @@ impl DeviceState {
 /// object created from it) is dropped, the thread is stopped and joined.
 pub(crate) struct Core {
     pub shared: Arc<DeviceState>,
-    /// One background progress thread per shard.
+    /// One background progress thread per shard, and the link watcher.
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Writing a byte stops the link watcher (when there is one).
+    link_watch_stop: Mutex<Option<UnixDatagram>>,
 }
 
 impl Drop for Core {
@@ -592,6 +635,9 @@ impl Drop for Core {
         self.shared.stop.store(true, Ordering::SeqCst);
         for shard in &self.shared.shards {
             let _ = shard.waker.send(&[1]);
+        }
+        if let Some(stop) = lock(&self.link_watch_stop).as_ref() {
+            let _ = stop.send(&[1]);
         }
         for thread in lock(&self.threads).drain(..) {
             let _ = thread.join();
@@ -837,7 +883,18 @@ impl Device {
             let driver = drivers.pop().expect("one driver");
             drivers.push(Box::new(crate::driver::tap::PcapTap::create(driver, path)?));
         }
+        // Subscribed, then the link's state read once more: a change after that read is
+        // notified, none falls between the two.
+        let link_watch = match net.ifindex {
+            0 => None,
+            ifindex => {
+                let watch = netdev::LinkWatch::open(ifindex)?;
+                let active = netdev::query(&net.name).map_or(net.is_active(), |n| n.is_active());
+                Some((watch, active))
+            }
+        };
         let gid_table = net.gid_table();
+        let local_ips = gid_table.iter().map(|g| g.gid.to_ip()).collect();
         let mut engine_config = EngineConfig::new(
             net.mac.0,
             gid_table
@@ -891,7 +948,8 @@ impl Device {
             static_neighbours: Mutex::new(HashMap::new()),
             channels: Mutex::new(HashMap::new()),
             all_channels: Mutex::new(Vec::new()),
-            async_events: Mutex::new(VecDeque::new()),
+            async_events: AsyncQueue::new()?,
+            local_ips,
             stats: ProgressStats::default(),
             xdp_stats: Mutex::new(None),
             xdp_stats_wanted: AtomicBool::new(false),
@@ -904,6 +962,7 @@ impl Device {
         let core = Arc::new(Core {
             shared: shared.clone(),
             threads: Mutex::new(Vec::new()),
+            link_watch_stop: Mutex::new(None),
         });
         for (index, waker_rx) in wakers.into_iter().enumerate() {
             let thread_shared = shared.clone();
@@ -927,6 +986,22 @@ impl Device {
                 })
                 .map_err(|source| VerbsError::Io {
                     context: "spawning the progress thread",
+                    source,
+                })?;
+            lock(&core.threads).push(thread);
+        }
+        if let Some((watch, active)) = link_watch {
+            let (stop_rx, stop_tx) = UnixDatagram::pair().map_err(|source| VerbsError::Io {
+                context: "creating the link watcher's stop socket",
+                source,
+            })?;
+            *lock(&core.link_watch_stop) = Some(stop_tx);
+            let thread_shared = shared.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("xroce-link-{}", shared.netdev.name))
+                .spawn(move || super::events::watch_link(thread_shared, watch, stop_rx, active))
+                .map_err(|source| VerbsError::Io {
+                    context: "spawning the link watcher",
                     source,
                 })?;
             lock(&core.threads).push(thread);
@@ -1067,10 +1142,42 @@ impl Device {
         lock(&self.shared().trace).drain(..).collect()
     }
 
-    /// Next asynchronous event (QP fatal, CQ error after an overrun, SQ drained, SRQ limit
-    /// reached, last WQE reached), if any.
+    /// Next asynchronous event, if any, without blocking: QP fatal, CQ error after an
+    /// overrun, SQ drained, SRQ limit reached, last WQE reached, port active / port error
+    /// (the interface's link went up or down), and any other [`Event`] but
+    /// [`Event::CqNotify`] (that goes to the CQ's completion channel).
     pub fn poll_async_event(&self) -> Option<Event> {
-        lock(&self.shared().async_events).pop_front()
+        self.shared().async_events.pop()
+    }
+
+    /// Waits for the next asynchronous event (`ibv_get_async_event`); `None` waits forever.
+    /// Events queued before the device stopped are still returned; after them, a stopped
+    /// device is [`VerbsError::DeviceStopped`] (at once, however long the timeout), and
+    /// nothing within `timeout` is [`VerbsError::Timeout`].
+    ///
+    /// Unlike `ibv_get_async_event` there is nothing to acknowledge: the event is a value.
+    pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Event> {
+        let queue = &self.shared().async_events;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(event) = queue.pop() {
+                return Ok(event);
+            }
+            // `fail` records the cause before it wakes the queue's fd.
+            self.shared().check_alive()?;
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Err(VerbsError::Timeout(timeout.unwrap_or_default()));
+            }
+            queue.wait(left)?;
+        }
+    }
+
+    /// The asynchronous event fd (`ibv_context::async_fd`): readable while an event waits
+    /// for [`Device::poll_async_event`] / [`Device::get_async_event`]. Register it with
+    /// epoll/mio/tokio (`AsyncFd`); it stays valid as long as the device.
+    pub fn async_fd(&self) -> BorrowedFd<'_> {
+        self.shared().async_events.fd()
     }
 
     /// Why the progress thread stopped, if it did (the driver failed).
@@ -1136,6 +1243,20 @@ impl Device {
             ip,
             shared.neighbour_timeout,
         )?)
+    }
+}
+
+impl AsFd for Device {
+    /// [`Device::async_fd`].
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.async_fd()
+    }
+}
+
+impl AsRawFd for Device {
+    /// [`Device::async_fd`].
+    fn as_raw_fd(&self) -> RawFd {
+        self.async_fd().as_raw_fd()
     }
 }
 

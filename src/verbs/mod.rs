@@ -16,6 +16,7 @@
 //! | `ibv_post_send` with `IBV_SEND_INLINE` | [`Qp::post_send`] with [`SendFlags::INLINE`], or [`Qp::post_send_inline`] from a slice |
 //! | `ibv_create_ah` | [`Pd::create_ah`] → [`AddressHandle`] |
 //! | `ibv_create_srq` / `_modify_srq` / `_query_srq` / `ibv_post_srq_recv` | [`Pd::create_srq`] → [`Srq::modify`], [`Srq::query`], [`Srq::post_recv`]; QPs on it: [`QpInitAttr::srq`] |
+//! | `ibv_get_async_event`, `ibv_context::async_fd` | [`Device::get_async_event`], [`Device::poll_async_event`], [`Device::async_fd`] ([`Event`]: QP fatal, CQ error, port active/error, ...) |
 //!
 //! Objects are reference-counted handles: a QP keeps its PD, CQs and SRQ alive, an MR its PD,
 //! everything its device. A memory region's bytes are the device's, or the application's
@@ -69,6 +70,7 @@ pub mod attr;
 mod cq;
 mod device;
 mod error;
+mod events;
 mod pd;
 mod progress;
 mod qp;

@@ -261,15 +261,21 @@ impl Progress {
         Ok((received, timers))
     }
 
-    /// Handles the frames other shards handed over. Their ICRC is checked when this driver
-    /// can check its own frames' (the shards of one device have drivers of one kind).
+    /// Handles the frames other shards handed over and those the device looped back to
+    /// itself. Their ICRC is checked when this driver can check its own frames' (the shards
+    /// of one device have drivers of one kind).
     fn receive_handed(&mut self, shared: &DeviceState, engine: &mut Engine, now: Instant) -> usize {
         let shard = &shared.shards[self.shard];
         if !shard.inbox_waiting.swap(false, Ordering::SeqCst) {
             return 0;
         }
         std::mem::swap(&mut lock(&shard.inbox).frames, &mut self.handed);
+        // A device with a capture has one shard, so what its inbox holds was looped back.
+        let looped_only = shared.shards.len() == 1;
         for frame in &self.handed {
+            if looped_only {
+                self.driver.note_looped_back(frame);
+            }
             if self.verify {
                 engine.handle_frame(now, frame);
             } else {
@@ -304,12 +310,24 @@ impl Progress {
             // Straight into the driver's transmit memory (AF_XDP: a UMEM frame) when the
             // frame fits there: the engine's one copy out of the MR is the only copy.
             if self.direct_room > 0 {
+                let mut looped = false;
+                let me = self.shard;
                 let written = self.driver.send_with(self.direct_room, &mut |frame| {
                     let len = engine.poll_transmit(now, frame)?;
                     shared.record(true, &frame[..len]);
+                    if let Some(to) = shared.loopback_shard(me, &frame[..len]) {
+                        // Not for the link: the driver takes its buffer back unsent.
+                        shared.loop_back(me, to, &frame[..len]);
+                        looped = true;
+                        return None;
+                    }
                     Some(len)
                 });
                 match written {
+                    Ok(None) if looped => {
+                        sent += 1;
+                        continue;
+                    }
                     Ok(Some(_)) => {
                         sent += 1;
                         self.unflushed += 1;
@@ -338,6 +356,10 @@ impl Progress {
             sent += 1;
             let frame = &self.buf[..len];
             shared.record(true, frame);
+            if let Some(to) = shared.loopback_shard(self.shard, frame) {
+                shared.loop_back(self.shard, to, frame);
+                continue;
+            }
             match self.driver.send(frame) {
                 Ok(()) => {
                     self.unflushed += 1;
@@ -494,4 +516,5 @@ pub(crate) fn fail(shared: &DeviceState, reason: String) {
     for channel in channels {
         channel.wake();
     }
+    shared.async_events.wake();
 }

@@ -580,6 +580,33 @@ pub fn frame_dest_qpn(frame: &[u8]) -> Option<u32> {
     Some(bth.dest_qp())
 }
 
+/// The destination IP address of an Ethernet frame carrying IPv4 or IPv6 (after at most one
+/// 802.1Q tag), read at its fixed offset without parsing anything else: what the progress
+/// round looks at, for every frame the engine emits, to keep frames to the device's own GIDs
+/// (loopback). `None` for anything else or a frame too short.
+#[inline]
+pub fn frame_dest_ip(frame: &[u8]) -> Option<std::net::IpAddr> {
+    let ether_type_at =
+        |at: usize| Some(u16::from_be_bytes(frame.get(at..at + 2)?.try_into().ok()?));
+    let mut ip = ETH_LEN;
+    let mut ether_type = ether_type_at(ETH_LEN - 2)?;
+    if ether_type == EtherType::VLAN_TAGGED_FRAME.0 {
+        ether_type = ether_type_at(ETH_LEN + VLAN_LEN - 2)?;
+        ip += VLAN_LEN;
+    }
+    match EtherType(ether_type) {
+        EtherType::IPV4 => {
+            let dst: [u8; 4] = frame.get(ip + 16..ip + 20)?.try_into().ok()?;
+            Some(Ipv4Addr::from(dst).into())
+        }
+        EtherType::IPV6 => {
+            let dst: [u8; 16] = frame.get(ip + 24..ip + 40)?.try_into().ok()?;
+            Some(Ipv6Addr::from(dst).into())
+        }
+        _ => None,
+    }
+}
+
 /// Parses a frame and rejects it with [`WireError::BadIcrc`] unless its ICRC verifies.
 /// The ICRC is checked before the RoCE headers are parsed, so a damaged frame is reported
 /// as damaged rather than as whatever its damaged headers look like.
