@@ -29,6 +29,8 @@
 //! - `mod.rs`: the [`Engine`] and its configuration, the device-wide state, the timer entry
 //!   points ([`Engine::handle_timeout`], [`Engine::poll_timeout`]).
 //! - `objects`: creating, querying and destroying PDs, MRs, CQs and QPs.
+//! - `mw`: memory windows (allocate, bind, deallocate) and the send queue's local
+//!   operations (BIND_MW, LOCAL_INV).
 //! - `modify`: `modify_qp` (masks checked by `state`, values range-checked there) and the
 //!   state changes the engine makes itself (flush to ERR, fail a QP, SQ drained).
 //! - `post`: `post_send` / `post_recv`.
@@ -63,6 +65,7 @@ mod cq;
 pub mod limits;
 mod modify;
 mod mr;
+mod mw;
 mod objects;
 mod post;
 mod qp;
@@ -76,6 +79,7 @@ mod transmit;
 pub mod types;
 
 pub use counters::{Counters, DropCounters};
+pub use mw::MwInfo;
 pub use objects::MrInfo;
 pub use time::Instant;
 

@@ -82,7 +82,7 @@ impl Engine {
         self.pds.alloc()
     }
 
-    fn check_pd(&self, pd: PdId) -> Result<(), EngineError> {
+    pub(crate) fn check_pd(&self, pd: PdId) -> Result<(), EngineError> {
         if self.pds.exists(pd) {
             Ok(())
         } else {
@@ -90,7 +90,7 @@ impl Engine {
         }
     }
 
-    /// Free a protection domain that no MR or QP (of any shard) uses.
+    /// Free a protection domain that no MR, memory window or QP (of any shard) uses.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), EngineError> {
         self.pds.free(pd, &self.sh.mrs)
     }
@@ -127,12 +127,15 @@ impl Engine {
         })
     }
 
-    /// Deregister a memory region (its bytes are freed).
+    /// Deregister a memory region (its bytes are freed). Refused while memory windows are
+    /// bound to it ([`EngineError::InUse`], IBTA 10.6.7).
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<(), EngineError> {
-        if self.sh.mrs.remove(lkey) {
-            Ok(())
-        } else {
-            Err(EngineError::UnknownKey(lkey))
+        match self.sh.mrs.remove(lkey) {
+            Ok(()) => Ok(()),
+            Err(true) => Err(EngineError::InUse(
+                "memory region (memory windows are bound to it)",
+            )),
+            Err(false) => Err(EngineError::UnknownKey(lkey)),
         }
     }
 

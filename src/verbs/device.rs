@@ -212,7 +212,7 @@ pub(crate) struct DeviceState {
     pub trace_limit: usize,
     pub trace: Mutex<VecDeque<TracedFrame>>,
     /// Live objects of each kind, against the device limits.
-    pub objects: [AtomicU32; 5],
+    pub objects: [AtomicU32; 6],
 }
 
 /// One engine shard of a device: its engine, its progress token (with its driver) and its
@@ -246,6 +246,7 @@ pub(crate) enum ObjectKind {
     Cq = 2,
     Qp = 3,
     Ah = 4,
+    Mw = 5,
 }
 
 impl ObjectKind {
@@ -257,6 +258,7 @@ impl ObjectKind {
             ObjectKind::Cq => ("max_cq", limits::MAX_CQ),
             ObjectKind::Qp => ("max_qp", limits::MAX_QP),
             ObjectKind::Ah => ("max_ah", limits::MAX_AH),
+            ObjectKind::Mw => ("max_mw", limits::MAX_MW),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! | `ibv_query_device` / `_port` / `_gid` | [`Device::query_device`], [`Device::query_port`], [`Device::query_gid`] |
 //! | `ibv_alloc_pd` | [`Device::alloc_pd`] → [`Pd`] |
 //! | `ibv_reg_mr` | [`Pd::reg_mr`] → [`Mr`] (`addr`, `lkey`, `rkey`, `read`, `write`) |
+//! | `ibv_alloc_mw` / `ibv_bind_mw` | [`Pd::alloc_mw`] → [`Mw`], [`Qp::bind_mw`] (type 1); type 2 by [`WrOp::BindMw`] |
 //! | `ibv_create_comp_channel` | [`Device::create_comp_channel`] → [`CompletionChannel`] (an fd) |
 //! | `ibv_create_cq` / `ibv_poll_cq` / `ibv_req_notify_cq` | [`Device::create_cq`] → [`Cq::poll`], [`Cq::req_notify`] |
 //! | `ibv_resize_cq` | [`Cq::resize`] |
@@ -75,12 +76,13 @@ pub use device::{
     TracedFrame, MAX_SHARDS,
 };
 pub use error::{Result, VerbsError};
-pub use pd::{AddressHandle, AhAttr, Mr, Pd};
+pub use pd::{AddressHandle, AhAttr, Mr, Mw, Pd};
 pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
 
 pub use crate::driver::mem::{MemLink, MemLinkConfig};
 pub use crate::engine::{
-    Access, AddressVector, CqId, Event, Mtu, QpAttr, QpAttrMask, QpCaps, QpState, QpType, RecvWr,
-    SendFlags, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus, WrOp,
+    inc_rkey, Access, AddressVector, CqId, Event, Mtu, MwBindInfo, MwId, MwInfo, MwType, QpAttr,
+    QpAttrMask, QpCaps, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WcOpcode,
+    WcStatus, WrOp,
 };
 pub use crate::netdev::{Gid, GidEntry, GidType, MacAddr};
