@@ -19,7 +19,8 @@ Then the client, checking the server's memory after every step with {"op": "dige
   2. QP0: SEND_WITH_INV of W2's R_Key; {"op": "received"} -> {"status", "invalidated"}: the
      server's receive must report that R_Key invalidated. WRITE through it: REM_ACCESS_ERR,
      no quarter changes.
-  3. {"op": "bind2"} -> {"rkey"}: the server binds the now free W2 again, on QP1. WRITE
+  3. {"op": "bind2"} -> {"rkey"}: the server binds a type 2 window over q2 again, on QP1
+     (xroce: the now free W2; this script: a fresh one, see "bind2" below). WRITE
      through it (q2 changes); {"op": "local_inv"} -> {"ok"}: the server invalidates it with
      IBV_WR_LOCAL_INV; WRITE through it: REM_ACCESS_ERR, nothing changes.
   4. {"op": "bind1"} -> {"rkey", "addr"}: the server rebinds W1 over q0, REMOTE_READ only,
@@ -169,6 +170,7 @@ def server(a):
     ep.connect(peer)
     w1 = MW(ep.pd, e.IBV_MW_TYPE_1)
     w2 = MW(ep.pd, e.IBV_MW_TYPE_2)
+    windows = [w1, w2]
     rkey1 = bind_type1(ep, w1, 0, base + q, q, REMOTE, 1)
     rkey2 = bind_type2(ep, w2, 0, base + 2 * q, q, 2)
     # The receive the client's SEND_WITH_INV consumes, in a region of its own (the quarters
@@ -185,10 +187,18 @@ def server(a):
             send_line(f, {"quarters": ep.quarters()})
         elif op == "received":
             wc = ep.wait(100)
-            inv = wc.imm_data if wc.wc_flags & e.IBV_WC_WITH_INV else None
-            send_line(f, {"status": wc.status, "invalidated": inv})
+            # rxe (Linux 6.1) puts the kernel's IB_WC_WITH_INVALIDATE (1 << 2) in a user
+            # completion, where libibverbs reads IBV_WC_WITH_INV as 1 << 3: take either.
+            with_inv = wc.wc_flags & (e.IBV_WC_WITH_INV | (1 << 2))
+            print(f"lab-mw server: SEND_WITH_INV receive wc_flags {wc.wc_flags:#x} "
+                  f"invalidated_rkey {wc.imm_data:#x}", flush=True)
+            send_line(f, {"status": wc.status, "invalidated": wc.imm_data if with_inv else None})
         elif op == "bind2":
-            rkey2 = bind_type2(ep, w2, 1, base + 2 * q, q, 3)
+            # A fresh type 2 window on QP1: rxe completes a rebind of the invalidated W2 with
+            # MW_BIND_ERR (pyverbs can only offer it the same R_Key again).
+            w3 = MW(ep.pd, e.IBV_MW_TYPE_2)
+            windows.append(w3)
+            rkey2 = bind_type2(ep, w3, 1, base + 2 * q, q, 3)
             send_line(f, {"rkey": rkey2})
         elif op == "local_inv":
             wr = SendWR(wr_id=4, opcode=e.IBV_WR_LOCAL_INV, num_sge=0, imm_data=rkey2)
@@ -199,6 +209,9 @@ def server(a):
             rkey1 = bind_type1(ep, w1, 2, base, q, e.IBV_ACCESS_REMOTE_READ, 5)
             send_line(f, {"rkey": rkey1, "addr": base})
         elif op == "done":
+            # Windows first: a region with bound windows cannot be deregistered.
+            for w in windows:
+                w.close()
             print(f"lab-mw server: {a.size} bytes, windows bound, used and invalidated")
             return 0
         else:
