@@ -38,6 +38,8 @@ enum Command {
     File(cli::file::Args),
     /// RDMA READ, WRITE and READ-back of a peer's buffer, checked byte for byte (lab-mr.py's exchange).
     MrCheck(cli::mr_check::Args),
+    /// Memory windows used, invalidated and refused against a peer (lab-mw.py's exchange).
+    MwCheck(cli::mw_check::Args),
     /// The raw AF_XDP ceiling, kernel UDP and xroce perf side by side on a veth pair (root).
     Bench(cli::bench::Args),
     /// One process of `xroce bench` (started by it inside a network namespace).
@@ -64,6 +66,7 @@ fn main() {
         Command::Perf(args) => cli::perf::run(args),
         Command::File(args) => cli::file::run(args),
         Command::MrCheck(args) => cli::mr_check::run(args),
+        Command::MwCheck(args) => cli::mw_check::run(args),
         Command::Bench(args) => cli::bench::run(args),
         Command::BenchChild(args) => cli::bench::run_child(args),
     };

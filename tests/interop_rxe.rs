@@ -121,6 +121,7 @@ const ATOMIC_ACK: u8 = 0x12;
 const COMPARE_SWAP: u8 = 0x13;
 const FETCH_ADD: u8 = 0x14;
 const UD_SEND_ONLY: u8 = 0x64;
+const SEND_ONLY_WITH_INVALIDATE: u8 = 0x17;
 const UC_SEND_FIRST: u8 = 0x20;
 const UC_SEND_MIDDLE: u8 = 0x21;
 const UC_SEND_LAST: u8 = 0x22;
@@ -150,6 +151,18 @@ const MR_ALL: &[u8] = &[
     WRITE_FIRST,
     WRITE_MIDDLE,
     WRITE_LAST,
+    ACK,
+];
+/// lab-mw.py's exchange: READs and WRITEs through windows, a SEND_WITH_INV, and the
+/// refusals (NAKs ride in ACKNOWLEDGE packets).
+const MW_ALL: &[u8] = &[
+    READ_REQUEST,
+    READ_RESPONSE_FIRST,
+    READ_RESPONSE_LAST,
+    WRITE_FIRST,
+    WRITE_MIDDLE,
+    WRITE_LAST,
+    SEND_ONLY_WITH_INVALIDATE,
     ACK,
 ];
 /// The part of MR_ALL that a 1 MiB run under loss surely shows.
@@ -257,6 +270,12 @@ const CASES: &[Case] = &[
         client: (G2, "timeout 150 lab-mr.py client --size 1048576 {srv}"),
         opcodes: &[READ_REQUEST, READ_RESPONSE_FIRST, WRITE_FIRST, WRITE_LAST],
         loss_evidence: Some(NaksAndRetransmits), state: State::Runs },
+    // Memory windows (lab/guest/lab-mw.py, pyverbs both sides): type 1 and type 2 windows,
+    // SEND_WITH_INV, LOCAL_INV, and refused WRITEs that leave the memory untouched.
+    Case { name: "rxe_mw", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 lab-mw.py server"),
+        client: (G2, "timeout 120 lab-mw.py client {srv}"),
+        opcodes: MW_ALL, loss_evidence: None, state: State::Runs },
     // retry_cnt 7 is "forever" in rxe: its requester outlasts a 3 s blackout of ACKs.
     Case { name: "rxe_blackout_retry_cnt_7", mtu: 1500, netem: None,
         server: (G1, pt!("ib_write_bw", "-D 8 -s 1024 -t 16")),
@@ -493,6 +512,16 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 lab-mr.py server --size 4194304"),
         client: (HOST, "{xroce} mr-check client -d eth0 -g 1 --size 4194304 {srv}"),
         opcodes: MR_ALL, loss_evidence: None, state: State::Runs },
+    // Memory windows against pyverbs' lab-mw.py, both roles: xroce's windows used and
+    // invalidated by rxe (and its NAKs), and rxe's windows by xroce.
+    Case { name: "xroce_srv_mw", mtu: 1500, netem: None,
+        server: (HOST, "{xroce} mw-check server -d eth0 -g 1"),
+        client: (G1, "timeout 120 lab-mw.py client {srv}"),
+        opcodes: MW_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_cli_mw", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 lab-mw.py server"),
+        client: (HOST, "{xroce} mw-check client -d eth0 -g 1 {srv}"),
+        opcodes: MW_ALL, loss_evidence: None, state: State::Runs },
     // The rest of the matrix under loss and reordering: every tool, both roles, completes;
     // pingpong -c and mr-check check the data. UD pingpong is left out on purpose: UD has no
     // recovery (IBTA 9.8), so a lost datagram leaves ibv_ud_pingpong waiting forever.
@@ -962,6 +991,41 @@ struct Outcome {
     detail: String,
 }
 
+/// Guest scripts newer than the lab image: copied into each guest a case runs them in (the
+/// image holds the lab/guest/ files of the checkout that built it).
+const GUEST_SCRIPTS: &[(&str, &str)] = &[("lab-mw.py", include_str!("../lab/guest/lab-mw.py"))];
+
+/// Writes the checkout's copy of every guest script a case uses into its guests, in pieces
+/// small enough for one line of the command channel (a serial line).
+fn install_guest_scripts(lab: &Lab, case: &Case) -> Result<(), String> {
+    for (at, cmd) in [case.server, case.client] {
+        let At::Guest(g) = at else { continue };
+        for (name, text) in GUEST_SCRIPTS {
+            if !cmd.contains(name) {
+                continue;
+            }
+            let hex_path = format!("/tmp/{name}.hex");
+            let mut script = format!("rm -f {hex_path}");
+            for piece in text.as_bytes().chunks(1000) {
+                let (ok, out) = lab.exec(g, &script);
+                if !ok {
+                    return Err(format!("copying {name} into guest {g}: {out}"));
+                }
+                script = format!("printf '%s' '{}' >>{hex_path}", common::hex(piece));
+            }
+            script.push_str(&format!(
+                "\npython3 -c 'import binascii,sys; sys.stdout.buffer.write(binascii.unhexlify(open(\"{hex_path}\").read()))' \
+                 >/usr/local/bin/{name} && chmod 755 /usr/local/bin/{name}"
+            ));
+            let (ok, out) = lab.exec(g, &script);
+            if !ok {
+                return Err(format!("installing {name} in guest {g}: {out}"));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn expand(cmd: &str, srv: &str, xroce: &Path) -> String {
     cmd.replace("{srv}", srv)
         .replace("{xroce}", &xroce.display().to_string())
@@ -979,6 +1043,9 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
         .expect("every case has a guest side");
     lab.set_mtu(case.mtu);
     lab.set_netem(guest, case.netem);
+    if let Err(e) = install_guest_scripts(lab, case) {
+        problems.push(e);
+    }
 
     let pcap = PathBuf::from(lab.lab_ok(&["capture", "start", case.name]).trim());
     let logs = lab.run_dir.join("logs");

@@ -453,6 +453,35 @@ fn mr_check_over_af_xdp() {
     );
 }
 
+/// Memory windows between namespaces over AF_XDP: `xroce mw-check` against itself (type 1
+/// and type 2 windows, SEND_WITH_INV, LOCAL_INV, and four refusals that leave the server's
+/// memory untouched, each checked by digest).
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn mw_check_over_af_xdp() {
+    if !common::privileged_or_skip("mw_check_over_af_xdp") {
+        return;
+    }
+    let link = link();
+    let (server, client) = pair(
+        &link,
+        &["mw-check", "server", "-p", "18520"],
+        &["mw-check", "client", "@HOST", "-p", "18520"],
+        60,
+    );
+    assert!(
+        client.contains("4 accesses through windows ok, 4 refused with REM_ACCESS_ERR"),
+        "client:\n{client}"
+    );
+    assert!(
+        server.contains("windows bound, used and invalidated"),
+        "server:\n{server}"
+    );
+}
+
 /// Client link 9000, server link 1500: the QPs use path MTU 1024 and both headers say so
 /// (the client's said 4096). The send_bw server shows no peak, with perftest's warning.
 #[test]

@@ -25,6 +25,7 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("guest/lab-bg", include_str!("../../lab/guest/lab-bg")),
     ("guest/lab-wait", include_str!("../../lab/guest/lab-wait")),
     ("guest/lab-mr.py", include_str!("../../lab/guest/lab-mr.py")),
+    ("guest/lab-mw.py", include_str!("../../lab/guest/lab-mw.py")),
     (
         "guest/lab-blackout",
         include_str!("../../lab/guest/lab-blackout"),

@@ -7,6 +7,7 @@ pub mod dump;
 pub mod file;
 pub mod lab;
 pub mod mr_check;
+pub mod mw_check;
 pub mod perf;
 pub mod pingpong;
 pub mod sim;

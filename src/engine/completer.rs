@@ -129,8 +129,15 @@ fn progressed(qp: &mut Qp, now: Instant) {
 }
 
 /// The oldest WQE is done: complete it (if signaled) and consider every PSN it used
-/// acknowledged.
-fn complete_front(qp: &mut Qp, sh: &mut DeviceState) {
+/// acknowledged; then the local operations right behind it that have run complete too.
+pub(crate) fn complete_front(qp: &mut Qp, sh: &mut DeviceState) {
+    complete_one(qp, sh);
+    while qp.sq.front().is_some_and(|w| w.local_done) {
+        complete_one(qp, sh);
+    }
+}
+
+fn complete_one(qp: &mut Qp, sh: &mut DeviceState) {
     // Read in place, then dropped: popping it into a local moved the whole WQE.
     let Some(wqe) = qp.sq.front() else {
         return;
@@ -389,6 +396,11 @@ pub(crate) fn go_back(qp: &mut Qp, mut psn: Psn) {
     qp.req.since_ackreq = 0;
     let mut started = 0;
     for (i, w) in qp.sq.iter().enumerate() {
+        if w.local_done {
+            // A bind or invalidation that ran takes no PSN and never runs again.
+            started = i + 1;
+            continue;
+        }
         let Some(first) = w.first_psn else { break };
         started = i + 1;
         let k = first.distance_to(psn);

@@ -25,6 +25,8 @@ pub const MAX_RD_ATOMIC: u32 = 128;
 pub const MAX_INLINE_DATA: u32 = 256;
 /// Address handles per device (counted by the verbs layer).
 pub const MAX_AH: u32 = 4096;
+/// Memory windows per device (counted by the verbs layer).
+pub const MAX_MW: u32 = 4096;
 /// Largest message (2 GiB, the IB limit of a DMA length: a longer one is a Remote Invalid
 /// Request).
 pub const MAX_MSG_SZ: u32 = 1 << 31;

@@ -30,6 +30,8 @@
 //!   points ([`Engine::handle_timeout`], [`Engine::poll_timeout`]).
 //! - `objects`: creating, querying and destroying PDs, MRs, CQs and QPs.
 //! - `srq`: shared receive queues (their table, shared by the shards, and the limit event).
+//! - `mw`: memory windows (allocate, bind, deallocate) and the send queue's local
+//!   operations (BIND_MW, LOCAL_INV).
 //! - `modify`: `modify_qp` (masks checked by `state`, values range-checked there) and the
 //!   state changes the engine makes itself (flush to ERR, fail a QP, SQ drained).
 //! - `post`: `post_send` / `post_recv`.
@@ -64,6 +66,7 @@ mod cq;
 pub mod limits;
 mod modify;
 mod mr;
+mod mw;
 mod objects;
 mod post;
 mod qp;
@@ -79,6 +82,7 @@ pub mod types;
 
 pub use counters::{Counters, DropCounters};
 pub use mr::MrMemory;
+pub use mw::MwInfo;
 pub use objects::{check_mr_access, MrChange, MrInfo};
 pub use time::Instant;
 

@@ -14,12 +14,19 @@
 //!
 //! Keys are `index << 8 | tag`: the low byte changes each time a slot is reused, so a stale
 //! key of a deregistered MR does not match its successor (IBTA 10.6.3, the "key" portion).
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+//!
+//! Memory windows (IBTA 10.6.7) live in the same slots, so one R_Key space names both and
+//! every shard sees a window bound on any other. A window's binding (its current R_Key, the
+//! MR range and rights) sits behind the window's own mutex, held across the check *and* the
+//! copy of every remote access through it: once a bind or an invalidation returns, no access
+//! under the old binding is still running anywhere (the memory behind an invalidated
+//! window is never touched again).
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::{ArcSwap, Guard};
 
-use super::types::{Access, PdId, Sge};
+use super::types::{Access, MwBindInfo, MwId, MwType, PdId, Sge};
 use crate::driver::dma::UserMemory;
 
 /// One registered memory region.
@@ -30,8 +37,11 @@ pub(crate) struct Mr {
     pub iova: u64,
     pub access: Access,
     pub len: usize,
-    /// False after a remote SEND_WITH_INV invalidated the R_Key.
+    /// False after a remote SEND_WITH_INV or a LOCAL_INV invalidated the R_Key.
     pub rkey_valid: AtomicBool,
+    /// Memory windows bound to the region: it cannot be deregistered (nor re-registered)
+    /// while any is (IBTA 10.6.7: a region with bound windows is not deregistered).
+    windows: AtomicU32,
     /// Shared by the versions of the region a re-registration that keeps the translation
     /// publishes.
     data: Arc<MrBytes>,
@@ -147,6 +157,17 @@ pub(crate) struct MrUpdate {
     pub access: Option<Access>,
 }
 
+/// Why a re-registration was refused (the region is unchanged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReregFault {
+    /// No region with that key.
+    NoSuchRegion,
+    /// Memory windows are bound to the region.
+    WindowsBound,
+    /// No iova range left for the new memory.
+    IovaSpaceUsedUp,
+}
+
 /// What a caller may know of a region without touching its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MrFacts {
@@ -167,31 +188,207 @@ pub(crate) enum AccessFault {
     WrongPd,
     /// The MR (or QP) does not grant the access.
     NoPermission,
-    /// The range is outside the MR.
+    /// The range is outside the MR (or the window).
+    OutOfBounds,
+    /// A type 2 window serves only the QP that bound it.
+    WrongQp,
+}
+
+/// One allocated memory window.
+#[derive(Debug)]
+pub(crate) struct Mw {
+    pub pd: PdId,
+    pub mw_type: MwType,
+    /// The index part of every R_Key the window takes.
+    pub id: MwId,
+    state: Mutex<MwState>,
+}
+
+#[derive(Debug)]
+struct MwState {
+    /// The R_Key in force.
+    rkey: u32,
+    /// The R_Key of the last type 1 bind posted (it takes effect when executed).
+    posted_rkey: u32,
+    /// `None`: a type 2 window is free (IBTA's "Free" state); a type 1 window covers nothing.
+    binding: Option<MwBinding>,
+}
+
+#[derive(Debug)]
+struct MwBinding {
+    mr: Arc<Mr>,
+    addr: u64,
+    len: u64,
+    access: Access,
+    /// Type 2: the QP that bound it, the only one it serves (IBTA 10.6.7.2.2, type 2B).
+    qpn: Option<u32>,
+}
+
+impl Mw {
+    fn state(&self) -> MutexGuard<'_, MwState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a caller may know of a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MwFacts {
+    pub pd: PdId,
+    pub mw_type: MwType,
+    pub rkey: u32,
+    pub posted_rkey: u32,
+    /// (MR lkey, address, length, rights, QP) of the binding in force.
+    pub bound: Option<(u32, u64, u64, Access, Option<u32>)>,
+}
+
+/// Why a bind was refused (the bind WR completes with `MW_BIND_ERR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BindFault {
+    /// The window is gone, or the R_Key's index part is not the window's.
+    NoSuchWindow,
+    /// The QP, window and region are not all in one PD (IBTA 10.6.7.2, C10-72).
+    WrongPd,
+    /// A type 2 window is bound already: only a free one binds (o10-37.2.30).
+    NotFree,
+    /// A type 2 bind of length 0 (o10-37.2.40).
+    ZeroLength,
+    /// No such region.
+    NoSuchMr,
+    /// The region lacks MW_BIND (C10-73), or the window asks for remote write or atomic
+    /// on a region without local write (C10-74).
+    NoPermission,
+    /// The window is not inside the region (C10-75).
     OutOfBounds,
 }
 
-/// Registered MRs, indexed by key (shared by a device's engine shards).
+/// A remote access: through `rkey`, on behalf of the QP `qpn` of PD `pd`, to `len` bytes at
+/// `va`, needing `need`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RemoteAccess {
+    pub rkey: u32,
+    pub pd: PdId,
+    pub qpn: u32,
+    pub va: u64,
+    pub len: u64,
+    pub need: Access,
+}
+
+/// Registered MRs and allocated windows, indexed by key (shared by a device's engine shards).
 #[derive(Debug, Default)]
 pub(crate) struct MrTable {
     current: ArcSwap<MrSlots>,
-    /// Held by whoever publishes a new table (register, remove), so no change is lost.
+    /// Held by whoever publishes a new table (register, remove) or binds a window, so no
+    /// change is lost and no region is deregistered under a bind.
     writer: Mutex<()>,
+}
+
+#[derive(Clone, Debug)]
+enum Slot {
+    Mr(Arc<Mr>),
+    Mw(Arc<Mw>),
 }
 
 #[derive(Clone, Debug, Default)]
 struct MrSlots {
-    slots: Vec<Option<Arc<Mr>>>,
+    slots: Vec<Option<Slot>>,
     tags: Vec<u8>,
     next_iova: u64,
 }
 
 impl MrSlots {
     fn get(&self, key: u32) -> Option<&Mr> {
-        let idx = ((key >> 8) as usize).checked_sub(1)?;
-        let mr = self.slots.get(idx)?.as_ref()?;
-        (mr.key == key).then_some(mr)
+        match self.slot(key)? {
+            Slot::Mr(mr) if mr.key == key => Some(mr),
+            _ => None,
+        }
     }
+
+    /// The region `key` names, shared.
+    fn get_arc(&self, key: u32) -> Option<&Arc<Mr>> {
+        match self.slot(key)? {
+            Slot::Mr(mr) if mr.key == key => Some(mr),
+            _ => None,
+        }
+    }
+
+    /// The window whose index part `key` carries (its current R_Key is checked under its lock).
+    fn window(&self, key: u32) -> Option<&Arc<Mw>> {
+        match self.slot(key)? {
+            Slot::Mw(mw) => Some(mw),
+            Slot::Mr(_) => None,
+        }
+    }
+
+    fn slot(&self, key: u32) -> Option<&Slot> {
+        let idx = ((key >> 8) as usize).checked_sub(1)?;
+        self.slots.get(idx)?.as_ref()
+    }
+
+    fn mrs(&self) -> impl Iterator<Item = &Arc<Mr>> {
+        self.slots.iter().flatten().filter_map(|s| match s {
+            Slot::Mr(mr) => Some(mr),
+            Slot::Mw(_) => None,
+        })
+    }
+
+    /// A free slot and the key it gets now (its tag moves on).
+    fn take_slot(&mut self) -> Option<(usize, u32)> {
+        let idx = match self.slots.iter().position(|s| s.is_none()) {
+            Some(i) => i,
+            // The index fills the key's upper 24 bits: no more objects than that.
+            None if self.slots.len() + 1 >= 1 << 24 => return None,
+            None => {
+                self.slots.push(None);
+                self.tags.push(0);
+                self.slots.len() - 1
+            }
+        };
+        self.tags[idx] = self.tags[idx].wrapping_add(0x35) | 1;
+        Some((idx, ((idx as u32 + 1) << 8) | self.tags[idx] as u32))
+    }
+}
+
+/// A window's binding checked for `a`: the byte range of its region, or why not.
+fn window_range(
+    mw: &Mw,
+    st: &MwState,
+    a: &RemoteAccess,
+) -> Result<std::ops::Range<usize>, AccessFault> {
+    // IBTA 9.7.4.1.5 / 10.6.7.2: the R_Key in force, the QP's PD, a type 2 window's own
+    // QP, the window's rights and bounds.
+    if st.rkey != a.rkey {
+        return Err(AccessFault::BadKey);
+    }
+    let b = st.binding.as_ref().ok_or(AccessFault::BadKey)?;
+    if mw.pd != a.pd {
+        return Err(AccessFault::WrongPd);
+    }
+    if b.qpn.is_some_and(|q| q != a.qpn) {
+        return Err(AccessFault::WrongQp);
+    }
+    if !b.access.contains(a.need) {
+        return Err(AccessFault::NoPermission);
+    }
+    let start = a.va.checked_sub(b.addr).ok_or(AccessFault::OutOfBounds)?;
+    let end = start.checked_add(a.len).ok_or(AccessFault::OutOfBounds)?;
+    if end > b.len {
+        return Err(AccessFault::OutOfBounds);
+    }
+    b.mr.range(a.va, a.len).ok_or(AccessFault::OutOfBounds)
+}
+
+/// A region's own R_Key checked for `a`: the byte range, or why not.
+fn check_region(mr: &Mr, a: &RemoteAccess) -> Result<std::ops::Range<usize>, AccessFault> {
+    if !mr.rkey_valid.load(Ordering::SeqCst) {
+        return Err(AccessFault::BadKey);
+    }
+    if mr.pd != a.pd {
+        return Err(AccessFault::WrongPd);
+    }
+    if !mr.access.contains(a.need) {
+        return Err(AccessFault::NoPermission);
+    }
+    mr.range(a.va, a.len).ok_or(AccessFault::OutOfBounds)
 }
 
 /// Base of the iova space handed out to MRs: far from zero so a null address never matches.
@@ -227,19 +424,25 @@ impl MrTable {
     /// access checked, new memory gets a fresh iova and the old memory is never reached
     /// again once this returns. Returns the new iova, or `None` if there is no such region
     /// or no iova space left (the region is then unchanged).
-    pub fn reregister(&self, key: u32, change: MrUpdate) -> Option<u64> {
+    pub fn reregister(&self, key: u32, change: MrUpdate) -> Result<u64, ReregFault> {
         let retired = self.update(|t| {
-            let idx = t.get(key).map(|_| (key >> 8) as usize - 1)?;
-            let old = t.slots[idx].clone()?;
+            let old = t.get_arc(key).cloned().ok_or(ReregFault::NoSuchRegion)?;
+            // Windows bound to the region hold this version of it: rdma-core's rereg
+            // refuses then too (EBUSY), and a window never sees a region change under it.
+            if old.windows.load(Ordering::SeqCst) > 0 {
+                return Err(ReregFault::WindowsBound);
+            }
+            let idx = (key >> 8) as usize - 1;
             let (iova, len, data) = match change.memory {
                 Some(memory) => {
                     let len = memory.len();
-                    (t.alloc_iova(len)?, len, Arc::new(memory.into_bytes()))
+                    let iova = t.alloc_iova(len).ok_or(ReregFault::IovaSpaceUsedUp)?;
+                    (iova, len, Arc::new(memory.into_bytes()))
                 }
                 None => (old.iova, old.len, old.data.clone()),
             };
             let moved = !Arc::ptr_eq(&data, &old.data);
-            t.slots[idx] = Some(Arc::new(Mr {
+            t.slots[idx] = Some(Slot::Mr(Arc::new(Mr {
                 pd: change.pd.unwrap_or(old.pd),
                 key,
                 iova,
@@ -247,15 +450,16 @@ impl MrTable {
                 len,
                 // A re-registration is a new registration (ibv_rereg_mr(3)): its R_Key works.
                 rkey_valid: AtomicBool::new(true),
+                windows: AtomicU32::new(0),
                 data,
-            }));
-            Some((iova, moved.then_some(old)))
+            })));
+            Ok((iova, moved.then_some(old)))
         });
         let (iova, old) = retired?;
         if let Some(old) = old {
             old.data.retire();
         }
-        Some(iova)
+        Ok(iova)
     }
 
     /// The application's memory the region `key` is registered on, if it is.
@@ -285,27 +489,17 @@ impl MrSlots {
         let t = self;
         let len = memory.len();
         let iova = t.alloc_iova(len)?;
-        let idx = match t.slots.iter().position(|s| s.is_none()) {
-            Some(i) => i,
-            // The index fills the key's upper 24 bits: no more regions than that.
-            None if t.slots.len() + 1 >= 1 << 24 => return None,
-            None => {
-                t.slots.push(None);
-                t.tags.push(0);
-                t.slots.len() - 1
-            }
-        };
-        t.tags[idx] = t.tags[idx].wrapping_add(0x35) | 1;
-        let key = ((idx as u32 + 1) << 8) | t.tags[idx] as u32;
-        t.slots[idx] = Some(Arc::new(Mr {
+        let (idx, key) = t.take_slot()?;
+        t.slots[idx] = Some(Slot::Mr(Arc::new(Mr {
             pd,
             key,
             iova,
             access,
             len,
             rkey_valid: AtomicBool::new(true),
+            windows: AtomicU32::new(0),
             data: Arc::new(memory.into_bytes()),
-        }));
+        })));
         Some((key, iova))
     }
 }
@@ -323,61 +517,252 @@ impl MrTable {
         })
     }
 
-    /// Deregister `key`; false if there is no such region.
-    /// Once it returns, no access reaches the region's bytes (an access that loaded the
-    /// table before fails on the retired storage).
-    pub fn remove(&self, key: u32) -> bool {
+    /// Deregister `key`: `Err(false)` if there is no such region, `Err(true)` if windows
+    /// are bound to it. Once it returns, no access reaches the region's bytes (an access
+    /// that loaded the table before fails on the retired storage).
+    pub fn remove(&self, key: u32) -> Result<(), bool> {
         let removed = self.update(|t| {
-            let idx = t.get(key).map(|_| (key >> 8) as usize - 1)?;
-            t.slots[idx].take()
-        });
-        match removed {
-            Some(mr) => {
-                mr.data.retire();
-                true
+            let Some(mr) = t.get_arc(key).cloned() else {
+                return Err(false);
+            };
+            if mr.windows.load(Ordering::SeqCst) > 0 {
+                return Err(true);
             }
-            None => false,
-        }
+            t.slots[(key >> 8) as usize - 1] = None;
+            Ok(mr)
+        })?;
+        removed.data.retire();
+        Ok(())
     }
 
+    /// Whether any region or window belongs to `pd`.
     pub fn any_in_pd(&self, pd: PdId) -> bool {
-        self.read().slots.iter().flatten().any(|m| m.pd == pd)
+        self.read().slots.iter().flatten().any(|s| match s {
+            Slot::Mr(mr) => mr.pd == pd,
+            Slot::Mw(mw) => mw.pd == pd,
+        })
     }
 
-    /// SEND with invalidate: the R_Key `key` of PD `pd` stops working. False if there is no
-    /// such region in that PD.
-    pub fn invalidate(&self, key: u32, pd: PdId) -> bool {
-        match self.read().get(key) {
-            Some(mr) if mr.pd == pd => {
-                mr.rkey_valid.store(false, Ordering::Relaxed);
-                true
+    /// SEND with invalidate (IBTA 10.6.7.3) or LOCAL_INV: the R_Key `key` stops
+    /// working. For a region: of PD `pd`. For a window: type 2, bound, in PD `pd`; a remote
+    /// invalidation (`from_qp`) must arrive on the QP the window is bound to. False if
+    /// nothing may be invalidated (a type 1 window never is, IBTA 10.6.7.1).
+    pub fn invalidate(&self, key: u32, pd: PdId, from_qp: Option<u32>) -> bool {
+        let t = self.read();
+        if let Some(mr) = t.get(key) {
+            if mr.pd != pd {
+                return false;
             }
-            _ => false,
+            mr.rkey_valid.store(false, Ordering::SeqCst);
+            return true;
+        }
+        let Some(mw) = t.window(key) else {
+            return false;
+        };
+        let mut st = mw.state();
+        let ok = mw.mw_type == MwType::Type2
+            && mw.pd == pd
+            && st.rkey == key
+            && st
+                .binding
+                .as_ref()
+                .is_some_and(|b| from_qp.is_none() || b.qpn == from_qp);
+        if ok {
+            if let Some(b) = st.binding.take() {
+                b.mr.windows.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        ok
+    }
+
+    /// Allocate a window of PD `pd`; `None` when the key space is used up.
+    pub fn alloc_window(&self, pd: PdId, mw_type: MwType) -> Option<(MwId, u32)> {
+        self.update(|t| {
+            let (idx, key) = t.take_slot()?;
+            let id = MwId(key >> 8);
+            t.slots[idx] = Some(Slot::Mw(Arc::new(Mw {
+                pd,
+                mw_type,
+                id,
+                state: Mutex::new(MwState {
+                    rkey: key,
+                    posted_rkey: key,
+                    binding: None,
+                }),
+            })));
+            Some((id, key))
+        })
+    }
+
+    /// Deallocate a window (a bound one lets its region go); false if there is none.
+    pub fn dealloc_window(&self, id: MwId) -> bool {
+        self.update(|t| {
+            let key = id.0 << 8;
+            let Some(mw) = t.window(key).filter(|mw| mw.id == id).cloned() else {
+                return false;
+            };
+            if let Some(b) = mw.state().binding.take() {
+                b.mr.windows.fetch_sub(1, Ordering::SeqCst);
+            }
+            t.slots[id.0 as usize - 1] = None;
+            true
+        })
+    }
+
+    /// The facts of window `id`.
+    pub fn window_facts(&self, id: MwId) -> Option<MwFacts> {
+        let t = self.read();
+        let mw = t.window(id.0 << 8).filter(|mw| mw.id == id)?;
+        let st = mw.state();
+        Some(MwFacts {
+            pd: mw.pd,
+            mw_type: mw.mw_type,
+            rkey: st.rkey,
+            posted_rkey: st.posted_rkey,
+            bound: st
+                .binding
+                .as_ref()
+                .map(|b| (b.mr.key, b.addr, b.len, b.access, b.qpn)),
+        })
+    }
+
+    /// A type 1 bind is being posted with R_Key `rkey`: the next one starts from it.
+    pub fn set_posted_rkey(&self, id: MwId, rkey: u32) {
+        if let Some(mw) = self.read().window(id.0 << 8).filter(|mw| mw.id == id) {
+            mw.state().posted_rkey = rkey;
         }
     }
 
-    /// Check a remote access through an R_Key (responder side, IBTA 9.7.4.1.5).
-    pub fn check_remote(
+    /// Execute a bind (IBTA 10.6.7.2) for the QP `qpn` of PD `qp_pd`: window `id` takes
+    /// R_Key `rkey` and the range `bind`. Refused binds change nothing.
+    pub fn bind_window(
         &self,
+        id: MwId,
         rkey: u32,
-        pd: PdId,
+        bind: &MwBindInfo,
+        qp_pd: PdId,
+        qpn: u32,
+    ) -> Result<(), BindFault> {
+        // Under the writer lock: the region cannot be deregistered half-way through.
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let t = self.read();
+        let mw = t
+            .window(rkey)
+            .filter(|mw| mw.id == id)
+            .ok_or(BindFault::NoSuchWindow)?;
+        if mw.pd != qp_pd {
+            return Err(BindFault::WrongPd);
+        }
+        let mut st = mw.state();
+        let type2 = mw.mw_type == MwType::Type2;
+        if type2 && st.binding.is_some() {
+            return Err(BindFault::NotFree);
+        }
+        let binding = if bind.length == 0 {
+            if type2 {
+                return Err(BindFault::ZeroLength);
+            }
+            None
+        } else {
+            let mr = t.get_arc(bind.mr_lkey).ok_or(BindFault::NoSuchMr)?;
+            if mr.pd != mw.pd {
+                return Err(BindFault::WrongPd);
+            }
+            let writes = bind
+                .access
+                .intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC);
+            if !mr.access.contains(Access::MW_BIND)
+                || writes && !mr.access.contains(Access::LOCAL_WRITE)
+            {
+                return Err(BindFault::NoPermission);
+            }
+            mr.range(bind.addr, bind.length)
+                .ok_or(BindFault::OutOfBounds)?;
+            Some(MwBinding {
+                mr: mr.clone(),
+                addr: bind.addr,
+                len: bind.length,
+                access: bind.access,
+                qpn: type2.then_some(qpn),
+            })
+        };
+        if let Some(b) = &binding {
+            b.mr.windows.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(old) = std::mem::replace(&mut st.binding, binding) {
+            old.mr.windows.fetch_sub(1, Ordering::SeqCst);
+        }
+        st.rkey = rkey;
+        if type2 {
+            st.posted_rkey = rkey;
+        }
+        Ok(())
+    }
+
+    /// Check a remote access through an R_Key, a region's or a window's (responder side,
+    /// IBTA 9.7.4.1.5).
+    pub fn check_remote(&self, a: &RemoteAccess) -> Result<(), AccessFault> {
+        let t = self.read();
+        if let Some(mw) = t.window(a.rkey) {
+            let st = mw.state();
+            return window_range(mw, &st, a).map(|_| ());
+        }
+        let mr = t.get(a.rkey).ok_or(AccessFault::BadKey)?;
+        check_region(mr, a)?;
+        Ok(())
+    }
+
+    /// Check a remote access and run `f` on its bytes, as one step: a window's binding is
+    /// held (and a region's R_Key checked again) for as long as `f` runs, so an invalidation
+    /// is either before the access (which is then refused) or after it. `f` must not touch
+    /// the table.
+    pub fn with_remote<R>(
+        &self,
+        a: &RemoteAccess,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, AccessFault> {
+        let t = self.read();
+        if let Some(mw) = t.window(a.rkey) {
+            let st = mw.state();
+            let r = window_range(mw, &st, a)?;
+            let b = st.binding.as_ref().ok_or(AccessFault::BadKey)?;
+            return b.mr.data.with(r, f).ok_or(AccessFault::BadKey);
+        }
+        let mr = t.get(a.rkey).ok_or(AccessFault::BadKey)?;
+        let r = check_region(mr, a)?;
+        // Gone: the application's memory was deregistered or moved meanwhile.
+        mr.data.with(r, f).ok_or(AccessFault::BadKey)
+    }
+
+    /// Runs `f` on the payload of an outgoing packet: `key` is the lkey of a request's SGE
+    /// or the R_Key of a READ response (checked when the response was queued). A window's
+    /// R_Key counts only while the window still grants the read of that range. `None` if
+    /// the bytes are gone.
+    pub fn with_payload<R>(
+        &self,
+        key: u32,
         va: u64,
         len: u64,
-        need: Access,
-    ) -> Result<(), AccessFault> {
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
         let t = self.read();
-        let mr = t.get(rkey).ok_or(AccessFault::BadKey)?;
-        if !mr.rkey_valid.load(Ordering::Relaxed) {
-            return Err(AccessFault::BadKey);
+        if let Some(mw) = t.window(key) {
+            let st = mw.state();
+            let b = st.binding.as_ref()?;
+            let a = RemoteAccess {
+                rkey: key,
+                pd: mw.pd,
+                qpn: b.qpn.unwrap_or(0),
+                va,
+                len,
+                need: Access::REMOTE_READ,
+            };
+            let r = window_range(mw, &st, &a).ok()?;
+            return b.mr.data.with(r, |bytes| f(bytes));
         }
-        if mr.pd != pd {
-            return Err(AccessFault::WrongPd);
-        }
-        if !mr.access.contains(need) {
-            return Err(AccessFault::NoPermission);
-        }
-        mr.range(va, len).ok_or(AccessFault::OutOfBounds)?;
-        Ok(())
+        let mr = t.get(key)?;
+        let r = mr.range(va, len)?;
+        mr.data.with(r, |bytes| f(bytes))
     }
 
     /// Check an SGE list for a local access; returns the total length.
@@ -443,11 +828,7 @@ impl MrTable {
             if out.len() - done < len {
                 return false;
             }
-            let found = t
-                .slots
-                .iter()
-                .flatten()
-                .find(|mr| mr.range(sge.addr, len as u64).is_some());
+            let found = t.mrs().find(|mr| mr.range(sge.addr, len as u64).is_some());
             let dst = &mut out[done..done + len];
             let copied = found
                 .and_then(|mr| mr.with_range(sge.addr, len as u64, |b| dst.copy_from_slice(b)));

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use super::mr::{MrMemory, MrTable, MrUpdate};
+use super::mr::{MrMemory, MrTable, MrUpdate, ReregFault};
 use super::qp::Qp;
 use super::types::{Access, CqId, EngineError, PdId, QpAttr, QpCaps, QpInit, QpState, QpType, Wc};
 use super::{limits, Engine};
@@ -135,7 +135,7 @@ impl Engine {
         self.pds.alloc()
     }
 
-    pub(super) fn check_pd(&self, pd: PdId) -> Result<(), EngineError> {
+    pub(crate) fn check_pd(&self, pd: PdId) -> Result<(), EngineError> {
         if self.pds.exists(pd) {
             Ok(())
         } else {
@@ -148,7 +148,7 @@ impl Engine {
         self.pds.count_qp(pd, delta);
     }
 
-    /// Free a protection domain that no MR, QP or SRQ (of any shard) uses.
+    /// Free a protection domain that no MR, memory window, QP or SRQ (of any shard) uses.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), EngineError> {
         self.pds.free(pd, &self.sh.mrs)
     }
@@ -240,7 +240,13 @@ impl Engine {
             .sh
             .mrs
             .reregister(lkey, update)
-            .ok_or_else(mr_space_used_up)?;
+            .map_err(|fault| match fault {
+                ReregFault::NoSuchRegion => EngineError::UnknownKey(lkey),
+                ReregFault::WindowsBound => {
+                    EngineError::InUse("memory region (memory windows are bound to it)")
+                }
+                ReregFault::IovaSpaceUsedUp => mr_space_used_up(),
+            })?;
         Ok(MrInfo { addr, ..info })
     }
 
@@ -250,12 +256,15 @@ impl Engine {
         self.sh.mrs.user_memory(lkey)
     }
 
-    /// Deregister a memory region (its bytes are freed).
+    /// Deregister a memory region (its bytes are freed). Refused while memory windows are
+    /// bound to it ([`EngineError::InUse`], IBTA 10.6.7).
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<(), EngineError> {
-        if self.sh.mrs.remove(lkey) {
-            Ok(())
-        } else {
-            Err(EngineError::UnknownKey(lkey))
+        match self.sh.mrs.remove(lkey) {
+            Ok(()) => Ok(()),
+            Err(true) => Err(EngineError::InUse(
+                "memory region (memory windows are bound to it)",
+            )),
+            Err(false) => Err(EngineError::UnknownKey(lkey)),
         }
     }
 

@@ -3,7 +3,7 @@
 use super::qp::RecvWqe;
 use super::transmit::schedule;
 use super::types::{Access, EngineError, QpState, RecvWr, SendWr, SendWrRef, Sge, WcStatus};
-use super::{requester, responder, Engine};
+use super::{mw, requester, responder, Engine};
 
 impl Engine {
     /// Post a send WR. Errors are API misuse (bad state, full queue, bad SGE); remote
@@ -36,6 +36,17 @@ impl Engine {
         wr: &SendWrRef<'_>,
         data: Option<&[u8]>,
     ) -> Result<(), EngineError> {
+        self.post_send_checked(qpn, wr, data, false)
+    }
+
+    /// `type1_bind`: the WR is [`Engine::bind_mw`]'s (only it binds type 1 windows).
+    pub(super) fn post_send_checked(
+        &mut self,
+        qpn: u32,
+        wr: &SendWrRef<'_>,
+        data: Option<&[u8]>,
+        type1_bind: bool,
+    ) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         let state = qp.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
@@ -56,6 +67,9 @@ impl Engine {
         }
         if let Some(dest) = &wr.ud {
             dest.av.validate(&self.sh.cfg.gids, self.sh.cfg.mac)?;
+        }
+        if wr.op.is_local() {
+            mw::check_local_wr(qp, &self.sh, wr, data, type1_bind)?;
         }
         let wqe = requester::make_wqe_with(qp, &self.sh, wr, data)?;
         if state == QpState::Err {

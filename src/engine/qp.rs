@@ -55,6 +55,9 @@ pub(crate) struct SendWqe {
     pub npkts: u32,
     /// READ: response packets already placed (a retry restarts here).
     pub read_done_pkts: u32,
+    /// A local operation (bind, local invalidate) that has run; it completes once every
+    /// WQE before it has.
+    pub local_done: bool,
 }
 
 impl SendWqe {

@@ -36,9 +36,15 @@ pub(crate) fn make_wqe_with(
         (QpType::Ud, op) => return bad(format!("{op:?} is not allowed on a UD QP")),
         (QpType::Rc, _) => {}
         // IBTA 9.8.1: UC carries SEND and RDMA WRITE (with and without immediate) only.
+        // The local operations exist on both connected services.
         (
             QpType::Uc,
-            WrOp::Send | WrOp::SendWithImm { .. } | WrOp::Write { .. } | WrOp::WriteWithImm { .. },
+            WrOp::Send
+            | WrOp::SendWithImm { .. }
+            | WrOp::Write { .. }
+            | WrOp::WriteWithImm { .. }
+            | WrOp::BindMw { .. }
+            | WrOp::LocalInv { .. },
         ) => {}
         (QpType::Uc, op) => {
             return Err(EngineError::UnsupportedOperation {
@@ -119,6 +125,7 @@ pub(crate) fn make_wqe_with(
         first_psn: None,
         npkts: 0,
         read_done_pkts: 0,
+        local_done: false,
     })
 }
 
@@ -172,6 +179,9 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> O
         QpType::Rc => {}
     }
     let av = *qp.av()?;
+    if !run_local_ops(qp, sh) {
+        return None;
+    }
     let idx = qp.req.send_idx;
     if !may_send(qp, idx) {
         return None;
@@ -200,9 +210,58 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> O
             atomic_request(wqe, &mut pkt);
             1
         }
+        // run_local_ops stopped before a local operation; nothing to send for it.
+        WrOp::BindMw { .. } | WrOp::LocalInv { .. } => return None,
     };
     record_sent(qp, sh, now, psn, consumed, npkts, pkt.ack_req);
     Some(pkt)
+}
+
+/// Execute the local operations (bind, local invalidate) at the send position, in order,
+/// until a WQE that sends packets: each runs once (a retry that rewinds over it skips it),
+/// and completes once every WQE before it has. False if the QP cannot go on now (a fence or
+/// SQD holds the operation, or it failed and the QP is in ERR).
+fn run_local_ops(qp: &mut Qp, sh: &mut DeviceState) -> bool {
+    loop {
+        let idx = qp.req.send_idx;
+        let Some(wqe) = qp.sq.get(idx) else {
+            return true;
+        };
+        if !wqe.op.is_local() {
+            return true;
+        }
+        if !wqe.local_done {
+            if !may_send(qp, idx) {
+                return false;
+            }
+            let op = wqe.op;
+            if let Err(status) = super::mw::execute_local(qp, sh, &op) {
+                fail_local_op(qp, sh, idx, status);
+                return false;
+            }
+            if let Some(w) = qp.sq.get_mut(idx) {
+                w.local_done = true;
+            }
+        }
+        qp.req.send_idx += 1;
+        qp.req.send_pkt = 0;
+        if idx == 0 {
+            super::completer::complete_front(qp, sh);
+        }
+    }
+}
+
+/// A local operation at `idx` failed: the WQEs before it (still waiting for their ACKs) are
+/// flushed, it completes with `status`, and the QP enters ERR, so the send CQ still sees
+/// every WQE in posting order.
+fn fail_local_op(qp: &mut Qp, sh: &mut DeviceState, idx: usize, status: WcStatus) {
+    for _ in 0..idx {
+        if let Some(wqe) = qp.sq.pop_front() {
+            let wc = wc_for(qp, &wqe, WcStatus::WrFlushErr);
+            sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
+        }
+    }
+    fail_qp(qp, sh, status);
 }
 
 /// Whether the WQE at `idx` may send a packet now: within the PSN window; for a WQE not
@@ -437,6 +496,28 @@ fn data_opcode(op: &WrOp, first: bool, last: bool) -> Opcode {
 /// that frame is emitted.
 fn next_uc(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     let av = *qp.av()?;
+    // Local operations at the head run now and complete at once (nothing before them is
+    // outstanding: UC completes each message when its last packet leaves).
+    while qp.sq.front().is_some_and(|w| w.op.is_local()) {
+        if qp.state() == QpState::Sqd {
+            return None;
+        }
+        let wqe = qp.sq.pop_front()?;
+        let status = match super::mw::execute_local(qp, sh, &wqe.op) {
+            Ok(()) => WcStatus::Success,
+            Err(status) => status,
+        };
+        if status != WcStatus::Success {
+            qp.sq.push_front(wqe);
+            fail_qp(qp, sh, status);
+            return None;
+        }
+        if wqe.signaled {
+            let (wc, cq) = (wc_for(qp, &wqe, WcStatus::Success), qp.send_cq);
+            super::cq::post(qp, sh, cq, wc, false);
+        }
+        super::modify::check_sq_drained(qp, sh);
+    }
     let head = qp.sq.front()?;
     if head.first_psn.is_none() && qp.state() == QpState::Sqd {
         return None;
@@ -550,6 +631,7 @@ mod tests {
             first_psn: None,
             npkts: 0,
             read_done_pkts: 0,
+            local_done: false,
         }
     }
 

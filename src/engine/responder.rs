@@ -17,7 +17,7 @@ use crate::wire::{
 };
 
 use super::modify::flush_qp;
-use super::mr::{AccessFault, MrTable};
+use super::mr::{AccessFault, MrTable, RemoteAccess};
 use super::qp::{InProgress, Qp, RecvWqe, Response, SavedResource};
 use super::srq::{give_back_recv_wqe, take_recv_wqe};
 use super::transmit::OutPacket;
@@ -476,8 +476,20 @@ fn check_rkey(
         return Err(ResponderError::RemoteAccess);
     }
     sh.mrs
-        .check_remote(rkey, qp.pd, va, len, need)
+        .check_remote(&remote(qp, rkey, va, len, need))
         .map_err(|_: AccessFault| ResponderError::RemoteAccess)
+}
+
+/// The remote access `[va, va+len)` through `rkey` on behalf of `qp`.
+fn remote(qp: &Qp, rkey: u32, va: u64, len: u64, need: Access) -> RemoteAccess {
+    RemoteAccess {
+        rkey,
+        pd: qp.pd,
+        qpn: qp.qpn,
+        va,
+        len,
+        need,
+    }
 }
 
 /// The AtomicETH of an atomic request.
@@ -501,10 +513,10 @@ fn check_receive_space(end: u64, wqe_len: u64) -> Result<(), ResponderError> {
     Ok(())
 }
 
-/// SEND with invalidate: the R_Key stops working (IBTA 10.6); it must name an MR of
-/// the QP's PD.
-fn invalidate_rkey(mrs: &MrTable, pd: PdId, rkey: u32) -> Result<(), ResponderError> {
-    if mrs.invalidate(rkey, pd) {
+/// SEND with invalidate: the R_Key stops working (IBTA 10.6.7.3); it must name
+/// an MR of the QP's PD or a bound type 2 window of that PD bound to this QP.
+fn invalidate_rkey(mrs: &MrTable, pd: PdId, qpn: u32, rkey: u32) -> Result<(), ResponderError> {
+    if mrs.invalidate(rkey, pd, Some(qpn)) {
         Ok(())
     } else {
         Err(ResponderError::InvalidateRkey)
@@ -546,7 +558,7 @@ fn execute_send(
     let mut wc = recv_wc(qp, &wqe, WcStatus::Success, offset as u32);
     wc.imm_data = pkt.immdt;
     if let Some(rkey) = pkt.ieth {
-        invalidate_rkey(&sh.mrs, qp.pd, rkey)?;
+        invalidate_rkey(&sh.mrs, qp.pd, qp.qpn, rkey)?;
         wc.invalidated_rkey = Some(rkey);
     }
     qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
@@ -602,6 +614,7 @@ fn place_write(
     let pos = info.position;
     let plen = pkt.payload.len() as u64;
     let last = matches!(pos, Position::Last | Position::Only);
+    let (pd, qpn) = (qp.pd, qp.qpn);
     if matches!(pos, Position::First | Position::Only) {
         let reth = check_reth(pkt)?;
         let len = reth.dma_len as u64;
@@ -629,12 +642,20 @@ fn place_write(
     };
     check_write_payload(plen, *remaining, last)?;
     if plen > 0 {
-        let written = sh
-            .mrs
-            .with_bytes_mut(*rkey, *va, plen, |dst| dst.copy_from_slice(pkt.payload));
-        if written.is_none() {
-            return Err(ResponderError::RemoteAccess);
-        }
+        // Checked again with every packet, under the window's lock: a window invalidated
+        // or rebound part-way through a message takes no byte after that (the rest of the
+        // message is NAKed, class C).
+        let access = RemoteAccess {
+            rkey: *rkey,
+            pd,
+            qpn,
+            va: *va,
+            len: plen,
+            need: Access::REMOTE_WRITE,
+        };
+        sh.mrs
+            .with_remote(&access, |dst| dst.copy_from_slice(pkt.payload))
+            .map_err(|_| ResponderError::RemoteAccess)?;
     }
     // Wrapping, and harmless: a non-zero length was bounds-checked as a whole above, so
     // [va, va+len) does not wrap; with length 0 nothing is added. The next packet's
@@ -708,7 +729,8 @@ fn execute_atomic(
     check_rkey(qp, sh, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)?;
     // Read, modify and write under the region's lock: atomic against every other shard.
     let compare_swap = pkt.bth.opcode == crate::wire::Opcode::RC_COMPARE_SWAP;
-    let executed = sh.mrs.with_bytes_mut(a.rkey, a.va, 8, |cell| {
+    let access = remote(qp, a.rkey, a.va, 8, Access::REMOTE_ATOMIC);
+    let executed = sh.mrs.with_remote(&access, |cell| {
         let mut word = [0u8; 8];
         word.copy_from_slice(cell);
         let orig = u64::from_ne_bytes(word);
@@ -724,7 +746,7 @@ fn execute_atomic(
         cell.copy_from_slice(&new.to_ne_bytes());
         orig
     });
-    let Some(orig) = executed else {
+    let Ok(orig) = executed else {
         return Err(ResponderError::RemoteAccess);
     };
     qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
@@ -896,7 +918,7 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPack
             if plen > 0
                 && sh
                     .mrs
-                    .check_remote(rkey, qp.pd, data_va, plen as u64, Access::REMOTE_READ)
+                    .check_remote(&remote(qp, rkey, data_va, plen as u64, Access::REMOTE_READ))
                     .is_err()
             {
                 // The memory went away under a streaming READ (MR deregistered, R_Key
@@ -1421,11 +1443,11 @@ mod tests {
         let sh = device();
         let (key, addr) = sh.mrs.register(PdId(0), 64, every_access()).unwrap();
         assert_eq!(
-            invalidate_rkey(&sh.mrs, PdId(1), key),
+            invalidate_rkey(&sh.mrs, PdId(1), 0x11, key),
             Err(ResponderError::InvalidateRkey)
         );
         assert!(sh.mrs.facts(key).unwrap().rkey_valid);
-        assert_eq!(invalidate_rkey(&sh.mrs, PdId(0), key), Ok(()));
+        assert_eq!(invalidate_rkey(&sh.mrs, PdId(0), 0x11, key), Ok(()));
         let qp = rts_qp(PdId(0), CqId(0));
         assert_eq!(
             check_rkey(&qp, &sh, key, addr, 8, Access::REMOTE_READ),

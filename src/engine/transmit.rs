@@ -295,7 +295,7 @@ fn emit_packet(
     match pkt.payload_mr {
         Some((key, va)) => sh
             .mrs
-            .with_bytes(key, va, pkt.payload_len as u64, build)
+            .with_payload(key, va, pkt.payload_len as u64, build)
             .ok_or_else(|| format!("payload {va:#x}+{} of MR {key:#x} is gone", pkt.payload_len))?,
         None => build(&sh.scratch[..pkt.payload_len]),
     }

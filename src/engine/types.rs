@@ -50,6 +50,9 @@ bitflags::bitflags! {
         const REMOTE_READ = 1 << 2;
         /// A remote peer may run atomics.
         const REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`, IBTA 10.6.7.2
+        /// C10-73); meaningless on a QP or a window.
+        const MW_BIND = 1 << 4;
     }
 }
 
@@ -58,6 +61,49 @@ impl Access {
     pub const NONE: Access = Access::empty();
     /// Everything.
     pub const ALL: Access = Access::all();
+    /// The rights a memory window can grant: the remote ones (`ibv_mw_bind_info`'s
+    /// `mw_access_flags`; zero-based windows are not supported).
+    pub const WINDOW_RIGHTS: Access = Access::REMOTE_WRITE
+        .union(Access::REMOTE_READ)
+        .union(Access::REMOTE_ATOMIC);
+}
+
+/// The two kinds of memory window (`ibv_mw_type`, IBTA 10.6.7.1): a type 1 window is bound
+/// by the Bind Memory Window verb and serves every QP of its PD; a type 2 window (IBTA's
+/// type 2B) is bound by a BIND_MW work request, serves only the QP that bound it, and is
+/// invalidated by LOCAL_INV or a peer's SEND_WITH_INV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MwType {
+    /// Bound by [`Engine::bind_mw`](super::Engine::bind_mw) (`ibv_bind_mw`).
+    Type1 = 1,
+    /// Bound by a [`WrOp::BindMw`] work request, QP-associated.
+    Type2 = 2,
+}
+
+/// A memory window handle: the index part of its R_Keys (`rkey >> 8`); the low byte of the
+/// R_Key changes with every bind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MwId(pub u32);
+
+/// What a bind makes a window cover (`ibv_mw_bind_info`): `length` bytes at `addr` of the
+/// MR `mr_lkey` (addresses in the MR's iova space: windows are not zero-based), with the
+/// rights `access` (a subset of [`Access::WINDOW_RIGHTS`]). Length 0 unbinds a type 1 window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MwBindInfo {
+    /// Local key of the region the window lies in (it needs [`Access::MW_BIND`]).
+    pub mr_lkey: u32,
+    /// First byte of the window.
+    pub addr: u64,
+    /// Bytes covered.
+    pub length: u64,
+    /// What a remote peer may do through the window.
+    pub access: Access,
+}
+
+/// The R_Key after `rkey` for the next bind of a window: the same index, the next key byte
+/// (what libibverbs' `ibv_inc_rkey` computes).
+pub fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & !0xFF) | (rkey.wrapping_add(1) & 0xFF)
 }
 
 /// An InfiniBand path MTU: the largest payload one packet carries (headers excluded). The
@@ -496,6 +542,23 @@ pub enum WrOp {
         /// Addend.
         add: u64,
     },
+    /// Bind a type 2 memory window (`IBV_WR_BIND_MW`, IBTA 10.6.7.2): a local operation,
+    /// executed in send queue order, that gives the window the R_Key `rkey` (its index part
+    /// must be the window's) and the range `bind`. No SGEs.
+    BindMw {
+        /// The window.
+        mw: MwId,
+        /// The R_Key the window takes (usually [`inc_rkey`] of its current one).
+        rkey: u32,
+        /// What it covers.
+        bind: MwBindInfo,
+    },
+    /// Invalidate an R_Key on this device (`IBV_WR_LOCAL_INV`, IBTA 10.6.7.3): a type 2
+    /// window becomes free (unbound) or an MR's R_Key stops working. No SGEs.
+    LocalInv {
+        /// The R_Key.
+        rkey: u32,
+    },
 }
 
 impl WrOp {
@@ -505,6 +568,12 @@ impl WrOp {
             self,
             WrOp::Read { .. } | WrOp::CompareSwap { .. } | WrOp::FetchAdd { .. }
         )
+    }
+
+    /// True for the operations the send queue executes locally, with no packet: bind and
+    /// local invalidate.
+    pub fn is_local(&self) -> bool {
+        matches!(self, WrOp::BindMw { .. } | WrOp::LocalInv { .. })
     }
 
     /// True for the atomics.
@@ -523,6 +592,8 @@ impl WrOp {
             WrOp::Read { .. } => "Read",
             WrOp::CompareSwap { .. } => "CompareSwap",
             WrOp::FetchAdd { .. } => "FetchAdd",
+            WrOp::BindMw { .. } => "BindMw",
+            WrOp::LocalInv { .. } => "LocalInv",
         }
     }
 
@@ -534,6 +605,8 @@ impl WrOp {
             WrOp::Read { .. } => WcOpcode::RdmaRead,
             WrOp::CompareSwap { .. } => WcOpcode::CompSwap,
             WrOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            WrOp::BindMw { .. } => WcOpcode::BindMw,
+            WrOp::LocalInv { .. } => WcOpcode::LocalInv,
         }
     }
 }
@@ -609,12 +682,14 @@ pub enum WcStatus {
     Success,
     /// Local length error (message larger than the receive buffer).
     LocLenErr,
-    /// Local QP operation error.
+    /// Local QP operation error (also a LOCAL_INV that cannot be done).
     LocQpOpErr,
     /// Local protection error (bad lkey or SGE out of bounds).
     LocProtErr,
     /// Flushed: the QP is in the error state.
     WrFlushErr,
+    /// A memory window bind failed its checks (IBTA 10.6.7.2): the QP enters ERR.
+    MwBindErr,
     /// Bad response (unexpected opcode from the responder).
     BadRespErr,
     /// Local access error.
@@ -640,6 +715,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => "local QP operation error",
             WcStatus::LocProtErr => "local protection error",
             WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
             WcStatus::BadRespErr => "bad response error",
             WcStatus::LocAccessErr => "local access error",
             WcStatus::RemInvReqErr => "remote invalid request error",
@@ -664,6 +740,10 @@ pub enum WcOpcode {
     CompSwap,
     /// A fetch-and-add finished.
     FetchAdd,
+    /// A memory window bind finished.
+    BindMw,
+    /// A local invalidate finished.
+    LocalInv,
     /// A SEND arrived.
     Recv,
     /// An RDMA WRITE with immediate arrived.
@@ -761,6 +841,9 @@ pub enum EngineError {
     /// No MR with that key.
     #[error("no memory region with key {0:#x}")]
     UnknownKey(u32),
+    /// No memory window with that handle.
+    #[error("no memory window {0:?}")]
+    UnknownMw(MwId),
     /// No SRQ with that handle.
     #[error("no SRQ {0:?}")]
     UnknownSrq(SrqId),
@@ -768,7 +851,8 @@ pub enum EngineError {
     /// SRQ: `ibv_post_recv` fails the same way on such a QP).
     #[error("QP {0:#x} takes its receives from a shared receive queue: post them to the SRQ")]
     ReceivesFromSrq(u32),
-    /// An object is still used (PD with MRs/QPs/SRQs, CQ with QPs, SRQ with QPs).
+    /// An object is still used (PD with MRs/QPs/SRQs/windows, CQ with QPs, SRQ with QPs,
+    /// MR with bound windows).
     #[error("{0} is still in use")]
     InUse(&'static str),
     /// The transition is not in the QP state table.
@@ -902,7 +986,11 @@ mod tests {
         assert_eq!(Access::REMOTE_WRITE.bits(), 2);
         assert_eq!(Access::REMOTE_READ.bits(), 4);
         assert_eq!(Access::REMOTE_ATOMIC.bits(), 8);
-        assert_eq!(Access::ALL.bits(), 15);
+        assert_eq!(Access::MW_BIND.bits(), 16);
+        assert_eq!(Access::ALL.bits(), 31);
+        assert_eq!(Access::WINDOW_RIGHTS.bits(), 14);
+        assert_eq!(inc_rkey(0x1234_56FF), 0x1234_5600);
+        assert_eq!(inc_rkey(0x1234_5601), 0x1234_5602);
         assert_eq!(Access::NONE.bits(), 0);
         // ibv_send_flags
         assert_eq!(SendFlags::FENCE.bits(), 1);

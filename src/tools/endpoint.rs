@@ -157,6 +157,8 @@ pub enum WcKind {
     Recv,
     /// A receive consumed a WRITE_WITH_IMM.
     RecvRdmaWithImm,
+    /// A local operation (memory window bind, local invalidate) finished.
+    Local,
 }
 
 /// A work completion.

@@ -14,6 +14,7 @@ pub mod endpoint;
 pub mod file;
 pub mod json_line;
 pub mod mr_check;
+pub mod mw_check;
 pub mod options;
 pub mod perf;
 pub mod perftest_oob;

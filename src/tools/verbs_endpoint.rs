@@ -238,6 +238,7 @@ fn tool_wc(wc: &Wc) -> ToolWc {
         WcOpcode::CompSwap | WcOpcode::FetchAdd => WcKind::Atomic,
         WcOpcode::Recv => WcKind::Recv,
         WcOpcode::RecvRdmaWithImm => WcKind::RecvRdmaWithImm,
+        WcOpcode::BindMw | WcOpcode::LocalInv => WcKind::Local,
     };
     ToolWc {
         wr_id: wc.wr_id,

@@ -220,7 +220,7 @@ pub(crate) struct DeviceState {
     pub trace_limit: usize,
     pub trace: Mutex<VecDeque<TracedFrame>>,
     /// Live objects of each kind, against the device limits.
-    pub objects: [AtomicU32; 6],
+    pub objects: [AtomicU32; 7],
 }
 
 /// One engine shard of a device: its engine, its progress token (with its driver) and its
@@ -255,6 +255,7 @@ pub(crate) enum ObjectKind {
     Qp = 3,
     Ah = 4,
     Srq = 5,
+    Mw = 6,
 }
 
 impl ObjectKind {
@@ -267,6 +268,7 @@ impl ObjectKind {
             ObjectKind::Qp => ("max_qp", limits::MAX_QP),
             ObjectKind::Ah => ("max_ah", limits::MAX_AH),
             ObjectKind::Srq => ("max_srq", limits::MAX_SRQ),
+            ObjectKind::Mw => ("max_mw", limits::MAX_MW),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! | `ibv_reg_mr` | [`Pd::reg_mr`] → [`Mr`] (`addr`, `lkey`, `rkey`, `read`, `write`) |
 //! | `ibv_reg_mr` on the application's buffer | [`Pd::reg_user_mr`]`(`[`UserMemory`]`, access)`: read and written in place |
 //! | `ibv_rereg_mr` | [`Mr::rereg`]`(&`[`MrRereg`]` { memory, pd, access })` |
+//! | `ibv_alloc_mw` / `ibv_bind_mw` | [`Pd::alloc_mw`] → [`Mw`], [`Qp::bind_mw`] (type 1); type 2 by [`WrOp::BindMw`] |
 //! | `ibv_create_comp_channel` | [`Device::create_comp_channel`] → [`CompletionChannel`] (an fd) |
 //! | `ibv_create_cq` / `ibv_poll_cq` / `ibv_req_notify_cq` | [`Device::create_cq`] → [`Cq::poll`], [`Cq::req_notify`] |
 //! | `ibv_resize_cq` | [`Cq::resize`] |
@@ -83,15 +84,15 @@ pub use device::{
     TracedFrame, MAX_SHARDS,
 };
 pub use error::{Result, VerbsError};
-pub use pd::{AddressHandle, AhAttr, Mr, MrRereg, Pd};
+pub use pd::{AddressHandle, AhAttr, Mr, MrRereg, Mw, Pd};
 pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
 pub use srq::Srq;
 
 pub use crate::driver::dma::{DmaError, UserMemory};
 pub use crate::driver::mem::{MemLink, MemLinkConfig};
 pub use crate::engine::{
-    Access, AddressVector, CqId, Event, MrMemory, Mtu, QpAttr, QpAttrMask, QpCaps, QpState, QpType,
-    RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqAttrMask, SrqId, UdDest, Wc, WcOpcode, WcStatus,
-    WrOp,
+    inc_rkey, Access, AddressVector, CqId, Event, MrMemory, Mtu, MwBindInfo, MwId, MwInfo, MwType,
+    QpAttr, QpAttrMask, QpCaps, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr,
+    SrqAttrMask, SrqId, UdDest, Wc, WcOpcode, WcStatus, WrOp,
 };
 pub use crate::netdev::{Gid, GidEntry, GidType, MacAddr};

@@ -5,7 +5,8 @@ use arc_swap::ArcSwap;
 
 use crate::driver::dma::UserMemory;
 use crate::engine::{
-    check_mr_access, Access, AddressVector, MrChange, MrInfo, MrMemory, PdId, Sge,
+    check_mr_access, Access, AddressVector, MrChange, MrInfo, MrMemory, MwId, MwInfo, MwType, PdId,
+    Sge,
 };
 use crate::netdev::Gid;
 
@@ -112,6 +113,28 @@ impl Pd {
         })
     }
 
+    /// Allocates a memory window (`ibv_alloc_mw`, IBTA 10.6.7.1). A type 1 window is bound
+    /// with [`super::Qp::bind_mw`]; a type 2 window by posting a
+    /// [`WrOp::BindMw`](crate::engine::WrOp::BindMw) on the QP it is to serve, and freed
+    /// again by a LOCAL_INV or a peer's SEND_WITH_INV. The window lives as long as the
+    /// handle (or a clone); the regions it is bound to cannot be deregistered meanwhile.
+    pub fn alloc_mw(&self, mw_type: MwType) -> Result<Mw> {
+        let slot = ObjectSlot::take(&self.inner.core, ObjectKind::Mw)?;
+        let info = self
+            .inner
+            .core
+            .shared
+            .with_engine(0, false, |e| e.alloc_mw(self.inner.id, mw_type))??;
+        Ok(Mw {
+            inner: Arc::new(MwInner {
+                pd: self.inner.clone(),
+                id: info.id,
+                mw_type,
+                _slot: slot,
+            }),
+        })
+    }
+
     /// Registers a region holding a copy of `data`.
     pub fn reg_mr_with(&self, data: &[u8], access: Access) -> Result<Mr> {
         let mr = self.reg_mr(data.len(), access)?;
@@ -138,6 +161,68 @@ impl Pd {
             _pd: self.inner.clone(),
             _slot: Arc::new(slot),
         })
+    }
+}
+
+pub(crate) struct MwInner {
+    pub pd: Arc<PdInner>,
+    id: MwId,
+    mw_type: MwType,
+    _slot: ObjectSlot,
+}
+
+impl Drop for MwInner {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self
+            .pd
+            .core
+            .shared
+            .with_engine(0, false, |e| e.dealloc_mw(id));
+    }
+}
+
+/// A memory window (`ibv_mw`): a remote-access view of part of a region, with its own R_Key
+/// and rights, bound and invalidated without re-registering the region (IBTA 10.6.7).
+#[derive(Clone)]
+pub struct Mw {
+    pub(crate) inner: Arc<MwInner>,
+}
+
+impl std::fmt::Debug for Mw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mw")
+            .field("id", &self.inner.id)
+            .field("type", &self.inner.mw_type)
+            .finish()
+    }
+}
+
+impl Mw {
+    /// The handle a [`WrOp::BindMw`](crate::engine::WrOp::BindMw) names.
+    pub fn id(&self) -> MwId {
+        self.inner.id
+    }
+
+    /// Type 1 or 2.
+    pub fn mw_type(&self) -> MwType {
+        self.inner.mw_type
+    }
+
+    /// The R_Key, binding and QP in force (a bind posted but not executed yet is not).
+    pub fn query(&self) -> Result<MwInfo> {
+        let id = self.inner.id;
+        Ok(self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(0, false, |e| e.query_mw(id))??)
+    }
+
+    /// The R_Key in force: what a peer puts in its RETH or AtomicETH.
+    pub fn rkey(&self) -> Result<u32> {
+        Ok(self.query()?.rkey)
     }
 }
 

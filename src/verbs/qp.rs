@@ -2,7 +2,8 @@
 use std::sync::Arc;
 
 use crate::engine::{
-    Access, Mtu, QpAttr, QpAttrMask, QpCaps, QpInit, QpState, QpType, RecvWr, SendWr,
+    Access, Mtu, MwBindInfo, QpAttr, QpAttrMask, QpCaps, QpInit, QpState, QpType, RecvWr,
+    SendFlags, SendWr,
 };
 use crate::netdev::Gid;
 
@@ -10,7 +11,7 @@ use super::attr::limits;
 use super::cq::{Cq, CqInner};
 use super::device::{Device, ObjectKind, ObjectSlot};
 use super::error::{Result, VerbsError};
-use super::pd::{AhAttr, Pd, PdInner};
+use super::pd::{AhAttr, Mw, Pd, PdInner};
 use super::srq::{Srq, SrqInner};
 
 /// Arguments of [`Pd::create_qp`] (`ibv_qp_init_attr`).
@@ -322,6 +323,28 @@ impl Qp {
             .shared
             .with_engine(self.inner.shard, true, |e| {
                 e.post_send_inline(qpn, &wr.borrowed(), data)
+            })??)
+    }
+
+    /// Binds a type 1 memory window through this QP (`ibv_bind_mw`, IBTA 10.6.7.2.1): a bind
+    /// WR goes on the send queue and the window's next R_Key is returned at once; it is in
+    /// force (the old one refused) once the bind executes, in send queue order. A bind the
+    /// checks refuse completes with `MwBindErr` and the QP enters ERR. `bind.length` 0
+    /// unbinds. Type 2 windows are bound with a [`crate::engine::WrOp::BindMw`] WR.
+    pub fn bind_mw(&self, mw: &Mw, wr_id: u64, flags: SendFlags, bind: MwBindInfo) -> Result<u32> {
+        if !Arc::ptr_eq(&mw.inner.pd.core, &self.inner.pd.core) {
+            return Err(VerbsError::WrongDevice {
+                what: "memory window",
+            });
+        }
+        let (qpn, id) = (self.inner.qpn, mw.id());
+        Ok(self
+            .inner
+            .pd
+            .core
+            .shared
+            .with_engine(self.inner.shard, true, |e| {
+                e.bind_mw(qpn, wr_id, flags, id, bind)
             })??)
     }
 
