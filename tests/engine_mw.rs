@@ -530,7 +530,7 @@ fn a_type2_window_serves_only_the_qp_that_bound_it() {
 }
 
 #[test]
-fn regions_with_bound_windows_stay_registered_and_windows_keep_their_pd() {
+fn regions_with_bound_windows_stay_registered_unchanged_and_windows_keep_their_pd() {
     let mut p = Pair::new(PairOptions::default());
     let (pd, qb, lkey) = (p.mr_b.pd, p.qb, p.mr_b.lkey);
     let mw = p.b().alloc_mw(pd, MwType::Type1).unwrap();
@@ -540,6 +540,24 @@ fn regions_with_bound_windows_stay_registered_and_windows_keep_their_pd() {
         .unwrap();
     p.run_idle(SEC);
     assert!(matches!(p.b().dereg_mr(lkey), Err(EngineError::InUse(_))));
+    // Nor is it re-registered (rdma-core: EBUSY): neither its access nor its memory moves.
+    let before = p.b().query_mr(lkey).unwrap();
+    for change in [
+        MrChange {
+            access: Some(Access::LOCAL_WRITE),
+            ..MrChange::default()
+        },
+        MrChange {
+            memory: Some(MrMemory::Device(4096)),
+            ..MrChange::default()
+        },
+    ] {
+        assert!(matches!(
+            p.b().rereg_mr(lkey, change),
+            Err(EngineError::InUse(_))
+        ));
+    }
+    assert_eq!(p.b().query_mr(lkey).unwrap(), before);
     // A window alone keeps its PD too.
     let pd2 = p.b().alloc_pd();
     let lone = p.b().alloc_mw(pd2, MwType::Type2).unwrap();
@@ -549,6 +567,12 @@ fn regions_with_bound_windows_stay_registered_and_windows_keep_their_pd() {
     // Deallocating the window releases the region.
     p.b().dealloc_mw(mw.id).unwrap();
     assert_eq!(p.b().dealloc_mw(mw.id), Err(EngineError::UnknownMw(mw.id)));
+    let access = Access::LOCAL_WRITE | Access::REMOTE_READ;
+    let change = MrChange {
+        access: Some(access),
+        ..MrChange::default()
+    };
+    assert_eq!(p.b().rereg_mr(lkey, change).unwrap().access, access);
     p.b().dereg_mr(lkey).unwrap();
 }
 
