@@ -110,6 +110,7 @@ fn devinfo_reports_identity_and_the_enforced_limits() {
         format!("max_srq:\t\t\t{}\n", limits::MAX_SRQ),
         format!("max_srq_wr:\t\t\t{}\n", limits::MAX_SRQ_WR),
         format!("max_srq_sge:\t\t\t{}\n", limits::MAX_SRQ_SGE),
+        format!("max_mw:\t\t\t\t{}\n", limits::MAX_MW),
     ];
     for field in &fields {
         assert!(out.contains(field.as_str()), "no {field:?} in\n{out}");

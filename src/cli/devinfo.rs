@@ -114,6 +114,7 @@ pub fn render(net: &NetdevInfo, verbose: bool) -> String {
         let _ = writeln!(w, "\tmax_srq:\t\t\t{}", dev.max_srq);
         let _ = writeln!(w, "\tmax_srq_wr:\t\t\t{}", dev.max_srq_wr);
         let _ = writeln!(w, "\tmax_srq_sge:\t\t\t{}", dev.max_srq_sge);
+        let _ = writeln!(w, "\tmax_mw:\t\t\t\t{}", dev.max_mw);
         let _ = writeln!(
             w,
             "\tatomic_cap:\t\t\t{} ({})",

@@ -52,6 +52,8 @@ pub struct DeviceAttr {
     pub max_srq_wr: u32,
     /// Maximum scatter/gather entries per shared receive queue WR.
     pub max_srq_sge: u32,
+    /// Maximum memory windows (types 1 and 2, IBTA 10.6.7).
+    pub max_mw: u32,
     /// Atomic operations are atomic with respect to this device only (IBV_ATOMIC_HCA).
     pub atomic_cap: AtomicCap,
 }
@@ -118,6 +120,7 @@ impl DeviceAttr {
             max_srq: limits::MAX_SRQ,
             max_srq_wr: limits::MAX_SRQ_WR,
             max_srq_sge: limits::MAX_SRQ_SGE,
+            max_mw: limits::MAX_MW,
             atomic_cap: AtomicCap::Hca,
         }
     }

@@ -507,6 +507,7 @@ mod tests {
             max_srq: 1024,
             max_srq_wr: 16384,
             max_srq_sge: 32,
+            max_mw: 4096,
             atomic_cap: AtomicCap::Hca,
         };
         let c = ibv_device_attr::from(&attr);
