@@ -297,10 +297,7 @@ struct MrSlots {
 
 impl MrSlots {
     fn get(&self, key: u32) -> Option<&Mr> {
-        match self.slot(key)? {
-            Slot::Mr(mr) if mr.key == key => Some(mr),
-            _ => None,
-        }
+        self.get_arc(key).map(|mr| &**mr)
     }
 
     /// The region `key` names, shared.
@@ -760,9 +757,7 @@ impl MrTable {
             let r = window_range(mw, &st, &a).ok()?;
             return b.mr.data.with(r, |bytes| f(bytes));
         }
-        let mr = t.get(key)?;
-        let r = mr.range(va, len)?;
-        mr.data.with(r, |bytes| f(bytes))
+        t.get(key)?.with_range(va, len, |bytes| f(bytes))
     }
 
     /// Check an SGE list for a local access; returns the total length.

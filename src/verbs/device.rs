@@ -329,23 +329,23 @@ impl DeviceState {
     ) -> Result<R> {
         self.check_alive()?;
         let s = &self.shards[shard];
-        let f = if posted {
-            // With a poller active, its next poll kicks the frames out with those of
-            // other posts: one system call per batch instead of one per post.
-            let now = self.now();
-            let flush = if self.poller_active(shard, now) {
+        // With a poller active, its next poll kicks the frames out with those of other
+        // posts: one system call per batch instead of one per post.
+        let flush = posted.then(|| {
+            if self.poller_active(shard, self.now()) {
                 progress::Flush::Batched
             } else {
                 progress::Flush::Always
-            };
+            }
+        });
+        let f = match flush {
             // A free token: the post is the call of this thread's round, which transmits
             // what it produced (one engine lock for both).
-            match self.drive(shard, now, flush, f)? {
+            Some(flush) => match self.drive(shard, self.now(), flush, f)? {
                 Ok(out) => return Ok(out),
                 Err(f) => f,
-            }
-        } else {
-            f
+            },
+            None => f,
         };
         let (out, events) = {
             let mut engine = lock(&s.engine);
@@ -357,18 +357,12 @@ impl DeviceState {
             (out, events)
         };
         self.dispatch(events);
-        if posted {
+        if let Some(flush) = flush {
             // The token was busy. After `f`: a holder that clears `pending` from now on sees
             // the posted work.
             s.pending.store(true, Ordering::SeqCst);
-            let now = self.now();
-            let flush = if self.poller_active(shard, now) {
-                progress::Flush::Batched
-            } else {
-                progress::Flush::Always
-            };
-            // Busy token: its holder runs the round `pending` asks for.
-            let _ = self.drive(shard, now, flush, |_| ())?;
+            // Still busy: its holder runs the round `pending` asks for.
+            let _ = self.drive(shard, self.now(), flush, |_| ())?;
         }
         Ok(out)
     }
