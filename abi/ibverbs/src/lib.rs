@@ -27,3 +27,4 @@ mod values;
 
 pub use structs::*;
 pub use values::*;
+pub mod capi;
