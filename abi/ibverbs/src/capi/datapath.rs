@@ -94,8 +94,9 @@ unsafe fn inline_bytes(sges: &[Sge]) -> Vec<u8> {
 /// The verbs layer's send WR for a C one.
 ///
 /// # Safety
-/// `w` is a valid WR whose pointers (SGE list, AH, MW, MR) are valid or objects of ours.
-unsafe fn send_wr_from_c(w: &ibv_send_wr) -> Result<SendWr, VerbsError> {
+/// `w` is a valid WR whose pointers (SGE list, MW, MR, and on a UD QP the AH) are valid or
+/// objects of ours.
+unsafe fn send_wr_from_c(w: &ibv_send_wr, is_ud: bool) -> Result<SendWr, VerbsError> {
     if w.send_flags & !SEND_FLAGS_KNOWN != 0 {
         return Err(invalid(format!(
             "send_flags {:#x}: {:#x} not supported",
@@ -160,10 +161,15 @@ unsafe fn send_wr_from_c(w: &ibv_send_wr) -> Result<SendWr, VerbsError> {
     };
     // Safety: per the contract.
     let sg_list = unsafe { sges_from_c(w.sg_list, w.num_sge) }?;
-    let ud = if ud.ah.is_null() {
+    // `wr.ud` shares its bytes with `wr.rdma`: only a UD QP's WR names an AH.
+    let ud = if !is_ud {
         None
+    } else if ud.ah.is_null() {
+        return Err(invalid(
+            "a UD send without an address handle (wr.ud.ah)".into(),
+        ));
     } else {
-        // Safety: an AH of ours (only read for UD QPs: see post_send).
+        // Safety: an AH of ours.
         let ah = unsafe { &*(ud.ah as *mut AhObj) };
         Some(UdDest {
             av: ah.ah.av(),
@@ -231,11 +237,8 @@ pub(crate) unsafe extern "C" fn post_send(
         // Safety: the program's list of valid WRs.
         let w = unsafe { &*cur };
         let result = (|| {
-            // Safety: per the contract of post_send; the AH is only read for UD QPs.
-            let mut swr = unsafe { send_wr_from_c(w) }?;
-            if !is_ud {
-                swr.ud = None;
-            }
+            // Safety: per the contract of post_send.
+            let swr = unsafe { send_wr_from_c(w, is_ud) }?;
             // Safety: inline SGEs name the program's readable memory.
             unsafe { post_one(q, &swr, w.send_flags & IBV_SEND_INLINE != 0) }
         })();
