@@ -487,9 +487,11 @@ pub(crate) unsafe fn create_cq_obj(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
+    comp_vector: u32,
     call: &str,
 ) -> *mut CqObj {
-    if context.is_null() || cqe <= 0 {
+    // One completion vector (num_comp_vectors is 1).
+    if context.is_null() || cqe <= 0 || comp_vector != 0 {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
@@ -525,10 +527,13 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
         cqe: c_int,
         cq_context: *mut c_void,
         channel: *mut ibv_comp_channel,
-        _comp_vector: c_int,
+        comp_vector: c_int,
     ) -> *mut ibv_cq {
         // Safety: forwarded contract.
-        unsafe { create_cq_obj(context, cqe, cq_context, channel, "ibv_create_cq") as *mut ibv_cq }
+        unsafe {
+            create_cq_obj(context, cqe, cq_context, channel, comp_vector as u32, "ibv_create_cq")
+                as *mut ibv_cq
+        }
     }
 
     /// `ibv_destroy_cq`: `EBUSY` while QPs use it.
