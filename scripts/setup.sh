@@ -7,7 +7,8 @@ if [ "$(id -u)" != 0 ]; then
   echo "setup.sh: run as root (it installs Debian packages)" >&2
   exit 1
 fi
-PKGS="clang llvm libelf-dev zlib1g-dev pkg-config make m4 iproute2 tcpdump python3 iputils-ping util-linux linux-libc-dev"
+# gcc and libibverbs-dev: tests compile tests/c/verbs_tutorial.c against <infiniband/verbs.h>.
+PKGS="clang llvm libelf-dev zlib1g-dev pkg-config make m4 iproute2 tcpdump python3 iputils-ping util-linux linux-libc-dev gcc libibverbs-dev"
 missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
   echo "setup.sh: installing $missing"
