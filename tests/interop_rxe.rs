@@ -1131,10 +1131,7 @@ fn install_guest_binaries(lab: &mut Lab, case: &Case) -> Result<(), String> {
         if !runs_ctut_in_guest(side) || lab.ctut_installed.contains(&g) {
             continue;
         }
-        let prog = lab
-            .ctut
-            .clone()
-            .ok_or("the C program was not compiled")?;
+        let prog = lab.ctut.clone().ok_or("the C program was not compiled")?;
         let bytes = fs::read(&prog).map_err(|e| format!("{}: {e}", prog.display()))?;
         let b64_path = format!("/tmp/{CTUT_GUEST}.b64");
         let mut script = format!("rm -f {b64_path}");
@@ -1166,7 +1163,11 @@ fn base64(bytes: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
         for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
             if i <= chunk.len() {
@@ -1326,8 +1327,12 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                     ));
                 }
             }
-            let client_ip: Ipv4Addr = ip_of(case.client.0).parse().expect("lab addresses are IPv4");
-            let server_ip: Ipv4Addr = ip_of(case.server.0).parse().expect("lab addresses are IPv4");
+            let client_ip: Ipv4Addr = ip_of(case.client.0)
+                .parse()
+                .expect("lab addresses are IPv4");
+            let server_ip: Ipv4Addr = ip_of(case.server.0)
+                .parse()
+                .expect("lab addresses are IPv4");
             let client_only: Vec<u8> = CLIENT_ONLY_REQUESTS
                 .iter()
                 .filter(|(name, _)| *name == case.name)
@@ -1544,7 +1549,9 @@ fn interop_with_rxe() {
     let mut ctut_lib = None;
     if selected.iter().any(|c| uses_ctut(c)) {
         match ctut::missing_toolchain() {
-            Some(why) if ci => panic!("interop_with_rxe cannot run its C program cases in CI: {why}"),
+            Some(why) if ci => {
+                panic!("interop_with_rxe cannot run its C program cases in CI: {why}")
+            }
             Some(why) => {
                 common::report_skip("interop_with_rxe, the c_verbs_tutorial cases", &why);
                 selected.retain(|c| !uses_ctut(c));
@@ -1559,7 +1566,9 @@ fn interop_with_rxe() {
                 ctut::assert_loads_xroce(ctut_prog.as_ref().expect("compiled above"), &dir);
                 ctut_lib = Some(dir);
             }
-            Err(why) if ci => panic!("interop_with_rxe cannot run its xroce_lib_ cases in CI: {why}"),
+            Err(why) if ci => {
+                panic!("interop_with_rxe cannot run its xroce_lib_ cases in CI: {why}")
+            }
             Err(why) => {
                 common::report_skip("interop_with_rxe, the xroce_lib_ cases", &why);
                 selected.retain(|c| !on_xroce(c));

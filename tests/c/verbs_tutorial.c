@@ -239,6 +239,17 @@ static int tcp_server(const char *port)
 	freeaddrinfo(res);
 	printf("verbs_tutorial server: waiting for the client on TCP port %s\n", port);
 	fflush(stdout);
+	/* Wait for the client at most a few timeouts' worth: a server nobody connects to must
+	 * end too (and free the port), not wait forever. */
+	struct pollfd pfd = { .fd = lsock, .events = POLLIN };
+	int n;
+	do
+		n = poll(&pfd, 1, 4 * TIMEOUT_MS);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		fail("no client connected within %d s", 4 * TIMEOUT_MS / 1000);
+	if (n < 0)
+		fail("poll on the listening socket: %s", strerror(errno));
 	int sock = accept(lsock, NULL, NULL);
 	if (sock < 0)
 		fail("accept: %s", strerror(errno));

@@ -128,7 +128,10 @@ pub fn assert_loads_xroce(prog: &Path, libdir: &Path) {
         .output()
         .expect("cannot run ldd");
     let text = String::from_utf8_lossy(&out.stdout);
-    let want = format!("libibverbs.so.1 => {}", libdir.join("libibverbs.so.1").display());
+    let want = format!(
+        "libibverbs.so.1 => {}",
+        libdir.join("libibverbs.so.1").display()
+    );
     assert!(
         text.lines().any(|l| l.trim_start().starts_with(&want)),
         "with LD_LIBRARY_PATH={} the program does not load xroce's library:\n{text}{}",
