@@ -90,6 +90,9 @@ fn rust_facts() -> Vec<Fact> {
         }
         ibv_recv_wr { wr_id, next, sg_list, num_sge }
         ibv_async_event { element, event_type }
+        ibv_odp_caps { general_caps, rc_odp_caps = "per_transport_caps.rc_odp_caps",
+            uc_odp_caps = "per_transport_caps.uc_odp_caps",
+            ud_odp_caps = "per_transport_caps.ud_odp_caps" }
         ibv_device_attr_ex {
             orig_attr, comp_mask, odp_caps, completion_timestamp_mask, hca_core_clock,
             device_cap_flags_ex, tso_caps, rss_caps, max_wq_type_rq, packet_pacing_caps,
