@@ -21,6 +21,10 @@ pub enum SectionArg {
     /// write_bw and send_bw 64 B with perf --threads 1 and 2, --shards 1 and 2, on a veth
     /// pair with 2 queues per end.
     Threads,
+    /// perftest's ib_write_bw, ib_send_bw and ib_send_lat on xroce's libibverbs.so.1
+    /// (through `xroce run`), each beside xroce perf's same test (not run by default: needs
+    /// Debian's perftest).
+    Library,
 }
 
 /// `--progress` names.
@@ -47,6 +51,7 @@ pub enum ProgressArg {
 ///   sudo xroce bench --json > bench.json     the full run (~10 minutes), for machines
 ///   sudo xroce bench --sections ceiling,udp  only the references
 ///   sudo xroce bench --sections threads      perf --threads 1 and 2, --shards 1 and 2
+///   sudo xroce bench --sections library      perftest on xroce's libibverbs.so.1 beside xroce perf
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -107,6 +112,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 Section::Xroce => SectionArg::Xroce,
                 Section::Scale => SectionArg::Scale,
                 Section::Threads => SectionArg::Threads,
+                Section::Library => SectionArg::Library,
             })
         })
         .collect();

@@ -83,6 +83,8 @@ pub const THREAD_QUEUES: u32 = 2;
 pub const THREAD_SIZE: u64 = 64;
 /// TCP port of the perftest exchanges (inside the bench's own namespaces).
 const PERF_PORT: u16 = 18515;
+/// perftest's port in the library section (its own default, kept apart from the perf rows').
+const PERFTEST_PORT: u16 = 18516;
 
 /// How long a child may take to say READY (opening an AF_XDP socket, loading the program).
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -101,16 +103,20 @@ pub enum Section {
     Scale,
     /// `perf --threads` and `--shards`: message rates with one thread and two.
     Threads,
+    /// perftest's binaries on xroce's `libibverbs.so.1` (through `xroce run`) beside
+    /// `xroce perf`'s same test.
+    Library,
 }
 
 impl Section {
     /// Every section, in the order they print.
-    pub const ALL: [Section; 5] = [
+    pub const ALL: [Section; 6] = [
         Section::Ceiling,
         Section::Udp,
         Section::Xroce,
         Section::Scale,
         Section::Threads,
+        Section::Library,
     ];
 
     /// The name `--sections` takes.
@@ -121,6 +127,7 @@ impl Section {
             Section::Xroce => "xroce",
             Section::Scale => "scale",
             Section::Threads => "threads",
+            Section::Library => "library",
         }
     }
 }
@@ -174,10 +181,15 @@ pub struct BenchOptions {
 }
 
 impl BenchOptions {
-    /// The defaults: everything, both progress modes, MTU 9000 for the 4 KiB rows.
+    /// The defaults: every section but the library one, both progress modes, MTU 9000 for
+    /// the 4 KiB rows.
     pub fn new(exe: PathBuf) -> Self {
         BenchOptions {
-            sections: Section::ALL.to_vec(),
+            // The library section needs Debian's perftest: asked for by name only.
+            sections: Section::ALL
+                .into_iter()
+                .filter(|s| *s != Section::Library)
+                .collect(),
             quick: false,
             modes: vec![Progress::Wakeup, Progress::BusyPoll],
             modes_explicit: false,
@@ -193,7 +205,7 @@ impl BenchOptions {
     /// Checks every option; messages name the option and its range.
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.sections.is_empty() {
-            bail!("--sections: name at least one of ceiling, udp, xroce, scale, threads");
+            bail!("--sections: name at least one of ceiling, udp, xroce, scale, threads, library");
         }
         if self.modes.is_empty() {
             bail!("--progress: choose wakeup, busy-poll or both");
@@ -309,6 +321,8 @@ pub struct LinkPlan {
     pub scale: Vec<BwCase>,
     /// Threads runs (`--threads`, `--shards`).
     pub threads: Vec<BwCase>,
+    /// perftest through the library, each beside `xroce perf`'s same case.
+    pub library: Vec<BwCase>,
     /// Receive and transmit queues per veth end.
     pub queues: u32,
 }
@@ -329,6 +343,33 @@ pub fn path_mtu(link_mtu: u32) -> u32 {
 
 /// The scale rows' message sizes (full run; quick uses the first).
 pub const SCALE_SIZES: [u64; 2] = [64, 4096];
+
+/// The library section's cases: write_bw at 64 B and 64 KiB, send_bw at 64 B, send_lat at
+/// 64 B (quick: the first two), on the base link, in the default progress mode.
+fn library_cases(opts: &BenchOptions) -> Vec<BwCase> {
+    if !opts.runs(Section::Library) {
+        return Vec::new();
+    }
+    let case = |test, size: u64| BwCase {
+        test,
+        size,
+        qps: 1,
+        iters: if test.ends_with("_lat") {
+            opts.lat_iters()
+        } else {
+            opts.messages_for(size).max(crate::tools::perf::MIN_ITERS)
+        },
+        threads: 1,
+        shards: 1,
+    };
+    let all = [
+        case("write_bw", 64),
+        case("write_bw", 65536),
+        case("send_bw", 64),
+        case("send_lat", 64),
+    ];
+    all[..if opts.quick { 2 } else { 4 }].to_vec()
+}
 
 /// What `opts` runs, link by link.
 pub fn plan(opts: &BenchOptions) -> Plan {
@@ -428,6 +469,7 @@ pub fn plan(opts: &BenchOptions) -> Plan {
         lat: lat(LAT_SIZES[0]),
         scale,
         threads: Vec::new(),
+        library: library_cases(opts),
         queues: opts.shards,
     };
     let jumbo = LinkPlan {
@@ -439,6 +481,7 @@ pub fn plan(opts: &BenchOptions) -> Plan {
         lat: lat(LAT_SIZES[1]),
         scale: Vec::new(),
         threads: Vec::new(),
+        library: Vec::new(),
         queues: opts.shards,
     };
     let mut threads = Vec::new();
@@ -462,6 +505,7 @@ pub fn plan(opts: &BenchOptions) -> Plan {
         lat: Vec::new(),
         scale: Vec::new(),
         threads,
+        library: Vec::new(),
         queues: THREAD_QUEUES,
     };
     let used = |l: &LinkPlan| {
@@ -469,7 +513,8 @@ pub fn plan(opts: &BenchOptions) -> Plan {
             && l.bw.is_empty()
             && l.lat.is_empty()
             && l.scale.is_empty()
-            && l.threads.is_empty())
+            && l.threads.is_empty()
+            && l.library.is_empty())
     };
     let links = [base, jumbo, multi_queue]
         .into_iter()
@@ -675,6 +720,89 @@ pub struct XroceSection {
     pub lat: Vec<XroceLatRow>,
 }
 
+/// One row of the library section: the same test, size and count through perftest on
+/// xroce's `libibverbs.so.1` and through `xroce perf`, one after the other.
+#[derive(Debug, Clone, Serialize)]
+pub struct LibraryRow {
+    /// The test (`write_bw`: perftest's `ib_write_bw`).
+    pub test: &'static str,
+    /// Message size.
+    pub size: u64,
+    /// Messages (bandwidth) or round trips (latency).
+    pub iters: u64,
+    /// "Gbit/s" (BW average) or "us" (t_typical).
+    pub unit: &'static str,
+    /// perftest's figure.
+    pub perftest: f64,
+    /// `xroce perf`'s figure.
+    pub xroce_perf: f64,
+    /// perftest / xroce perf (for latency, above 1 is slower).
+    pub ratio: f64,
+    /// Within 10% of each other (the target of issue 14).
+    pub within_10_percent: bool,
+}
+
+impl LibraryRow {
+    fn new(case: &BwCase, perftest: PerfResult, perf: PerfResult) -> LibraryRow {
+        let (unit, p, x) = match (perftest, perf) {
+            (PerfResult::Lat { median: p, .. }, PerfResult::Lat { median: x, .. }) => ("us", p, x),
+            (PerfResult::Bw { gbps: p, .. }, PerfResult::Bw { gbps: x, .. }) => ("Gbit/s", p, x),
+            (p, x) => ("mismatch", p.figure(), x.figure()),
+        };
+        let ratio = if x > 0.0 { p / x } else { 0.0 };
+        LibraryRow {
+            test: case.test,
+            size: case.size,
+            iters: case.iters,
+            unit,
+            perftest: p,
+            xroce_perf: x,
+            ratio,
+            within_10_percent: (0.9..=1.1).contains(&ratio),
+        }
+    }
+}
+
+/// The library section.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LibrarySection {
+    /// One row per case.
+    pub rows: Vec<LibraryRow>,
+}
+
+/// Reads perftest's result row (the line after the `#bytes` header): for a bandwidth test
+/// with `--report_gbits`, its BW average (Gbit/s); for a latency test, its t_typical (us).
+pub fn parse_perftest(text: &str, latency: bool) -> anyhow::Result<PerfResult> {
+    let mut lines = text.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    let header = lines.next().context("perftest printed no #bytes header")?;
+    let row = lines
+        .find(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .with_context(|| format!("perftest printed no result row after {header:?}"))?;
+    let cols: Vec<f64> = row
+        .split_whitespace()
+        .map(|c| c.parse::<f64>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("perftest's result row {row:?}"))?;
+    if latency {
+        // #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+        let (median, p99) = (cols.get(4), cols.get(7));
+        match (median, p99) {
+            (Some(&median), Some(&p99)) => Ok(PerfResult::Lat { median, p99 }),
+            _ => bail!("perftest's latency row {row:?} has too few columns"),
+        }
+    } else {
+        // #bytes #iterations BW_peak BW_average MsgRate
+        match (cols.get(2), cols.get(3), cols.get(4)) {
+            (Some(&peak_gbps), Some(&gbps), Some(&msg_rate_mpps)) => Ok(PerfResult::Bw {
+                gbps,
+                peak_gbps,
+                msg_rate_mpps,
+            }),
+            _ => bail!("perftest's bandwidth row {row:?} has too few columns"),
+        }
+    }
+}
+
 /// One scale row.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScaleRow {
@@ -768,6 +896,8 @@ pub struct BenchReport {
     pub scale: Option<ScaleSection>,
     /// One thread and two.
     pub threads: Option<ThreadsSection>,
+    /// perftest through the library beside `xroce perf`.
+    pub library: Option<LibrarySection>,
     /// How to read the figures, and what was left out.
     pub notes: Vec<String>,
     /// Measurements that failed (each also missing from its table).
@@ -1108,6 +1238,61 @@ impl Runner<'_> {
         })
     }
 
+    /// perftest's binary of `case` on xroce's library: `xroce run -d <veth> -- ib_<test>`,
+    /// the server in B, the client in A; the client's result row.
+    fn perftest(&mut self, link: &VethLink, case: &BwCase) -> anyhow::Result<PerfResult> {
+        let binary = format!("ib_{}", case.test);
+        let latency = case.test.ends_with("_lat");
+        let args = |ifname: &str| -> Vec<String> {
+            let mut v: Vec<String> = ["run", "-d", ifname, "--", &binary, "-d"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            v.push(format!("xroce_{ifname}"));
+            v.extend(
+                [
+                    "-x",
+                    "1",
+                    "-s",
+                    &case.size.to_string(),
+                    "-n",
+                    &case.iters.to_string(),
+                    "-p",
+                    &PERFTEST_PORT.to_string(),
+                ]
+                .iter()
+                .map(|s| s.to_string()),
+            );
+            if !latency {
+                v.push("--report_gbits".into());
+            }
+            v
+        };
+        let mut server = Proc::spawn(
+            &link.b,
+            &self.opts.exe,
+            &args(&link.b_if),
+            format!("{binary} server on the library"),
+        )?;
+        // perftest says nothing machine-readable when it listens: give it a moment, and
+        // fail at once if it already died.
+        std::thread::sleep(Duration::from_millis(700));
+        if let Ok(Some(status)) = server.child.try_wait() {
+            bail!("{binary} server: {status}{}", server.said());
+        }
+        let mut client_args = args(&link.a_if);
+        client_args.push(link.b_ip.to_string());
+        let client = Proc::spawn(
+            &link.a,
+            &self.opts.exe,
+            &client_args,
+            format!("{binary} client on the library"),
+        )?;
+        let out = client.finish(Duration::from_secs(180))?;
+        let _ = server.finish(Duration::from_secs(10));
+        parse_perftest(&out, latency).with_context(|| format!("{binary} client's output"))
+    }
+
     /// One `xroce perf` pair: the server in B, the client in A; the client's JSON document.
     fn perf_doc(
         &mut self,
@@ -1194,6 +1379,16 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl PerfResult {
+    /// The headline figure: Gbit/s average or median latency.
+    pub fn figure(&self) -> f64 {
+        match *self {
+            PerfResult::Bw { gbps, .. } => gbps,
+            PerfResult::Lat { median, .. } => median,
+        }
     }
 }
 
@@ -1408,7 +1603,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         .links
         .iter()
         .map(|l| {
-            let mut n = l.bw.len() + l.lat.len() + l.scale.len() + l.threads.len();
+            let mut n = l.bw.len() + l.lat.len() + l.scale.len() + l.threads.len() + 2 * l.library.len();
             if opts.runs(Section::Ceiling) {
                 n += raw_steps(l);
             }
@@ -1430,6 +1625,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
     let mut ceiling = opts.runs(Section::Ceiling).then(RawSection::default);
     let mut udp = opts.runs(Section::Udp).then(RawSection::default);
     let mut bw_raw: Vec<(u32, u32, BwCase, f64, f64, f64)> = Vec::new();
+    let mut library_rows: Vec<LibraryRow> = Vec::new();
     let mut lat_raw: Vec<(u32, LatCase, f64, f64)> = Vec::new();
     let mut scale_raw: Vec<(BwCase, f64, f64)> = Vec::new();
     type ThreadsOutcome = Result<(f64, f64, Vec<f64>), String>;
@@ -1585,6 +1781,32 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         }
         if !lp.threads.is_empty() {
             used.push("threads".into());
+        }
+        for case in &lp.library {
+            let what = format!(
+                "library: ib_{} -s {} -n {} through xroce run, MTU {}",
+                case.test, case.size, case.iters, lp.mtu
+            );
+            runner.note(&what);
+            let perftest = runner.perftest(&link, case);
+            if let Err(e) = &perftest {
+                runner.failed(&what, anyhow!("{e:#}"));
+            }
+            let what = format!(
+                "library: xroce perf {} -s {} -n {} beside it",
+                case.test, case.size, case.iters
+            );
+            runner.note(&what);
+            let perf = runner.perf(&link, case, None);
+            if let Err(e) = &perf {
+                runner.failed(&what, anyhow!("{e:#}"));
+            }
+            if let (Ok(p), Ok(x)) = (perftest, perf) {
+                library_rows.push(LibraryRow::new(case, p, x));
+            }
+        }
+        if !lp.library.is_empty() {
+            used.push("library".into());
         }
         links.push(LinkFacts {
             mtu: lp.mtu,
@@ -1770,6 +1992,9 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         xroce,
         scale,
         threads,
+        library: opts
+            .runs(Section::Library)
+            .then(|| LibrarySection { rows: library_rows }),
         notes,
         failures: runner.failures,
         seconds: started.elapsed().as_secs_f64(),
@@ -2096,6 +2321,31 @@ pub fn render_text(r: &BenchReport) -> String {
             );
         }
     }
+    if let Some(lib) = &r.library {
+        let _ = writeln!(
+            s,
+            "\n== 6. perftest on xroce's libibverbs.so.1 (xroce run) beside xroce perf, MTU {BASE_MTU} =="
+        );
+        let _ = writeln!(
+            s,
+            "{:<10} {:>7} {:>8} {:>7} {:>10} {:>10} {:>7}  within 10%",
+            "test", "size", "iters", "unit", "perftest", "xroce perf", "ratio"
+        );
+        for row in &lib.rows {
+            let _ = writeln!(
+                s,
+                "{:<10} {:>7} {:>8} {:>7} {:>10.3} {:>10.3} {:>7.2}  {}",
+                row.test,
+                row.size,
+                row.iters,
+                row.unit,
+                row.perftest,
+                row.xroce_perf,
+                row.ratio,
+                if row.within_10_percent { "yes" } else { "no" }
+            );
+        }
+    }
     let _ = writeln!(s, "\nnotes:");
     for n in &r.notes {
         let _ = writeln!(s, "- {n}");
@@ -2111,6 +2361,47 @@ pub fn render_text(r: &BenchReport) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn perftest_rows_are_read() {
+        let bw = "---\n #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n 65536      2000             2.68               0.83   \t\t   0.001591\n---\n";
+        assert_eq!(
+            parse_perftest(bw, false).unwrap(),
+            PerfResult::Bw {
+                gbps: 0.83,
+                peak_gbps: 2.68,
+                msg_rate_mpps: 0.001591
+            }
+        );
+        let lat = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n 2       200          8.22           1303.43      9.31     \t       14.87       \t45.48  \t\t634.90  \t\t1303.43\n";
+        assert_eq!(
+            parse_perftest(lat, true).unwrap(),
+            PerfResult::Lat {
+                median: 9.31,
+                p99: 634.90
+            }
+        );
+        assert!(parse_perftest("Couldn't connect", false).is_err());
+        assert!(parse_perftest(" #bytes x\n 64 100\n", false).is_err());
+    }
+
+    #[test]
+    fn library_rows_say_whether_within_ten_percent() {
+        let case = library_cases(&BenchOptions {
+            sections: vec![Section::Library],
+            ..BenchOptions::new("xroce".into())
+        })[0];
+        let bw = |g| PerfResult::Bw {
+            gbps: g,
+            peak_gbps: g,
+            msg_rate_mpps: 0.0,
+        };
+        assert!(LibraryRow::new(&case, bw(0.95), bw(1.0)).within_10_percent);
+        assert!(!LibraryRow::new(&case, bw(0.8), bw(1.0)).within_10_percent);
+        assert_eq!(LibraryRow::new(&case, bw(0.5), bw(1.0)).ratio, 0.5);
+        assert!(library_cases(&BenchOptions::new("xroce".into())).is_empty());
+    }
+
     use super::*;
 
     fn opts() -> BenchOptions {
