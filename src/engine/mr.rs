@@ -153,6 +153,8 @@ impl MrMemory {
 #[derive(Debug, Default)]
 pub(crate) struct MrUpdate {
     pub memory: Option<MrMemory>,
+    /// Where new memory sits in the iova space; `None`: a fresh range.
+    pub iova: Option<u64>,
     pub pd: Option<PdId>,
     pub access: Option<Access>,
 }
@@ -409,12 +411,21 @@ impl MrTable {
     /// used up (never wrapped: two regions must not overlap). For unit tests.
     #[cfg(test)]
     pub fn register(&self, pd: PdId, len: usize, access: Access) -> Option<(u32, u64)> {
-        self.register_on(pd, MrMemory::Device(len), access)
+        self.register_on(pd, MrMemory::Device(len), access, None)
     }
 
-    /// Register a region on `memory`; as [`MrTable::register`].
-    pub fn register_on(&self, pd: PdId, memory: MrMemory, access: Access) -> Option<(u32, u64)> {
-        self.update(|t| t.register(pd, memory, access))
+    /// Register a region on `memory`; as [`MrTable::register`]. `iova`: where the region
+    /// sits in the iova space the keys address, as `ibv_reg_mr` puts it at the application's
+    /// virtual address (regions may then overlap: each access names its region by key);
+    /// `None`: a fresh range that overlaps no other.
+    pub fn register_on(
+        &self,
+        pd: PdId,
+        memory: MrMemory,
+        access: Access,
+        iova: Option<u64>,
+    ) -> Option<(u32, u64)> {
+        self.update(|t| t.register(pd, memory, access, iova))
     }
 
     /// Re-register the region `key` (same key): a new PD or access applies to the next
@@ -433,7 +444,10 @@ impl MrTable {
             let (iova, len, data) = match change.memory {
                 Some(memory) => {
                     let len = memory.len();
-                    let iova = t.alloc_iova(len).ok_or(ReregFault::IovaSpaceUsedUp)?;
+                    let iova = match change.iova {
+                        Some(iova) => iova,
+                        None => t.alloc_iova(len).ok_or(ReregFault::IovaSpaceUsedUp)?,
+                    };
                     (iova, len, Arc::new(memory.into_bytes()))
                 }
                 None => (old.iova, old.len, old.data.clone()),
@@ -459,6 +473,13 @@ impl MrTable {
         Ok(iova)
     }
 
+    /// How many memory windows are bound to the region `key` (0 if there is no such region).
+    pub fn bound_windows(&self, key: u32) -> u32 {
+        self.read()
+            .get(key)
+            .map_or(0, |mr| mr.windows.load(Ordering::SeqCst))
+    }
+
     /// The application's memory the region `key` is registered on, if it is.
     pub fn user_memory(&self, key: u32) -> Option<UserMemory> {
         self.read().get(key)?.data.user().cloned()
@@ -482,10 +503,19 @@ impl MrSlots {
         Some(iova)
     }
 
-    fn register(&mut self, pd: PdId, memory: MrMemory, access: Access) -> Option<(u32, u64)> {
+    fn register(
+        &mut self,
+        pd: PdId,
+        memory: MrMemory,
+        access: Access,
+        iova: Option<u64>,
+    ) -> Option<(u32, u64)> {
         let t = self;
         let len = memory.len();
-        let iova = t.alloc_iova(len)?;
+        let iova = match iova {
+            Some(iova) => iova,
+            None => t.alloc_iova(len)?,
+        };
         let (idx, key) = t.take_slot()?;
         t.slots[idx] = Some(Slot::Mr(Arc::new(Mr {
             pd,
@@ -813,8 +843,9 @@ impl MrTable {
 
     /// Copy an inline SGE list's bytes into `out`, finding each SGE's memory by its address
     /// alone: as for `IBV_SEND_INLINE`, where the provider reads the caller's memory itself,
-    /// the lkey is not checked (iovas of regions never overlap, so an address names one
-    /// region). False if an SGE is not inside a registered region.
+    /// the lkey is not checked (fresh iova ranges never overlap, so an address names one
+    /// region; of regions placed at a chosen iova that overlap, the first covering the range
+    /// is read). False if an SGE is not inside a registered region.
     pub fn gather_by_addr(&self, sges: &[Sge], out: &mut [u8]) -> bool {
         let t = self.read();
         let mut done = 0usize;

@@ -155,7 +155,7 @@ impl Engine {
 
     /// Register a zero-filled memory region of `len` bytes that the engine owns.
     pub fn reg_mr(&mut self, pd: PdId, len: usize, access: Access) -> Result<MrInfo, EngineError> {
-        self.reg_mr_on(pd, MrMemory::Device(len), access)
+        self.reg_mr_on(pd, MrMemory::Device(len), access, None)
     }
 
     /// Register a memory region on the application's memory: the transport reads and
@@ -167,7 +167,26 @@ impl Engine {
         memory: UserMemory,
         access: Access,
     ) -> Result<MrInfo, EngineError> {
-        self.reg_mr_on(pd, MrMemory::User(memory), access)
+        self.reg_mr_on(pd, MrMemory::User(memory), access, None)
+    }
+
+    /// [`Engine::reg_user_mr`] at a chosen iova: the region's addresses are `iova ..
+    /// iova + len` (`ibv_reg_mr` registers at the buffer's virtual address, `ibv_reg_mr_iova2`
+    /// at any). Regions registered this way may overlap; each access names its region by key.
+    pub fn reg_user_mr_at(
+        &mut self,
+        pd: PdId,
+        memory: UserMemory,
+        access: Access,
+        iova: u64,
+    ) -> Result<MrInfo, EngineError> {
+        if iova.checked_add(memory.len() as u64).is_none() {
+            return Err(EngineError::InvalidArgument(format!(
+                "reg_mr: iova {iova:#x} + {} bytes wraps around",
+                memory.len()
+            )));
+        }
+        self.reg_mr_on(pd, MrMemory::User(memory), access, Some(iova))
     }
 
     fn reg_mr_on(
@@ -175,6 +194,7 @@ impl Engine {
         pd: PdId,
         memory: MrMemory,
         access: Access,
+        iova: Option<u64>,
     ) -> Result<MrInfo, EngineError> {
         self.check_pd(pd)?;
         check_mr_access(access)?;
@@ -183,7 +203,7 @@ impl Engine {
         let (key, addr) = self
             .sh
             .mrs
-            .register_on(pd, memory, access)
+            .register_on(pd, memory, access, iova)
             .ok_or_else(mr_space_used_up)?;
         Ok(MrInfo {
             lkey: key,
@@ -203,6 +223,17 @@ impl Engine {
     /// bounds, and the old memory is not reached again once this returns. Operations
     /// checked before the call may still complete against the old rights.
     pub fn rereg_mr(&mut self, lkey: u32, change: MrChange) -> Result<MrInfo, EngineError> {
+        self.rereg_mr_at(lkey, change, None)
+    }
+
+    /// [`Engine::rereg_mr`], with new memory placed at `iova` (as `ibv_rereg_mr` with
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION` places it at the new buffer's address).
+    pub fn rereg_mr_at(
+        &mut self,
+        lkey: u32,
+        change: MrChange,
+        iova: Option<u64>,
+    ) -> Result<MrInfo, EngineError> {
         let old = self
             .sh
             .mrs
@@ -233,6 +264,7 @@ impl Engine {
         };
         let update = MrUpdate {
             memory: change.memory,
+            iova,
             pd: change.pd,
             access: change.access,
         };
@@ -266,6 +298,12 @@ impl Engine {
             )),
             Err(false) => Err(EngineError::UnknownKey(lkey)),
         }
+    }
+
+    /// How many memory windows are bound to the region `lkey` right now (a region with
+    /// bound windows cannot be deregistered).
+    pub fn mr_bound_windows(&self, lkey: u32) -> u32 {
+        self.sh.mrs.bound_windows(lkey)
     }
 
     /// Facts about a registered MR.

@@ -67,7 +67,7 @@ impl Pd {
     /// application); reach them with [`Mr::read`] and [`Mr::write`]. The region lives as
     /// long as the returned handle (or a clone of it).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
-        self.register(MrMemory::Device(len), access)
+        self.register(MrMemory::Device(len), access, None)
     }
 
     /// Registers a memory region on the application's own memory (`ibv_reg_mr` on a
@@ -79,10 +79,19 @@ impl Pd {
     /// After the last handle of the region is dropped the device never touches the memory
     /// again.
     pub fn reg_user_mr(&self, memory: UserMemory, access: Access) -> Result<Mr> {
-        self.register(MrMemory::User(memory), access)
+        self.register(MrMemory::User(memory), access, None)
     }
 
-    fn register(&self, memory: MrMemory, access: Access) -> Result<Mr> {
+    /// [`Pd::reg_user_mr`] with the region at `iova` in its keys' address space, as
+    /// `ibv_reg_mr` places a region at the buffer's virtual address (and
+    /// `ibv_reg_mr_iova2` anywhere): [`Mr::addr`] is `iova`, and work requests address the
+    /// region's bytes as `iova ..= iova + len - 1`. Regions placed so may overlap (the same
+    /// buffer registered twice); an access names its region by key.
+    pub fn reg_user_mr_at(&self, memory: UserMemory, access: Access, iova: u64) -> Result<Mr> {
+        self.register(MrMemory::User(memory), access, Some(iova))
+    }
+
+    fn register(&self, memory: MrMemory, access: Access, iova: Option<u64>) -> Result<Mr> {
         check_mr_memory(&memory)?;
         // ibv_reg_mr(3), IBTA 10.6.3.1: remote write or atomic access needs local write.
         check_mr_access(access)?;
@@ -97,7 +106,10 @@ impl Pd {
             .shared
             .with_engine(0, false, |e| match memory {
                 MrMemory::Device(len) => e.reg_mr(self.inner.id, len, access),
-                MrMemory::User(m) => e.reg_user_mr(self.inner.id, m, access),
+                MrMemory::User(m) => match iova {
+                    Some(iova) => e.reg_user_mr_at(self.inner.id, m, access, iova),
+                    None => e.reg_user_mr(self.inner.id, m, access),
+                },
             })??;
         Ok(Mr {
             inner: Arc::new(MrInner {
@@ -352,6 +364,13 @@ impl Mr {
     /// the region as it was. Like `ibv_rereg_mr`, it is for a region no operation is using:
     /// one the device checked before the call may still complete against the old rights.
     pub fn rereg(&self, change: &MrRereg<'_>) -> Result<()> {
+        self.rereg_at(change, None)
+    }
+
+    /// [`Mr::rereg`] with new memory placed at `iova` in the key's address space (as
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION` places it at the new buffer's
+    /// virtual address); `None`: a fresh range.
+    pub fn rereg_at(&self, change: &MrRereg<'_>, iova: Option<u64>) -> Result<()> {
         if let Some(pd) = change.pd {
             if !Arc::ptr_eq(&pd.inner.core, &self.inner.core) {
                 return Err(VerbsError::WrongDevice {
@@ -377,7 +396,7 @@ impl Mr {
             .inner
             .core
             .shared
-            .with_engine(0, false, |e| e.rereg_mr(lkey, engine_change))??;
+            .with_engine(0, false, |e| e.rereg_mr_at(lkey, engine_change, iova))??;
         let user = match &change.memory {
             Some(MrMemory::User(m)) => Some(m.clone()),
             Some(MrMemory::Device(_)) => None,
@@ -391,6 +410,17 @@ impl Mr {
             user,
         }));
         Ok(())
+    }
+
+    /// How many memory windows are bound to the region now: while any are, dropping the
+    /// last handle does not deregister it (the windows keep it), and `ibv_dereg_mr` says
+    /// `EBUSY`.
+    pub fn bound_windows(&self) -> Result<u32> {
+        let lkey = self.info().lkey;
+        self.inner
+            .core
+            .shared
+            .with_engine(0, false, |e| e.mr_bound_windows(lkey))
     }
 
     /// The address of `len` bytes at `offset`, and the key, of one view of the region (a

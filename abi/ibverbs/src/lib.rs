@@ -18,9 +18,11 @@
 //! - The C layer only translates: xroce's engine and verbs types say what happened, the
 //!   [`translate`] module says how C spells it (`From` one way, `TryFrom` back).
 #![deny(unsafe_code)]
+#![allow(clippy::missing_safety_doc)]
 #![allow(non_camel_case_types)]
 #![warn(missing_docs)]
 
+pub mod objects;
 mod structs;
 pub mod translate;
 mod values;

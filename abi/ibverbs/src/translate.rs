@@ -233,8 +233,12 @@ impl From<&DeviceAttr> for ibv_device_attr {
             max_qp_init_rd_atom: c_int(attr.max_qp_init_rd_atom),
             atomic_cap: attr.atomic_cap.into(),
             max_ah: c_int(attr.max_ah),
-            // max_srq* stay 0: this library has no ibv_create_srq yet, so it must not
-            // announce SRQs (xroce::verbs has them).
+            max_srq: c_int(attr.max_srq),
+            max_srq_wr: c_int(attr.max_srq_wr),
+            max_srq_sge: c_int(attr.max_srq_sge),
+            max_mw: c_int(attr.max_mw),
+            // One P_Key: the default 0xFFFF (RoCE partitions are unused, IBTA A17.4).
+            max_pkeys: 1,
             phys_port_cnt: attr.phys_port_cnt,
             ..ibv_device_attr::default()
         }
@@ -252,6 +256,17 @@ impl From<&PortAttr> for ibv_port_attr {
             max_msg_sz: attr.max_msg_sz,
             pkey_tbl_len: attr.pkey_tbl_len,
             link_layer: link_layer_of(attr.link_layer),
+            // One data VL; a 1X, SDR-rate port: RoCE over a NIC whose IB width and speed
+            // mean nothing (rxe maps the Ethernet speed; a veth has none).
+            max_vl_num: 1,
+            active_width: 1,
+            active_speed: 1,
+            // IB PortPhysicalState: 5 LinkUp, 3 Disabled.
+            phys_state: if attr.state == PortState::Active {
+                5
+            } else {
+                3
+            },
             ..ibv_port_attr::default()
         }
     }
@@ -526,7 +541,11 @@ mod tests {
             (c.max_qp_rd_atom, c.max_qp_init_rd_atom, c.max_ah),
             (16, 16, 4096)
         );
-        assert_eq!((c.max_srq, c.max_srq_wr, c.max_srq_sge), (0, 0, 0));
+        assert_eq!(
+            (c.max_srq, c.max_srq_wr, c.max_srq_sge, c.max_mw),
+            (1024, 16384, 32, 4096)
+        );
+        assert_eq!(c.max_pkeys, 1);
         assert_eq!((c.atomic_cap, c.phys_port_cnt), (ibv_atomic_cap::HCA, 1));
         assert_eq!((c.max_mr_size, c.page_size_cap), (1 << 40, !0xfff));
         assert_eq!(c_int(u32::MAX), i32::MAX);

@@ -1,0 +1,46 @@
+//! From xroce's typed errors to the errno a C caller expects, and the one line the library
+//! prints when a verb fails (C callers only see a number; the cause is in xroce's error).
+
+use std::ffi::c_int;
+
+use xroce::engine::EngineError;
+use xroce::verbs::VerbsError;
+
+/// The errno rdma-core's providers give for the same refusal.
+pub(crate) fn errno_of(err: &VerbsError) -> c_int {
+    match err {
+        VerbsError::LimitExceeded { .. } => libc::EINVAL,
+        VerbsError::Zero { .. } => libc::EINVAL,
+        VerbsError::NoSuchGid { .. } | VerbsError::NoSuchPort(_) => libc::EINVAL,
+        VerbsError::MrRange { .. } => libc::EINVAL,
+        VerbsError::WrongDevice { .. } | VerbsError::WrongQpType { .. } => libc::EINVAL,
+        VerbsError::InvalidArgument(_) => libc::EINVAL,
+        VerbsError::Timeout(_) => libc::ETIMEDOUT,
+        VerbsError::Engine(e) => engine_errno(e),
+        VerbsError::Driver(_) | VerbsError::DeviceStopped { .. } => libc::EIO,
+        VerbsError::Netdev(_) => libc::ENODEV,
+        VerbsError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        _ => libc::EINVAL,
+    }
+}
+
+fn engine_errno(e: &EngineError) -> c_int {
+    match e {
+        // rdma-core's providers say ENOMEM for a full queue: the application retries later.
+        EngineError::QueueFull(_) => libc::ENOMEM,
+        EngineError::InUse(_) => libc::EBUSY,
+        EngineError::UnsupportedOperation { .. } => libc::EOPNOTSUPP,
+        _ => libc::EINVAL,
+    }
+}
+
+/// Prints why a verb failed, once per failure, unless `XROCE_LOG=off`.
+pub(crate) fn log_failure(call: &str, errno: c_int, err: &VerbsError) {
+    if super::config::quiet() {
+        return;
+    }
+    eprintln!(
+        "xroce: {call} failed ({}): {err}",
+        std::io::Error::from_raw_os_error(errno)
+    );
+}
