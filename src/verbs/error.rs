@@ -97,6 +97,10 @@ pub enum VerbsError {
     /// A configuration value is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The device does not have the feature asked for (a raw packet QP, XRC, ...): the C
+    /// library's `EOPNOTSUPP`, which callers take as "absent", not as a failure.
+    #[error("not supported: {0}")]
+    Unsupported(String),
     /// An operating-system call failed.
     #[error("{context}: {source}")]
     Io {

@@ -16,6 +16,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+pub mod stub;
+
 /// Exports `fn name` as the C symbol `name@@VERSION` (and, under its private name,
 /// `xroce_name`).
 ///
@@ -55,6 +57,66 @@ macro_rules! c_alias {
             "@",
             $version
         ));
+    };
+}
+
+/// Exports a table of stubs: functions a program must find at load time but that xroce does
+/// not provide. Each one, when called, says once on stderr `xroce: <name> is not supported:
+/// <why>`, sets `errno` to `EOPNOTSUPP` and returns the failure value of its kind:
+///
+/// | kind | C return type | value |
+/// |---|---|---|
+/// | `Null` | a pointer | `NULL` |
+/// | `Errno` | `int`, "0 or the value of errno" | `EOPNOTSUPP` |
+/// | `NegErrno` | `int`, "-errno" | `-EOPNOTSUPP` |
+/// | `MinusOne` | `int`, "-1 and errno" | `-1` |
+/// | `SsizeMinusOne` | `ssize_t`, `size_t`, `off_t` | `-1` |
+/// | `False` | `bool` | `false` |
+/// | `Zero16` | `uint16_t` | `0` |
+/// | `Void` | `void` | |
+/// | `Str("text")` | `const char *` that is never NULL | the static string |
+///
+/// ```ignore
+/// c_stubs! { why: "xroce's devices are not mlx5 devices";
+///     "MLX5_1.0" { mlx5dv_query_device: Errno }
+///     "MLX5_1.8" { mlx5dv_is_supported: False }
+/// }
+/// ```
+///
+/// Every stub is exported through [`c_export!`] under its table's version. A stub takes no
+/// parameters: under the C calling conventions of the targets xroce builds for (x86_64 System
+/// V, AArch64), the caller owns argument registers and stack, so a callee that ignores its
+/// arguments is compatible with any parameter list.
+#[macro_export]
+macro_rules! c_stubs {
+    (why: $why:expr; $( $version:literal { $( $name:ident : $kind:ident $( ( $text:literal ) )? ),* $(,)? } )*) => {
+        $( $( $crate::__c_stub!($version, $why, $name, $kind $( ( $text ) )?); )* )*
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __c_stub {
+    ($version:literal, $why:expr, $name:ident, Str ( $text:literal )) => {
+        $crate::c_export! { $version;
+            #[doc = concat!("Stub: reports `", stringify!($name), "` unsupported, returns \"", $text, "\".")]
+            pub unsafe extern "C" fn $name() -> *const ::core::ffi::c_void {
+                static SAID: ::core::sync::atomic::AtomicBool = ::core::sync::atomic::AtomicBool::new(false);
+                $crate::stub::unsupported(&SAID, stringify!($name), $why);
+                $crate::stub::static_str(concat!($text, "\0").as_bytes())
+            }
+        }
+    };
+    ($version:literal, $why:expr, $name:ident, $kind:ident) => {
+        $crate::c_export! { $version;
+            #[doc = concat!("Stub: reports `", stringify!($name), "` unsupported (", stringify!($kind), ").")]
+            #[allow(clippy::unused_unit)]
+            pub unsafe extern "C" fn $name() -> $crate::__stub_kind!(ty $kind) {
+                static SAID: ::core::sync::atomic::AtomicBool = ::core::sync::atomic::AtomicBool::new(false);
+                $crate::stub::unsupported(&SAID, stringify!($name), $why);
+                $crate::__stub_kind!(val $kind)
+            }
+        }
     };
 }
 

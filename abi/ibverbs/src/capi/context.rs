@@ -87,7 +87,7 @@ impl Context {
         if let Some(e) = &*error {
             return Err(VerbsError::InvalidArgument(e.clone()));
         }
-        match Device::open(&self.ifname, LibraryConfig::get().device.clone()) {
+        match shared_device(&self.ifname) {
             Ok(device) => {
                 // Safety: both fds are open; dup3 replaces our placeholder's file with the
                 // device's event fd, so a program polling ctx->async_fd sees its events.
@@ -145,6 +145,38 @@ impl Context {
         match self.opened() {
             Some(d) => d.gid_table().to_vec(),
             None => self.net.gid_table(),
+        }
+    }
+}
+
+/// The process's devices, by interface, with the number of open contexts on each. Contexts
+/// of one process on one interface share one xroce device (one AF_XDP socket and engine):
+/// a program may open a device several times (rdma-core's test suite opens a server and a
+/// client context side by side), and one interface takes one AF_XDP owner.
+fn devices() -> &'static Mutex<HashMap<String, (Device, usize)>> {
+    static DEVICES: OnceLock<Mutex<HashMap<String, (Device, usize)>>> = OnceLock::new();
+    DEVICES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn shared_device(ifname: &str) -> Result<Device, VerbsError> {
+    let mut all = lock(devices());
+    if let Some((device, contexts)) = all.get_mut(ifname) {
+        *contexts += 1;
+        return Ok(device.clone());
+    }
+    let device = Device::open(ifname, LibraryConfig::get().device.clone())?;
+    all.insert(ifname.to_string(), (device.clone(), 1));
+    Ok(device)
+}
+
+/// A context with an open device closes: the last one lets the device go (once the
+/// program's objects on it are gone too).
+fn release_device(ifname: &str) {
+    let mut all = lock(devices());
+    if let Some((_, contexts)) = all.get_mut(ifname) {
+        *contexts -= 1;
+        if *contexts == 0 {
+            all.remove(ifname);
         }
     }
 }
@@ -326,7 +358,13 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
         let offset = std::mem::offset_of!(verbs_context, context);
         // Safety: ctx is a context of ours (contract of ibv_close_device); it was leaked
         // from a Box<Context> whose first field holds it at `offset`.
-        drop(unsafe { Box::from_raw((ctx as *mut u8).sub(offset) as *mut Context) });
+        let context = unsafe { Box::from_raw((ctx as *mut u8).sub(offset) as *mut Context) };
+        let had_device = context.opened().is_some();
+        let ifname = context.ifname.clone();
+        drop(context);
+        if had_device {
+            release_device(&ifname);
+        }
         0
     }
 

@@ -196,11 +196,14 @@ unsafe fn bind_info_from_c(info: &ibv_mw_bind_info) -> Result<MwBindInfo, VerbsE
         // Safety: an MR of ours.
         unsafe { (*(info.mr as *mut MrObj)).c.lkey }
     };
+    // A window grants remote rights only; programs (and pyverbs' tests) pass the region's
+    // LOCAL_WRITE along, which rxe and the kernel ignore for a bind: so do we.
+    const LOCAL_WRITE: u32 = 1;
     Ok(MwBindInfo {
         mr_lkey,
         addr: info.addr,
         length: info.length,
-        access: access_from_c(info.mw_access_flags)?,
+        access: access_from_c(info.mw_access_flags & !LOCAL_WRITE)?,
     })
 }
 

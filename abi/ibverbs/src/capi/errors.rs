@@ -15,6 +15,7 @@ pub(crate) fn errno_of(err: &VerbsError) -> c_int {
         VerbsError::MrRange { .. } => libc::EINVAL,
         VerbsError::WrongDevice { .. } | VerbsError::WrongQpType { .. } => libc::EINVAL,
         VerbsError::InvalidArgument(_) => libc::EINVAL,
+        VerbsError::Unsupported(_) => libc::EOPNOTSUPP,
         VerbsError::Timeout(_) => libc::ETIMEDOUT,
         VerbsError::Engine(e) => engine_errno(e),
         VerbsError::Driver(_) | VerbsError::DeviceStopped { .. } => libc::EIO,

@@ -88,6 +88,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             a.cqe as c_int,
             a.cq_context,
             a.channel,
+            a.comp_vector,
             "ibv_create_cq_ex",
         ) as *mut ibv_cq_ex
     }

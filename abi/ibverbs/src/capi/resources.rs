@@ -487,9 +487,11 @@ pub(crate) unsafe fn create_cq_obj(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
+    comp_vector: u32,
     call: &str,
 ) -> *mut CqObj {
-    if context.is_null() || cqe <= 0 {
+    // One completion vector (num_comp_vectors is 1).
+    if context.is_null() || cqe <= 0 || comp_vector != 0 {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
@@ -525,10 +527,13 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
         cqe: c_int,
         cq_context: *mut c_void,
         channel: *mut ibv_comp_channel,
-        _comp_vector: c_int,
+        comp_vector: c_int,
     ) -> *mut ibv_cq {
         // Safety: forwarded contract.
-        unsafe { create_cq_obj(context, cqe, cq_context, channel, "ibv_create_cq") as *mut ibv_cq }
+        unsafe {
+            create_cq_obj(context, cqe, cq_context, channel, comp_vector as u32, "ibv_create_cq")
+                as *mut ibv_cq
+        }
     }
 
     /// `ibv_destroy_cq`: `EBUSY` while QPs use it.
@@ -704,8 +709,8 @@ fn qp_type_from_c(t: u32) -> Result<QpType, VerbsError> {
         IBV_QPT_RC => Ok(QpType::Rc),
         IBV_QPT_UC => Ok(QpType::Uc),
         IBV_QPT_UD => Ok(QpType::Ud),
-        other => Err(VerbsError::InvalidArgument(format!(
-            "QP type {other}: xroce has RC (2), UC (3) and UD (4) QPs (no XRC, raw packet or \
+        other => Err(VerbsError::Unsupported(format!(
+            "QP type {other}: xroce has RC (2), UC (3) and UD (4) QPs (no raw packet, XRC or \
              driver QPs)"
         ))),
     }
@@ -728,6 +733,11 @@ pub(crate) struct CreateQp {
 /// # Safety
 /// Every pointer in `args` is null or an object of this library; `cap` is valid.
 pub(crate) unsafe fn create_qp_obj(args: CreateQp, call: &str) -> *mut ibv_qp {
+    // The type first: a QP type xroce lacks is EOPNOTSUPP whatever else is asked.
+    let qp_type = match qp_type_from_c(args.qp_type) {
+        Ok(t) => t,
+        Err(e) => return fail_ptr(call, &e),
+    };
     if args.pd.is_null() || args.send_cq.is_null() || args.recv_cq.is_null() || args.cap.is_null() {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
@@ -739,10 +749,6 @@ pub(crate) unsafe fn create_qp_obj(args: CreateQp, call: &str) -> *mut ibv_qp {
     let (pdr, s, r, cap) = unsafe { (&*pd_obj, &*scq, &*rcq, &mut *args.cap) };
     // Safety: per the contract.
     let srq = (!srq_obj.is_null()).then(|| unsafe { &(*srq_obj).srq });
-    let qp_type = match qp_type_from_c(args.qp_type) {
-        Ok(t) => t,
-        Err(e) => return fail_ptr(call, &e),
-    };
     let init = QpInitAttr {
         qp_type,
         send_cq: &s.cq,

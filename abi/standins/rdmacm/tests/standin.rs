@@ -1,0 +1,120 @@
+//! The stand-in librdmacm.so.1 (see abi/standins/tests/support.rs for what each check does and what it
+//! needs): its soname and version nodes, that it exports every `symbol@version` perftest
+//! and pyverbs import from it (and everything the real librdmacm.so.1 exports), that each stub fails
+//! as its table says, that a C program linked against it gets its failure values, and that
+//! perftest and pyverbs load it in place of rdma-core's.
+#[path = "../../tests/support.rs"]
+mod support;
+
+use support::Lib;
+
+const LIB: Lib = Lib {
+    soname: "librdmacm.so.1",
+    file: "libxroce_rdmacm.so",
+    node_prefix: "RDMACM_",
+    source: include_str!("../src/lib.rs"),
+    headers: &["rdma/rdma_cma.h", "rdma/rdma_verbs.h", "rdma/rsocket.h"],
+};
+
+#[test]
+fn soname_and_version_nodes() {
+    support::check_soname_and_nodes(&LIB);
+}
+
+#[test]
+fn exports_what_perftest_and_pyverbs_import() {
+    support::check_exports_cover_imports(&LIB, 21, 32);
+}
+
+#[test]
+fn exports_what_the_real_library_exports() {
+    support::check_exports_match_real_library(&LIB);
+}
+
+#[test]
+fn kinds_match_the_headers() {
+    support::check_kinds_match_headers(&LIB);
+}
+
+#[test]
+fn every_stub_fails_as_its_table_says() {
+    support::check_every_stub_fails(&LIB);
+}
+
+#[test]
+fn c_program_linked_against_it() {
+    support::check_linked_program(&LIB, LINKED, &[
+        "xroce: rdma_create_event_channel is not supported: RDMA CM is not implemented yet (issue 15)",
+        "xroce: rdma_create_id is not supported: RDMA CM is not implemented yet (issue 15)",
+        "xroce: rdma_event_str is not supported: RDMA CM is not implemented yet (issue 15)",
+        "xroce: rdma_destroy_event_channel is not supported: RDMA CM is not implemented yet (issue 15)",
+    ]);
+}
+
+#[test]
+fn perftest_loads_the_standin() {
+    support::check_perftest_loads(&LIB);
+}
+
+#[test]
+fn pyverbs_modules_import() {
+    support::check_pyverbs_imports(&LIB);
+}
+
+/// Calls a few of the library's functions with their C signatures and checks the results.
+const LINKED: &str = r#"
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failed;
+#define CHECK(cond)                                      \
+	do {                                             \
+		if (cond) {                              \
+			printf("ok: %s\n", #cond);       \
+		} else {                                 \
+			printf("FAILED: %s\n", #cond);   \
+			failed = 1;                      \
+		}                                        \
+	} while (0)
+
+struct rdma_event_channel;
+struct rdma_cm_id;
+struct rdma_event_channel *rdma_create_event_channel(void);
+void rdma_destroy_event_channel(struct rdma_event_channel *channel);
+int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context, int ps);
+const char *rdma_event_str(int event);
+uint16_t rdma_get_src_port(struct rdma_cm_id *id);
+
+int main(void)
+{
+	int err;
+
+	for (int call = 0; call < 2; call++) {
+		errno = 0;
+		struct rdma_event_channel *channel = rdma_create_event_channel();
+		err = errno;
+		CHECK(channel == NULL);
+		CHECK(err == EOPNOTSUPP);
+	}
+	struct rdma_cm_id *id = NULL;
+	errno = 0;
+	int ret = rdma_create_id(NULL, &id, NULL, 0x0106);
+	err = errno;
+	CHECK(ret == -1);
+	CHECK(err == EOPNOTSUPP);
+	CHECK(id == NULL);
+	CHECK(strcmp(rdma_event_str(0), "UNKNOWN EVENT") == 0);
+	CHECK(rdma_get_src_port(NULL) == 0);
+	errno = 0;
+	rdma_destroy_event_channel(NULL);
+	err = errno;
+	CHECK(err == EOPNOTSUPP);
+	if (!failed)
+		printf("all checks passed\n");
+	return failed;
+}
+"#;
