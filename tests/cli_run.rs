@@ -13,6 +13,7 @@ fn xroce() -> Command {
     cmd.env_remove("XROCE_NETDEV")
         .env_remove("XROCE_DRIVER")
         .env_remove("XROCE_PROGRESS")
+        .env_remove("XROCE_SHARDS")
         .env_remove("XROCE_PCAP");
     cmd
 }
@@ -52,7 +53,7 @@ fn the_program_gets_the_link_directory_and_the_options_as_environment() {
     let script = r#"d=${LD_LIBRARY_PATH%%:*}; echo "dir=$d"; echo "rest=${LD_LIBRARY_PATH#*:}"
         for l in libibverbs.so.1 libmlx5.so.1 libefa.so.1 librdmacm.so.1; do
           echo "$l -> $(readlink "$d/$l")"; done
-        echo "NETDEV=$XROCE_NETDEV DRIVER=$XROCE_DRIVER PROGRESS=$XROCE_PROGRESS PCAP=$XROCE_PCAP"
+        echo "NETDEV=$XROCE_NETDEV DRIVER=$XROCE_DRIVER PROGRESS=$XROCE_PROGRESS SHARDS=$XROCE_SHARDS PCAP=$XROCE_PCAP"
         echo "args=$*""#;
     let out = xroce()
         .env("XROCE_LIB_DIR", lib.path())
@@ -65,6 +66,8 @@ fn the_program_gets_the_link_directory_and_the_options_as_environment() {
             "udp",
             "--progress",
             "busy-poll",
+            "--shards",
+            "2",
         ])
         .arg("--pcap")
         .arg(&pcap_file)
@@ -88,7 +91,7 @@ fn the_program_gets_the_link_directory_and_the_options_as_environment() {
     assert!(stdout.contains("rest=/opt/a:/opt/b\n"), "{stdout}");
     assert!(
         stdout.contains(&format!(
-            "NETDEV=lo DRIVER=udp PROGRESS=busy-poll PCAP={}\n",
+            "NETDEV=lo DRIVER=udp PROGRESS=busy-poll SHARDS=2 PCAP={}\n",
             pcap_file.display()
         )),
         "{stdout}"

@@ -56,8 +56,16 @@ const PROGRAMS: [&str; 14] = [
 const OOB_PORT: u16 = 18515;
 
 /// Words in a program's output that mean something went wrong.
-const FAILURE_WORDS: [&str; 7] = [
-    "Failed", "failed", "Couldn't", "Unable", "panicked", "error", "Error",
+/// (`xroce run`'s warnings too: a missing stand-in or a down interface is a fault here.)
+const FAILURE_WORDS: [&str; 8] = [
+    "xroce run: warning",
+    "Failed",
+    "failed",
+    "Couldn't",
+    "Unable",
+    "panicked",
+    "error",
+    "Error",
 ];
 
 fn on_path(program: &str) -> bool {

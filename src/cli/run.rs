@@ -67,7 +67,11 @@ pub struct Args {
     /// How the background progress thread waits (XROCE_PROGRESS; default wakeup).
     #[arg(long = "progress", value_parser = super::values::progress())]
     pub progress: Option<ProgressMode>,
-    /// Write every frame the program's devices send and receive to FILE (XROCE_PCAP).
+    /// Engine shards per device, one per thread and queue (XROCE_SHARDS; default 1).
+    #[arg(long = "shards", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=xroce::verbs::MAX_SHARDS as i64))]
+    pub shards: Option<u32>,
+    /// Write every frame the program's devices send and receive to FILE (XROCE_PCAP; `%p`
+    /// in FILE becomes the process id).
     #[arg(long = "pcap", value_name = "FILE")]
     pub pcap: Option<PathBuf>,
     /// The program and its arguments (after `--`).
@@ -297,6 +301,7 @@ pub fn xroce_env(
     netdevs: &[String],
     driver: Option<DriverChoice>,
     progress: Option<ProgressMode>,
+    shards: Option<u32>,
     pcap: Option<&Path>,
 ) -> Vec<(&'static str, OsString)> {
     let mut env = Vec::new();
@@ -308,6 +313,9 @@ pub fn xroce_env(
     }
     if let Some(p) = progress {
         env.push(("XROCE_PROGRESS", p.name().into()));
+    }
+    if let Some(n) = shards {
+        env.push(("XROCE_SHARDS", n.to_string().into()));
     }
     if let Some(p) = pcap {
         env.push(("XROCE_PCAP", p.as_os_str().to_os_string()));
@@ -381,7 +389,13 @@ fn run_program(args: Args) -> Result<i32, RunError> {
         "LD_LIBRARY_PATH",
         prepend_path(links.path(), std::env::var_os("LD_LIBRARY_PATH").as_deref()),
     );
-    for (key, value) in xroce_env(&netdevs, args.driver, args.progress, pcap.as_deref()) {
+    for (key, value) in xroce_env(
+        &netdevs,
+        args.driver,
+        args.progress,
+        args.shards,
+        pcap.as_deref(),
+    ) {
         cmd.env(key, value);
     }
     // Catch the signals before the child exists, so none is lost in between; while the
@@ -487,6 +501,17 @@ mod tests {
             err.contains("[possible values: wakeup, busy-poll]"),
             "{err}"
         );
+        let err = parse(&["--shards", "0", "--", "true"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("invalid value '0' for '--shards <N>'"),
+            "{err}"
+        );
+        assert_eq!(
+            parse(&["--shards", "2", "--", "true"]).unwrap().shards,
+            Some(2)
+        );
         let err = parse(&["-d", "veth0"]).unwrap_err().to_string();
         assert!(err.contains("<PROGRAM>"), "{err}");
         assert!(check_interfaces(&["xroce-nope0".into()])
@@ -497,17 +522,19 @@ mod tests {
 
     #[test]
     fn the_environment_follows_the_options() {
-        assert!(xroce_env(&[], None, None, None).is_empty());
+        assert!(xroce_env(&[], None, None, None, None).is_empty());
         let env = xroce_env(
             &["veth0".into(), "veth1".into()],
             Some(DriverChoice::Xdp),
             Some(ProgressMode::Wakeup),
+            Some(2),
             Some(Path::new("/tmp/a.pcap")),
         );
         let get = |k: &str| env.iter().find(|e| e.0 == k).map(|e| e.1.clone());
         assert_eq!(get("XROCE_NETDEV"), Some("veth0,veth1".into()));
         assert_eq!(get("XROCE_DRIVER"), Some("xdp".into()));
         assert_eq!(get("XROCE_PROGRESS"), Some("wakeup".into()));
+        assert_eq!(get("XROCE_SHARDS"), Some("2".into()));
         assert_eq!(get("XROCE_PCAP"), Some("/tmp/a.pcap".into()));
         assert_eq!(
             prepend_path(Path::new("/t/x"), Some(OsStr::new("/a:/b"))),
