@@ -9,7 +9,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 PKGS="clang llvm libelf-dev zlib1g-dev pkg-config make m4 iproute2 tcpdump python3 iputils-ping util-linux linux-libc-dev"
 # The C ABI libraries' tests (abi/): unmodified verbs programs (perftest, ibverbs-utils,
-# rdmacm-utils, pyverbs), rdma-core's libraries and headers to compare with, gcc for C callers.
+# rdmacm-utils, pyverbs), rdma-core's libraries and headers to compare with, gcc for C callers
+# (tests/c/verbs_tutorial.c is compiled against <infiniband/verbs.h> by the tests).
 PKGS="$PKGS ibverbs-utils perftest rdmacm-utils python3-pyverbs libibverbs-dev librdmacm-dev ibverbs-providers gcc binutils"
 missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then

@@ -11,7 +11,14 @@
 //! two emulated machines for several minutes) and otherwise prints a SKIPPED line.
 //! `XROCE_INTEROP_CASES=a,b` runs only the cases whose names contain one of the words;
 //! `XROCE_INTEROP_PENDING=1` also runs the cases marked pending (see `docs/interop.md`).
+//!
+//! The `c_verbs_tutorial` cases also need gcc and libibverbs-dev (they compile
+//! `tests/c/verbs_tutorial.c` on the host and copy the binary into the guests), and the
+//! `xroce_lib_` ones xroce's built `libxroce_ibverbs.so`; under `XROCE_CI=1` a missing one
+//! fails the test, elsewhere those cases are left out with a SKIPPED line.
 mod common;
+#[path = "common/ctut.rs"]
+mod ctut;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -20,6 +27,8 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
+
+use sha2::Digest as _;
 
 // ---------------------------------------------------------------------------------------------
 // The case table
@@ -50,7 +59,9 @@ enum State {
 }
 
 /// One row of the interop matrix. In commands, `{srv}` is the server's address, `{xroce}` the
-/// xroce binary. Every server listens on TCP 18515 (the tools' out-of-band exchange).
+/// xroce binary, `{ctut_xroce}` the host's build of `tests/c/verbs_tutorial.c` run on xroce's
+/// libibverbs.so.1 (in a guest the same build runs as `verbs_tutorial`, on rdma-core's).
+/// Every server listens on TCP 18515 (the tools' out-of-band exchange).
 struct Case {
     name: &'static str,
     /// Link MTU of the lab for this case (1500: rxe path MTU 1024; 9000: 4096).
@@ -107,6 +118,7 @@ const SEND_FIRST: u8 = 0x00;
 const SEND_MIDDLE: u8 = 0x01;
 const SEND_LAST: u8 = 0x02;
 const SEND_ONLY: u8 = 0x04;
+const SEND_ONLY_WITH_IMMEDIATE: u8 = 0x05;
 const WRITE_FIRST: u8 = 0x06;
 const WRITE_MIDDLE: u8 = 0x07;
 const WRITE_LAST: u8 = 0x08;
@@ -165,6 +177,24 @@ const MW_ALL: &[u8] = &[
     SEND_ONLY_WITH_INVALIDATE,
     ACK,
 ];
+/// tests/c/verbs_tutorial.c's exchange at path MTU 1024: SENDs with immediate, a 4000-byte
+/// WRITE and READ (four packets each), fetch-and-add, compare-and-swap, and the one-packet
+/// WRITE with a wrong rkey (refused by a NAK, see [`REMOTE_ACCESS_NAK_FROM_SERVER`]).
+const CTUT_ALL: &[u8] = &[
+    SEND_ONLY_WITH_IMMEDIATE,
+    WRITE_FIRST,
+    WRITE_MIDDLE,
+    WRITE_LAST,
+    WRITE_ONLY,
+    READ_REQUEST,
+    READ_RESPONSE_FIRST,
+    READ_RESPONSE_MIDDLE,
+    READ_RESPONSE_LAST,
+    FETCH_ADD,
+    COMPARE_SWAP,
+    ATOMIC_ACK,
+    ACK,
+];
 /// The part of MR_ALL that a 1 MiB run under loss surely shows.
 const MR_LOSS: &[u8] = &[READ_REQUEST, READ_RESPONSE_FIRST, WRITE_FIRST, WRITE_LAST];
 
@@ -181,8 +211,30 @@ macro_rules! xp {
     };
 }
 
-/// Cases whose request opcodes must each be sent by both endpoints (perftest's `-b`).
-const REQUESTS_FROM_BOTH_SIDES: &[&str] = &["xroce_srv_write_bw_bidir", "xroce_cli_write_bw_bidir"];
+/// Cases whose request opcodes must each be sent by both endpoints (perftest's `-b`, and the
+/// C program, whose script runs every request in both directions but the refused WRITE).
+const REQUESTS_FROM_BOTH_SIDES: &[&str] = &[
+    "xroce_srv_write_bw_bidir",
+    "xroce_cli_write_bw_bidir",
+    "rxe_c_verbs_tutorial",
+    "xroce_lib_srv_c_verbs_tutorial",
+    "xroce_lib_cli_c_verbs_tutorial",
+];
+/// Request opcodes of the cases above that only the client sends.
+const CLIENT_ONLY_REQUESTS: &[(&str, u8)] = &[
+    ("rxe_c_verbs_tutorial", WRITE_ONLY),
+    ("xroce_lib_srv_c_verbs_tutorial", WRITE_ONLY),
+    ("xroce_lib_cli_c_verbs_tutorial", WRITE_ONLY),
+];
+/// Cases in which the server must refuse a request with a remote access error NAK (AETH
+/// syndrome 0x62, IBTA Vol. 1 9.7.5.2.4): the C program's WRITE with a wrong rkey.
+const REMOTE_ACCESS_NAK_FROM_SERVER: &[&str] = &[
+    "rxe_c_verbs_tutorial",
+    "xroce_lib_srv_c_verbs_tutorial",
+    "xroce_lib_cli_c_verbs_tutorial",
+];
+/// AETH syndrome of a NAK for a remote access error.
+const NAK_REMOTE_ACCESS: u8 = 0x62;
 
 #[rustfmt::skip]
 const CASES: &[Case] = &[
@@ -276,6 +328,12 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 lab-mw.py server"),
         client: (G2, "timeout 120 lab-mw.py client {srv}"),
         opcodes: MW_ALL, loss_evidence: None, state: State::Runs },
+    // tests/c/verbs_tutorial.c, built on the host with gcc and libibverbs-dev and copied
+    // into the guests: the reference run of the C program on rdma-core and rxe.
+    Case { name: "rxe_c_verbs_tutorial", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 verbs_tutorial -d rxe0 -g 1"),
+        client: (G2, "timeout 120 verbs_tutorial -d rxe0 -g 1 {srv}"),
+        opcodes: CTUT_ALL, loss_evidence: None, state: State::Runs },
     // retry_cnt 7 is "forever" in rxe: its requester outlasts a 3 s blackout of ACKs.
     Case { name: "rxe_blackout_retry_cnt_7", mtu: 1500, netem: None,
         server: (G1, pt!("ib_write_bw", "-D 8 -s 1024 -t 16")),
@@ -522,6 +580,16 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 lab-mw.py server"),
         client: (HOST, "{xroce} mw-check client -d eth0 -g 1 {srv}"),
         opcodes: MW_ALL, loss_evidence: None, state: State::Runs },
+    // The same C program on the host, unmodified, on xroce's libibverbs.so.1, against its
+    // build on rdma-core in g1, both roles.
+    Case { name: "xroce_lib_srv_c_verbs_tutorial", mtu: 1500, netem: None,
+        server: (HOST, "{ctut_xroce} -d xroce_eth0 -g 1"),
+        client: (G1, "timeout 120 verbs_tutorial -d rxe0 -g 1 {srv}"),
+        opcodes: CTUT_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_c_verbs_tutorial", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 verbs_tutorial -d rxe0 -g 1"),
+        client: (HOST, "{ctut_xroce} -d xroce_eth0 -g 1 {srv}"),
+        opcodes: CTUT_ALL, loss_evidence: None, state: State::Runs },
     // The rest of the matrix under loss and reordering: every tool, both roles, completes;
     // pingpong -c and mr-check check the data. UD pingpong is left out on purpose: UD has no
     // recovery (IBTA 9.8), so a lost datagram leaves ibv_ud_pingpong waiting forever.
@@ -684,6 +752,12 @@ struct Lab {
     run_dir: PathBuf,
     mtu: u16,
     netem: HashMap<u8, &'static str>,
+    /// The host's build of tests/c/verbs_tutorial.c, if a selected case runs it.
+    ctut: Option<PathBuf>,
+    /// The directory whose libibverbs.so.1 is xroce's, if a selected case needs it.
+    ctut_lib: Option<PathBuf>,
+    /// Guests the C program has been copied into.
+    ctut_installed: Vec<u8>,
 }
 
 impl Lab {
@@ -725,6 +799,9 @@ impl Lab {
             run_dir: PathBuf::new(),
             mtu: 1500,
             netem: HashMap::new(),
+            ctut: None,
+            ctut_lib: None,
+            ctut_installed: Vec::new(),
         };
         assert!(
             out.status.success(),
@@ -1026,9 +1103,95 @@ fn install_guest_scripts(lab: &Lab, case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-fn expand(cmd: &str, srv: &str, xroce: &Path) -> String {
+/// Name of the C program in the guests (on their PATH).
+const CTUT_GUEST: &str = "verbs_tutorial";
+
+/// Whether a command runs the C program on rdma-core in a guest.
+fn runs_ctut_in_guest((at, cmd): (At, &str)) -> bool {
+    matches!(at, At::Guest(_)) && cmd.contains(CTUT_GUEST)
+}
+
+/// Whether a command runs the C program on xroce's library on the host.
+fn runs_ctut_on_xroce((_, cmd): (At, &str)) -> bool {
+    cmd.contains("{ctut_xroce}")
+}
+
+fn uses_ctut(case: &Case) -> bool {
+    [case.server, case.client]
+        .into_iter()
+        .any(|c| runs_ctut_in_guest(c) || runs_ctut_on_xroce(c))
+}
+
+/// Copies the host's build of the C program into the guests a case runs it in (host and
+/// guests are both Debian bookworm, so it runs there on the guest's rdma-core), once per
+/// guest, as base64 in pieces of one command-channel line each.
+fn install_guest_binaries(lab: &mut Lab, case: &Case) -> Result<(), String> {
+    for side in [case.server, case.client] {
+        let At::Guest(g) = side.0 else { continue };
+        if !runs_ctut_in_guest(side) || lab.ctut_installed.contains(&g) {
+            continue;
+        }
+        let prog = lab.ctut.clone().ok_or("the C program was not compiled")?;
+        let bytes = fs::read(&prog).map_err(|e| format!("{}: {e}", prog.display()))?;
+        let b64_path = format!("/tmp/{CTUT_GUEST}.b64");
+        let mut script = format!("rm -f {b64_path}");
+        for piece in bytes.chunks(6000) {
+            let (ok, out) = lab.exec(g, &script);
+            if !ok {
+                return Err(format!("copying {CTUT_GUEST} into guest {g}: {out}"));
+            }
+            script = format!("printf '%s' '{}' >>{b64_path}", base64(piece));
+        }
+        let dest = format!("/usr/local/bin/{CTUT_GUEST}");
+        script.push_str(&format!(
+            "\nbase64 -d {b64_path} >{dest} && chmod 755 {dest} && sha256sum {dest}"
+        ));
+        let (ok, out) = lab.exec(g, &script);
+        let want = common::hex(&sha2::Sha256::digest(&bytes));
+        if !ok || !out.contains(&want) {
+            return Err(format!(
+                "installing {CTUT_GUEST} in guest {g} (SHA-256 {want} expected): {out}"
+            ));
+        }
+        lab.ctut_installed.push(g);
+    }
+    Ok(())
+}
+
+/// Standard base64 with padding (what coreutils' `base64 -d` reads).
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> shift & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn expand(cmd: &str, srv: &str, lab: &Lab) -> String {
+    let ctut_xroce = match (&lab.ctut, &lab.ctut_lib) {
+        (Some(prog), Some(lib)) => format!(
+            "env LD_LIBRARY_PATH={} XROCE_NETDEV=eth0 {}",
+            lib.display(),
+            prog.display()
+        ),
+        _ => "false".to_string(),
+    };
     cmd.replace("{srv}", srv)
-        .replace("{xroce}", &xroce.display().to_string())
+        .replace("{xroce}", &lab.xroce.display().to_string())
+        .replace("{ctut_xroce}", &ctut_xroce)
 }
 
 fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
@@ -1046,12 +1209,15 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
     if let Err(e) = install_guest_scripts(lab, case) {
         problems.push(e);
     }
+    if let Err(e) = install_guest_binaries(lab, case) {
+        problems.push(e);
+    }
 
     let pcap = PathBuf::from(lab.lab_ok(&["capture", "start", case.name]).trim());
     let logs = lab.run_dir.join("logs");
     let srv_ip = ip_of(case.server.0);
-    let server_cmd = expand(case.server.1, &srv_ip, &lab.xroce);
-    let client_cmd = expand(case.client.1, &srv_ip, &lab.xroce);
+    let server_cmd = expand(case.server.1, &srv_ip, lab);
+    let client_cmd = expand(case.client.1, &srv_ip, lab);
 
     // Server in the background, then wait until it listens on the out-of-band port.
     let mut host_server = None;
@@ -1161,17 +1327,37 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                     ));
                 }
             }
+            let client_ip: Ipv4Addr = ip_of(case.client.0)
+                .parse()
+                .expect("lab addresses are IPv4");
+            let server_ip: Ipv4Addr = ip_of(case.server.0)
+                .parse()
+                .expect("lab addresses are IPv4");
+            let client_only: Vec<u8> = CLIENT_ONLY_REQUESTS
+                .iter()
+                .filter(|(name, _)| *name == case.name)
+                .map(|&(_, op)| op)
+                .collect();
             if REQUESTS_FROM_BOTH_SIDES.contains(&case.name) {
-                for src in [ip_of(case.server.0), ip_of(case.client.0)] {
-                    let src: Ipv4Addr = src.parse().expect("lab addresses are IPv4");
+                for src in [server_ip, client_ip] {
                     for op in case.opcodes.iter().filter(|&&op| op != ACK) {
-                        if !frames.iter().any(|f| f.src == src && f.opcode == *op) {
+                        let needed = !client_only.contains(op) || src == client_ip;
+                        if needed && !frames.iter().any(|f| f.src == src && f.opcode == *op) {
                             problems.push(format!(
                                 "{src} sent no frame with opcode {op:#04x}: a bidirectional run must send from both sides"
                             ));
                         }
                     }
                 }
+            }
+            if REMOTE_ACCESS_NAK_FROM_SERVER.contains(&case.name)
+                && !frames.iter().any(|f| {
+                    f.src == server_ip && f.opcode == ACK && f.syndrome == Some(NAK_REMOTE_ACCESS)
+                })
+            {
+                problems.push(format!(
+                    "the server ({server_ip}) sent no NAK with syndrome {NAK_REMOTE_ACCESS:#04x} (remote access error)"
+                ));
             }
             let stats = side_stats(&frames);
             if let Some(want) = case.loss_evidence {
@@ -1184,9 +1370,6 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                     ));
                 }
                 if want == RetriesPastSeven {
-                    let client_ip: Ipv4Addr = ip_of(case.client.0)
-                        .parse()
-                        .expect("lab addresses are IPv4");
                     let copies = stats.get(&client_ip).map_or(0, |s| s.most_copies);
                     let _ = write!(detail, "client sent one packet {copies} times; ");
                     if copies < 9 {
@@ -1359,8 +1542,47 @@ fn interop_with_rxe() {
         );
     }
 
+    // The C program, compiled here for the cases that run it, and the directory that loads
+    // xroce's library in its place for the cases that run it on xroce.
+    let mut selected = selected;
+    let mut ctut_prog = None;
+    let mut ctut_lib = None;
+    if selected.iter().any(|c| uses_ctut(c)) {
+        match ctut::missing_toolchain() {
+            Some(why) if ci => {
+                panic!("interop_with_rxe cannot run its C program cases in CI: {why}")
+            }
+            Some(why) => {
+                common::report_skip("interop_with_rxe, the c_verbs_tutorial cases", &why);
+                selected.retain(|c| !uses_ctut(c));
+            }
+            None => ctut_prog = Some(ctut::compile(&work)),
+        }
+    }
+    let on_xroce = |c: &Case| [c.server, c.client].into_iter().any(runs_ctut_on_xroce);
+    if selected.iter().any(|c| on_xroce(c)) {
+        match ctut::xroce_lib_dir(&work) {
+            Ok(dir) => {
+                ctut::assert_loads_xroce(ctut_prog.as_ref().expect("compiled above"), &dir);
+                ctut_lib = Some(dir);
+            }
+            Err(why) if ci => {
+                panic!("interop_with_rxe cannot run its xroce_lib_ cases in CI: {why}")
+            }
+            Err(why) => {
+                common::report_skip("interop_with_rxe, the xroce_lib_ cases", &why);
+                selected.retain(|c| !on_xroce(c));
+            }
+        }
+    }
+    if selected.is_empty() {
+        return;
+    }
+
     let t0 = Instant::now();
     let mut lab = Lab::up(xroce, format!("xrl{}", std::process::id()), 2);
+    lab.ctut = ctut_prog;
+    lab.ctut_lib = ctut_lib;
     // Cases run in table order, except that MTU 9000 cases come last (one MTU switch).
     let mut ordered = selected.clone();
     ordered.sort_by_key(|c| c.mtu);

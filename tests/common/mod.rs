@@ -149,3 +149,57 @@ impl Drop for Helper {
         let _ = self.child.wait();
     }
 }
+
+/// The drop-in C libraries, built for this test run's profile, and a directory of links
+/// named by soname (`libibverbs.so.1`, and the stand-ins `libmlx5.so.1`, `libefa.so.1`,
+/// `librdmacm.so.1`) to put first on `LD_LIBRARY_PATH`. They are other packages of the
+/// workspace, which a test of this package does not make cargo build, so this runs
+/// `cargo build` for them (quick when they are up to date).
+pub fn abi_libraries() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let profile_dir = xroce_bin()
+            .parent()
+            .expect("target/<profile>")
+            .to_path_buf();
+        let target = profile_dir.parent().expect("target/");
+        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev".to_string(),
+            Some(other) => other.to_string(),
+            None => panic!("profile of {}", profile_dir.display()),
+        };
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "--quiet", "--profile", &profile, "--target-dir"])
+            .arg(target)
+            .args(["-p", "xroce-ibverbs", "-p", "xroce-standin-mlx5"])
+            .args(["-p", "xroce-standin-efa", "-p", "xroce-standin-rdmacm"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build of the C libraries: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let links = profile_dir.join("abi-links");
+        std::fs::create_dir_all(&links).expect("make the links directory");
+        for (soname, file) in [
+            ("libibverbs.so.1", "libxroce_ibverbs.so"),
+            ("libmlx5.so.1", "libxroce_mlx5.so"),
+            ("libefa.so.1", "libxroce_efa.so"),
+            ("librdmacm.so.1", "libxroce_rdmacm.so"),
+        ] {
+            let lib = profile_dir.join(file);
+            assert!(lib.is_file(), "{} was built", lib.display());
+            // Under a temporary name, then renamed over the old link: test binaries running
+            // at once do not see a missing link.
+            let tmp = links.join(format!(".{soname}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&lib, &tmp).expect("link a soname");
+            std::fs::rename(&tmp, links.join(soname)).expect("put the link in place");
+        }
+        links
+    })
+    .clone()
+}

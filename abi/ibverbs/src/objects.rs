@@ -183,7 +183,7 @@ pub struct verbs_context {
     pub query_port:
         Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int>,
     /// `ibv_advise_mr`.
-    pub advise_mr: ExtFn,
+    pub advise_mr: Option<unsafe extern "C" fn(*mut ibv_pd, u32, u32, *mut ibv_sge, u32) -> c_int>,
     /// `ibv_alloc_null_mr`.
     pub alloc_null_mr: ExtFn,
     /// `ibv_read_counters`.
@@ -809,6 +809,21 @@ pub struct ibv_query_device_ex_input {
     pub comp_mask: u32,
 }
 
+/// `struct ibv_odp_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_odp_caps {
+    /// `IBV_ODP_SUPPORT` (1), `IBV_ODP_SUPPORT_IMPLICIT` (2).
+    pub general_caps: u64,
+    /// `IBV_ODP_SUPPORT_*` of RC QPs.
+    pub rc_odp_caps: u32,
+    /// Of UC QPs.
+    pub uc_odp_caps: u32,
+    /// Of UD QPs.
+    pub ud_odp_caps: u32,
+    pub(crate) _pad: u32,
+}
+
 /// `struct ibv_device_attr_ex`: the classic attributes, then the extended ones (which xroce
 /// reports as zero: no ODP, TSO, RSS, tag matching, device memory...).
 #[repr(C)]
@@ -819,8 +834,8 @@ pub struct ibv_device_attr_ex {
     /// Unused.
     pub comp_mask: u32,
     pub(crate) _pad0: u32,
-    /// `odp_caps`: general caps then rc/uc/ud caps.
-    pub odp_caps: [u64; 3],
+    /// On-demand paging.
+    pub odp_caps: ibv_odp_caps,
     /// Timestamp mask.
     pub completion_timestamp_mask: u64,
     /// Clock, kHz.

@@ -238,7 +238,7 @@ fn verbs_context_for(device: *mut ibv_device, cmd_fd: c_int, async_fd: c_int) ->
     use super::exts;
     verbs_context {
         query_port: Some(exts::query_port_ex),
-        advise_mr: None,
+        advise_mr: Some(exts::advise_mr),
         alloc_null_mr: None,
         read_counters: None,
         attach_counters_point_flow: None,
@@ -506,6 +506,13 @@ pub(crate) fn device_attr_ex(context: &Context) -> ibv_device_attr_ex {
     let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
     ex.orig_attr = ibv_device_attr::from(&context.device_attr());
     ex.phys_port_cnt_ex = 1;
+    // Explicit on-demand paging (see resources::ACCESS_ON_DEMAND): IBV_ODP_SUPPORT, and per
+    // transport what its QPs do: RC send, receive, write, read, atomic, SRQ receive; UC send,
+    // receive, write; UD send, receive, SRQ receive.
+    ex.odp_caps.general_caps = 1;
+    ex.odp_caps.rc_odp_caps = 0x3f;
+    ex.odp_caps.uc_odp_caps = 0x07;
+    ex.odp_caps.ud_odp_caps = 0x23;
     ex
 }
 

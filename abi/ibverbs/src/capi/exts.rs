@@ -138,3 +138,20 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
     // Safety: forwarded contract.
     unsafe { create_srq_obj(i.pd, i.srq_context, &mut i.attr) }
 }
+
+/// `verbs_context::advise_mr` (`ibv_advise_mr`): prefetch advice for on-demand regions. xroce
+/// reaches the program's memory from its own process, where a page not present is faulted in
+/// on first access, so there is nothing to prefetch: the advice is checked and taken.
+pub(crate) unsafe extern "C" fn advise_mr(
+    pd: *mut crate::objects::ibv_pd,
+    advice: u32,
+    _flags: u32,
+    sg_list: *mut crate::structs::ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    // IBV_ADVISE_MR_ADVICE_PREFETCH, _PREFETCH_WRITE, _PREFETCH_NO_FAULT.
+    if pd.is_null() || advice > 2 || num_sge == 0 || sg_list.is_null() {
+        return libc::EINVAL;
+    }
+    0
+}

@@ -32,12 +32,17 @@ pub(crate) const IBV_QPT_UD: u32 = 4;
 
 /// `IBV_ACCESS_*` bits xroce implements (the engine's `Access` uses the same values).
 const ACCESS_KNOWN: u32 = 0x1f;
+/// `IBV_ACCESS_ON_DEMAND`: explicit on-demand paging. xroce reads and writes the program's
+/// memory from the program's own process, so a page not yet present is faulted in by the
+/// kernel as for any access: every region is "on demand", nothing is pinned. (Implicit ODP,
+/// a region of the whole address space, is not offered.)
+const ACCESS_ON_DEMAND: u32 = 0x40;
 /// `IBV_ACCESS_RELAXED_ORDERING` and the other optional bits from bit 20 up: hints a
 /// provider may ignore (rdma-core's rule for `IBV_ACCESS_OPTIONAL_RANGE`).
 const ACCESS_OPTIONAL: u32 = 0x3ff0_0000;
 
 pub(crate) fn access_from_c(flags: u32) -> Result<Access, VerbsError> {
-    let required = flags & !ACCESS_OPTIONAL;
+    let required = flags & !ACCESS_OPTIONAL & !ACCESS_ON_DEMAND;
     if required & !ACCESS_KNOWN != 0 {
         return Err(VerbsError::InvalidArgument(format!(
             "access flags {flags:#x}: {:#x} not supported (zero-based, on-demand paging and \
