@@ -40,6 +40,8 @@ enum Command {
     MrCheck(cli::mr_check::Args),
     /// Memory windows used, invalidated and refused against a peer (lab-mw.py's exchange).
     MwCheck(cli::mw_check::Args),
+    /// Run an unmodified verbs program (ibv_*, perftest, pyverbs) on xroce's libibverbs.so.1.
+    Run(cli::run::Args),
     /// The raw AF_XDP ceiling, kernel UDP and xroce perf side by side on a veth pair (root).
     Bench(cli::bench::Args),
     /// One process of `xroce bench` (started by it inside a network namespace).
@@ -67,6 +69,7 @@ fn main() {
         Command::File(args) => cli::file::run(args),
         Command::MrCheck(args) => cli::mr_check::run(args),
         Command::MwCheck(args) => cli::mw_check::run(args),
+        Command::Run(args) => cli::run::run(args),
         Command::Bench(args) => cli::bench::run(args),
         Command::BenchChild(args) => cli::bench::run_child(args),
     };
