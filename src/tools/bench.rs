@@ -773,7 +773,9 @@ pub struct LibrarySection {
 /// Reads perftest's result row (the line after the `#bytes` header): for a bandwidth test
 /// with `--report_gbits`, its BW average (Gbit/s); for a latency test, its t_typical (us).
 pub fn parse_perftest(text: &str, latency: bool) -> anyhow::Result<PerfResult> {
-    let mut lines = text.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
     let header = lines.next().context("perftest printed no #bytes header")?;
     let row = lines
         .find(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
@@ -1603,7 +1605,8 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         .links
         .iter()
         .map(|l| {
-            let mut n = l.bw.len() + l.lat.len() + l.scale.len() + l.threads.len() + 2 * l.library.len();
+            let mut n =
+                l.bw.len() + l.lat.len() + l.scale.len() + l.threads.len() + 2 * l.library.len();
             if opts.runs(Section::Ceiling) {
                 n += raw_steps(l);
             }
@@ -2390,7 +2393,8 @@ mod tests {
         let case = library_cases(&BenchOptions {
             sections: vec![Section::Library],
             ..BenchOptions::new("xroce".into())
-        })[0];
+        })[0]
+            .clone();
         let bw = |g| PerfResult::Bw {
             gbps: g,
             peak_gbps: g,
@@ -2607,11 +2611,28 @@ mod tests {
                     ),
                 ],
             }),
+            library: Some(LibrarySection {
+                rows: vec![LibraryRow {
+                    test: "write_bw",
+                    size: 64,
+                    iters: 1000,
+                    unit: "Gbit/s",
+                    perftest: 0.2,
+                    xroce_perf: 0.25,
+                    ratio: 0.8,
+                    within_10_percent: false,
+                }],
+            }),
             notes: vec![],
             failures: vec![],
             seconds: 1.0,
         };
         let text = render_text(&report);
+        assert!(
+            text.contains("== 6. perftest on xroce's libibverbs.so.1"),
+            "{text}"
+        );
+        assert!(text.contains("   0.80  no"), "{text}");
         assert!(text.contains("== 5. Threads"), "{text}");
         assert!(text.contains("1.25x  0.300 + 0.200"), "{text}");
         assert!(
