@@ -1997,7 +1997,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         threads,
         library: opts
             .runs(Section::Library)
-            .then(|| LibrarySection { rows: library_rows }),
+            .then_some(LibrarySection { rows: library_rows }),
         notes,
         failures: runner.failures,
         seconds: started.elapsed().as_secs_f64(),
