@@ -811,3 +811,51 @@ pub fn check_pyverbs_imports(lib: &Lib) {
     );
     println!("pyverbs modules importing with {}: {mods:?}", lib.soname);
 }
+
+/// The checks every stand-in gets, as tests of the crate that calls it: `lib` is its [`Lib`],
+/// `perftest`/`pyverbs` the least number of symbols each imports from it, `linked` the C
+/// program of `check_linked_program` and `said` the lines it must print.
+#[macro_export]
+macro_rules! standin_tests {
+    ($lib:expr, imports: $perftest:expr, $pyverbs:expr, linked: $linked:expr, said: $said:expr $(,)?) => {
+        #[test]
+        fn soname_and_version_nodes() {
+            support::check_soname_and_nodes(&$lib);
+        }
+
+        #[test]
+        fn exports_what_perftest_and_pyverbs_import() {
+            support::check_exports_cover_imports(&$lib, $perftest, $pyverbs);
+        }
+
+        #[test]
+        fn exports_what_the_real_library_exports() {
+            support::check_exports_match_real_library(&$lib);
+        }
+
+        #[test]
+        fn kinds_match_the_headers() {
+            support::check_kinds_match_headers(&$lib);
+        }
+
+        #[test]
+        fn every_stub_fails_as_its_table_says() {
+            support::check_every_stub_fails(&$lib);
+        }
+
+        #[test]
+        fn c_program_linked_against_it() {
+            support::check_linked_program(&$lib, $linked, $said);
+        }
+
+        #[test]
+        fn perftest_loads_the_standin() {
+            support::check_perftest_loads(&$lib);
+        }
+
+        #[test]
+        fn pyverbs_modules_import() {
+            support::check_pyverbs_imports(&$lib);
+        }
+    };
+}

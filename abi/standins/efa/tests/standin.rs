@@ -4,6 +4,7 @@
 //! as its table says, that a C program linked against it gets its failure values, and that
 //! perftest and pyverbs load it in place of rdma-core's.
 #[path = "../../tests/support.rs"]
+#[macro_use]
 mod support;
 
 use support::Lib;
@@ -16,52 +17,15 @@ const LIB: Lib = Lib {
     headers: &["infiniband/efadv.h"],
 };
 
-#[test]
-fn soname_and_version_nodes() {
-    support::check_soname_and_nodes(&LIB);
-}
-
-#[test]
-fn exports_what_perftest_and_pyverbs_import() {
-    support::check_exports_cover_imports(&LIB, 2, 6);
-}
-
-#[test]
-fn exports_what_the_real_library_exports() {
-    support::check_exports_match_real_library(&LIB);
-}
-
-#[test]
-fn kinds_match_the_headers() {
-    support::check_kinds_match_headers(&LIB);
-}
-
-#[test]
-fn every_stub_fails_as_its_table_says() {
-    support::check_every_stub_fails(&LIB);
-}
-
-#[test]
-fn c_program_linked_against_it() {
-    support::check_linked_program(
-        &LIB,
-        LINKED,
-        &[
+standin_tests!(
+    LIB,
+    imports: 2, 6,
+    linked: LINKED,
+    said: &[
             "xroce: efadv_query_device is not supported: xroce's devices are not EFA devices",
             "xroce: efadv_create_qp_ex is not supported: xroce's devices are not EFA devices",
         ],
-    );
-}
-
-#[test]
-fn perftest_loads_the_standin() {
-    support::check_perftest_loads(&LIB);
-}
-
-#[test]
-fn pyverbs_modules_import() {
-    support::check_pyverbs_imports(&LIB);
-}
+);
 
 /// Calls a few of the library's functions with their C signatures and checks the results.
 const LINKED: &str = r#"

@@ -4,6 +4,7 @@
 //! as its table says, that a C program linked against it gets its failure values, and that
 //! perftest and pyverbs load it in place of rdma-core's.
 #[path = "../../tests/support.rs"]
+#[macro_use]
 mod support;
 
 use support::Lib;
@@ -16,50 +17,17 @@ const LIB: Lib = Lib {
     headers: &["rdma/rdma_cma.h", "rdma/rdma_verbs.h", "rdma/rsocket.h"],
 };
 
-#[test]
-fn soname_and_version_nodes() {
-    support::check_soname_and_nodes(&LIB);
-}
-
-#[test]
-fn exports_what_perftest_and_pyverbs_import() {
-    support::check_exports_cover_imports(&LIB, 21, 32);
-}
-
-#[test]
-fn exports_what_the_real_library_exports() {
-    support::check_exports_match_real_library(&LIB);
-}
-
-#[test]
-fn kinds_match_the_headers() {
-    support::check_kinds_match_headers(&LIB);
-}
-
-#[test]
-fn every_stub_fails_as_its_table_says() {
-    support::check_every_stub_fails(&LIB);
-}
-
-#[test]
-fn c_program_linked_against_it() {
-    support::check_linked_program(&LIB, LINKED, &[
+standin_tests!(
+    LIB,
+    imports: 21, 32,
+    linked: LINKED,
+    said: &[
         "xroce: rdma_create_event_channel is not supported: RDMA CM is not implemented yet (issue 15)",
         "xroce: rdma_create_id is not supported: RDMA CM is not implemented yet (issue 15)",
         "xroce: rdma_event_str is not supported: RDMA CM is not implemented yet (issue 15)",
         "xroce: rdma_destroy_event_channel is not supported: RDMA CM is not implemented yet (issue 15)",
-    ]);
-}
-
-#[test]
-fn perftest_loads_the_standin() {
-    support::check_perftest_loads(&LIB);
-}
-
-#[test]
-fn pyverbs_modules_import() {
-    support::check_pyverbs_imports(&LIB);
-}
+    ],
+);
 
 /// Calls a few of the library's functions with their C signatures and checks the results.
 const LINKED: &str = r#"
