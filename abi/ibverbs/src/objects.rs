@@ -376,27 +376,12 @@ pub struct ibv_cq {
     pub async_events_completed: u32,
 }
 
-/// `struct ibv_cq_ex`: an `ibv_cq`, then the polling interface of `ibv_create_cq_ex`.
+/// `struct ibv_cq_ex`: an `ibv_cq`, then the polling interface of `ibv_create_cq_ex`. C
+/// repeats the `ibv_cq` fields (`ibv_cq_ex_to_cq` is a cast); the layout is the same.
 #[repr(C)]
 pub struct ibv_cq_ex {
-    /// Its context.
-    pub context: *mut ibv_context,
-    /// Its completion channel, or null.
-    pub channel: *mut ibv_comp_channel,
-    /// The program's pointer.
-    pub cq_context: *mut c_void,
-    /// A handle.
-    pub handle: u32,
-    /// Its depth.
-    pub cqe: c_int,
-    /// See [`ibv_cq`].
-    pub mutex: pthread_mutex_t,
-    /// See [`ibv_cq`].
-    pub cond: pthread_cond_t,
-    /// See [`ibv_cq`].
-    pub comp_events_completed: u32,
-    /// See [`ibv_cq`].
-    pub async_events_completed: u32,
+    /// The `ibv_cq` part.
+    pub cq: ibv_cq,
     /// Unused.
     pub comp_mask: u32,
     /// The current completion's status.

@@ -56,7 +56,7 @@ fn rust_facts() -> Vec<Fact> {
             async_events_completed
         }
         ibv_cq_ex {
-            comp_mask, status, wr_id, start_poll, next_poll, end_poll, read_opcode,
+            cq = "context", comp_mask, status, wr_id, start_poll, next_poll, end_poll, read_opcode,
             read_vendor_err, read_byte_len, read_imm_data, read_qp_num, read_src_qp,
             read_wc_flags, read_slid, read_sl, read_dlid_path_bits, read_completion_ts,
             read_cvlan, read_flow_tag, read_tm_info, read_completion_wallclock_ns

@@ -58,7 +58,7 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
             // Safety: the registry holds live CQs only; out-pointers valid.
             unsafe {
                 *cq = obj as *mut ibv_cq;
-                *cq_context = (*obj).c.cq_context;
+                *cq_context = (*obj).c.cq.cq_context;
             }
             return 0;
         }
@@ -71,7 +71,7 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
         }
         // Safety: a CQ of ours.
         let c = unsafe { &mut *(cq as *mut CqObj) };
-        c.c.comp_events_completed = c.c.comp_events_completed.wrapping_add(nevents);
+        c.c.cq.comp_events_completed = c.c.cq.comp_events_completed.wrapping_add(nevents);
     }
 
     /// `ibv_get_async_event`: waits for the next asynchronous event of the context.
@@ -133,7 +133,7 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
             match e.event_type {
                 IBV_EVENT_CQ_ERR => {
                     let c = &mut *(e.element as *mut CqObj);
-                    c.c.async_events_completed = c.c.async_events_completed.wrapping_add(1);
+                    c.c.cq.async_events_completed = c.c.cq.async_events_completed.wrapping_add(1);
                 }
                 IBV_EVENT_QP_FATAL | IBV_EVENT_SQ_DRAINED | IBV_EVENT_QP_LAST_WQE_REACHED => {
                     let q = &mut *(e.element as *mut QpObj);

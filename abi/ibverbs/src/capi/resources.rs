@@ -553,11 +553,11 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
             return libc::EBUSY;
         }
         // Safety: its context is open (contexts outlive their objects).
-        let c = unsafe { ctx(o.c.context) };
+        let c = unsafe { ctx(o.c.cq.context) };
         lock(&c.registry).cqs.remove(&o.cq.id());
-        if !o.c.channel.is_null() {
+        if !o.c.cq.channel.is_null() {
             // Safety: the channel outlives its CQs (destroy refuses while refcnt > 0).
-            unsafe { (*o.c.channel).refcnt -= 1 };
+            unsafe { (*o.c.cq.channel).refcnt -= 1 };
         }
         // Safety: boxed by create_cq_obj.
         drop(unsafe { Box::from_raw(obj) });
@@ -574,7 +574,7 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
         let o = unsafe { &mut *obj };
         match o.cq.resize(cqe as u32) {
             Ok(()) => {
-                o.c.cqe = o.cq.depth() as c_int;
+                o.c.cq.cqe = o.cq.depth() as c_int;
                 0
             }
             Err(e) => fail_int("ibv_resize_cq", &e),
