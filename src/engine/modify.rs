@@ -232,6 +232,14 @@ fn enter_state(qp: &mut Qp, sh: &mut DeviceState, to: QpState) {
             }
             qp.sq.clear();
             qp.rq.clear();
+            // Its completions still waiting in its CQs go too (flushes of the error state
+            // above all): a program that resets a QP and polls again must not read them as
+            // new completions. rdma-core's hardware providers do the same on RESET
+            // (mlx4/mlx5 clean their CQs of the QP); rdma-core's test suite relies on it.
+            for cq in [qp.send_cq, qp.recv_cq] {
+                let qpn = qp.qpn;
+                sh.cqs.with(cq, |c| c.entries.retain(|wc| wc.qp_num != qpn));
+            }
             qp.last_wqe_reached = false;
             qp.req = Default::default();
             qp.resp = Default::default();
