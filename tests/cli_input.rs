@@ -310,7 +310,7 @@ fn driver_values_come_from_the_library() {
         assert_eq!(out.status.code(), Some(2), "xroce {command:?}: {stderr}");
         assert!(
             stderr.starts_with(
-                "error: invalid value 'nope' for '--driver <DRIVER>'\n  [possible values: xdp, udp]\n"
+                "error: invalid value 'nope' for '--driver <DRIVER>'\n  [possible values: xdp, udp, relay]\n"
             ),
             "xroce {command:?}: {stderr}"
         );

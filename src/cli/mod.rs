@@ -10,5 +10,6 @@ pub mod mr_check;
 pub mod mw_check;
 pub mod perf;
 pub mod pingpong;
+pub mod relay;
 pub mod sim;
 pub mod values;
