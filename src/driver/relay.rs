@@ -40,9 +40,7 @@ use std::time::Duration;
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
-use rustix::net::{
-    AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
-};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use super::{Driver, DriverError, DriverInfo, DriverMode, RxMeta};
 
@@ -109,7 +107,8 @@ pub fn steer_from_client(
     local_ips: &[IpAddr],
     connected: impl Fn(u8) -> bool,
 ) -> Steer {
-    let to_self = crate::wire::frame::frame_dest_ip(frame).is_some_and(|ip| local_ips.contains(&ip));
+    let to_self =
+        crate::wire::frame::frame_dest_ip(frame).is_some_and(|ip| local_ips.contains(&ip));
     if !to_self {
         return Steer::Wire;
     }
@@ -454,8 +453,9 @@ impl Relay {
     fn from_wire(&mut self) -> Result<usize, DriverError> {
         let mut dead = Vec::new();
         let (slots, clients, stats) = (&self.slots, &self.clients, &*self.stats);
-        let n = self.driver.recv(BATCH, &mut |frame, _meta| {
-            match steer_from_wire(frame, |s| slots.is_held(s)) {
+        let n = self.driver.recv(
+            BATCH,
+            &mut |frame, _meta| match steer_from_wire(frame, |s| slots.is_held(s)) {
                 Steer::Client(slot) => {
                     if Self::to_client(clients, stats, &mut dead, slot, frame) {
                         stats.wire_to_client.fetch_add(1, Ordering::Relaxed);
@@ -463,8 +463,8 @@ impl Relay {
                 }
                 Steer::Drop(reason) => stats.count(reason),
                 Steer::Wire => unreachable!("steer_from_wire never sends back to the wire"),
-            }
-        })?;
+            },
+        )?;
         for slot in dead {
             self.drop_client(slot, "its socket is closed");
         }
@@ -574,6 +574,7 @@ impl Drop for RelayHandle {
 }
 
 /// A process's end of a relay: the [`Driver`] of a device on an interface a relay owns.
+#[derive(Debug)]
 pub struct RelayDriver {
     fd: OwnedFd,
     ifname: String,
@@ -617,7 +618,9 @@ impl RelayDriver {
             Err(e) => return Err(gone(&format!("reading its greeting: {e}"))),
         };
         if n != HELLO_LEN || hello[..4] != HELLO_MAGIC {
-            return Err(gone("its greeting is not an xroce relay's (another version?)"));
+            return Err(gone(
+                "its greeting is not an xroce relay's (another version?)",
+            ));
         }
         if hello[6] != 0 {
             return Err(DriverError::Config {
@@ -784,8 +787,14 @@ mod tests {
     fn wire_frames_go_to_the_slot_in_bits_16_to_23_of_the_dest_qpn() {
         let held = |s: u8| s == 1 || s == 7;
         assert_eq!(slot_of_qpn(0x07_0011), 7);
-        assert_eq!(steer_from_wire(&frame_to([198, 18, 0, 1], 0x07_0011), held), Steer::Client(7));
-        assert_eq!(steer_from_wire(&frame_to([198, 18, 0, 1], 0x01_ffff), held), Steer::Client(1));
+        assert_eq!(
+            steer_from_wire(&frame_to([198, 18, 0, 1], 0x07_0011), held),
+            Steer::Client(7)
+        );
+        assert_eq!(
+            steer_from_wire(&frame_to([198, 18, 0, 1], 0x01_ffff), held),
+            Steer::Client(1)
+        );
         // A slot nobody holds, QP1 and the QPNs of an unprefixed engine: no client.
         for qpn in [0x02_0011, 1, 0x11, 0xffff] {
             assert_eq!(
@@ -794,7 +803,10 @@ mod tests {
                 "{qpn:#x}"
             );
         }
-        assert_eq!(steer_from_wire(&[0u8; 20], held), Steer::Drop(DropReason::NotRoce));
+        assert_eq!(
+            steer_from_wire(&[0u8; 20], held),
+            Steer::Drop(DropReason::NotRoce)
+        );
     }
 
     #[test]
@@ -819,7 +831,10 @@ mod tests {
     fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
         let end = std::time::Instant::now() + Duration::from_secs(5);
         while !cond() {
-            assert!(std::time::Instant::now() < end, "timed out waiting for {what}");
+            assert!(
+                std::time::Instant::now() < end,
+                "timed out waiting for {what}"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -842,11 +857,25 @@ mod tests {
             &MemLinkConfig::default(),
         )
         .unwrap();
-        let relay = Relay::bind(&name, "mem0", Box::new(wire_end), vec![[198, 18, 0, 1].into()])
-            .unwrap();
+        let relay = Relay::bind(
+            &name,
+            "mem0",
+            Box::new(wire_end),
+            vec![[198, 18, 0, 1].into()],
+        )
+        .unwrap();
         assert!(
-            Relay::bind(&name, "mem0", Box::new(MemDriver::pair([0; 6], [0; 6], &MemLinkConfig::default()).unwrap().0), vec![])
-                .is_err(),
+            Relay::bind(
+                &name,
+                "mem0",
+                Box::new(
+                    MemDriver::pair([0; 6], [0; 6], &MemLinkConfig::default())
+                        .unwrap()
+                        .0
+                ),
+                vec![]
+            )
+            .is_err(),
             "a second relay on the same name"
         );
         let handle = relay.spawn();
@@ -858,7 +887,10 @@ mod tests {
         // Wire -> client by QPN.
         peer.send(&frame_to([198, 18, 0, 1], 0x02_0011)).unwrap();
         peer.flush().unwrap();
-        assert_eq!(slot_of_qpn(crate::wire::frame::frame_dest_qpn(&recv_one(&mut b)).unwrap()), 2);
+        assert_eq!(
+            slot_of_qpn(crate::wire::frame::frame_dest_qpn(&recv_one(&mut b)).unwrap()),
+            2
+        );
         peer.send(&frame_to([198, 18, 0, 1], 0x01_0011)).unwrap();
         peer.flush().unwrap();
         recv_one(&mut a);
@@ -875,7 +907,9 @@ mod tests {
         });
         peer.send(&frame_to([198, 18, 0, 1], 0x01_0011)).unwrap();
         peer.flush().unwrap();
-        wait_for("the drop", || handle.stats().dropped_no_client.load(Ordering::Relaxed) == 1);
+        wait_for("the drop", || {
+            handle.stats().dropped_no_client.load(Ordering::Relaxed) == 1
+        });
         // b still works, and the freed slot is given again.
         b.send(&frame_to([198, 18, 0, 2], 0x11)).unwrap();
         recv_one(&mut peer);
