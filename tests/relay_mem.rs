@@ -60,7 +60,7 @@ fn side(dev: &Device, mr_len: usize) -> Side {
 fn connect(a: &Side, b: &Side) {
     let ga = a.dev.ipv4_gid_index().unwrap();
     let gb = b.dev.ipv4_gid_index().unwrap();
-    let opts = |g: usize, psn: u32| RcOptions {
+    let opts = |g: u32, psn: u32| RcOptions {
         sgid_index: g as u8,
         path_mtu: Mtu::Mtu1024,
         sq_psn: psn,
@@ -195,7 +195,8 @@ fn two_clients_talk_rc_to_the_peer_at_once_and_to_each_other() {
         s.spawn(|| writes(&p2, &a2, 256 << 10, 8));
     });
     let moved = h.relay().stats().wire_to_client.load(Ordering::Relaxed);
-    assert!(moved > 2 * 8 * 256, "wire->client {moved}");
+    // p2 -> a2 alone is 8 x 256 packets of 1 KiB; a1 gets at least one ACK per WRITE.
+    assert!(moved >= 8 * 256 + 8, "wire->client {moved}");
 
     // The two clients of one interface: to an own address with another client's QPN.
     let (b1, b2) = (side(&c1, 1 << 20), side(&c2, 1 << 20));
