@@ -42,8 +42,8 @@ impl RelayProc {
         let sink = lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(());
                 sink.lock().unwrap().push(line);
+                let _ = tx.send(());
             }
         });
         rx.recv_timeout(Duration::from_secs(20))
