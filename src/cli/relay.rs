@@ -1,9 +1,5 @@
 //! `xroce relay -d IFACE`: own an interface's AF_XDP driver and share it with the local
 //! processes that open a device on it (see `xroce::driver::relay`).
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
 const EXAMPLES: &str = "\
 Examples:
   # serve veth0, then start any number of processes on it:
@@ -29,6 +25,10 @@ pub struct Args {
 /// Runs the relay in this process.
 #[cfg(feature = "xdp")]
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
     let mut relay = xroce::driver::relay::Relay::open_xdp(&args.ifname)?;
     let stats = relay.stats();
     let info = relay.driver_info();

@@ -364,10 +364,10 @@ impl Relay {
     /// moved (and connections handled).
     pub fn round(&mut self) -> Result<usize, DriverError> {
         let mut moved = self.accept_all();
-        moved += self.from_wire()?;
+        moved += self.relay_wire()?;
         for slot in 1..=MAX_SLOTS as u8 {
             if self.clients[slot as usize].is_some() {
-                moved += self.from_client(slot);
+                moved += self.relay_client(slot);
             }
         }
         self.driver.flush()?;
@@ -450,7 +450,7 @@ impl Relay {
         }
     }
 
-    fn from_wire(&mut self) -> Result<usize, DriverError> {
+    fn relay_wire(&mut self) -> Result<usize, DriverError> {
         let mut dead = Vec::new();
         let (slots, clients, stats) = (&self.slots, &self.clients, &*self.stats);
         let n = self.driver.recv(
@@ -471,7 +471,7 @@ impl Relay {
         Ok(n)
     }
 
-    fn from_client(&mut self, slot: u8) -> usize {
+    fn relay_client(&mut self, slot: u8) -> usize {
         let mut dead = Vec::new();
         let mut moved = 0;
         let mut gone = None;
