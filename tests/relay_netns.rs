@@ -161,7 +161,7 @@ fn two_processes_per_interface_talk_rc_at_once_and_to_each_other() {
     }
     let link = link();
     let relay_a = RelayProc::start(&link.a, &link.a_if);
-    let _relay_b = RelayProc::start(&link.b, &link.b_if);
+    let relay_b = RelayProc::start(&link.b, &link.b_if);
     let host = link.a_ip.to_string();
     // Two servers in A, two clients in B, all at once; one client finds the relay by itself.
     let s1 = spawn(
@@ -192,6 +192,8 @@ fn two_processes_per_interface_talk_rc_at_once_and_to_each_other() {
         assert!(text.contains("3000 iters in"), "{what}: {text}");
     }
     // The client on the default driver went through the relay: B's relay served two.
+    let line = relay_b.stats_after(Duration::from_millis(1200));
+    assert_eq!(RelayProc::counter(&line, "clients connected"), 2, "{line}");
     // Two processes on A's interface, one the other's client: the relay hands their frames
     // across, none goes to the wire.
     let before = RelayProc::counter(
