@@ -34,6 +34,8 @@ enum Command {
     Pingpong(cli::pingpong::Args),
     /// perftest: ib_{send,write,read,atomic}_{bw,lat} with perftest's options and TCP exchange.
     Perf(cli::perf::Args),
+    /// Own an interface's AF_XDP driver and share it with every local process on it.
+    Relay(cli::relay::Args),
     /// Copy a file with RDMA WRITE + WRITE_WITH_IMM and verify its SHA-256.
     File(cli::file::Args),
     /// RDMA READ, WRITE and READ-back of a peer's buffer, checked byte for byte (lab-mr.py's exchange).
@@ -66,6 +68,7 @@ fn main() {
         Command::Lab(args) => cli::lab::run(args),
         Command::Pingpong(args) => cli::pingpong::run(args),
         Command::Perf(args) => cli::perf::run(args),
+        Command::Relay(args) => cli::relay::run(args),
         Command::File(args) => cli::file::run(args),
         Command::MrCheck(args) => cli::mr_check::run(args),
         Command::MwCheck(args) => cli::mw_check::run(args),

@@ -310,7 +310,7 @@ fn driver_values_come_from_the_library() {
         assert_eq!(out.status.code(), Some(2), "xroce {command:?}: {stderr}");
         assert!(
             stderr.starts_with(
-                "error: invalid value 'nope' for '--driver <DRIVER>'\n  [possible values: xdp, udp]\n"
+                "error: invalid value 'nope' for '--driver <DRIVER>'\n  [possible values: xdp, udp, relay]\n"
             ),
             "xroce {command:?}: {stderr}"
         );
@@ -321,8 +321,9 @@ fn driver_values_come_from_the_library() {
             .expect("running xroce --help");
         let help = String::from_utf8_lossy(&help.stdout);
         for line in [
-            "- xdp: AF_XDP (needs root / CAP_NET_ADMIN + CAP_BPF)",
-            "- udp: A kernel UDP socket on port 4791 (no privileges; the ICRC of received packets cannot be checked)",
+            "- xdp:   AF_XDP (needs root / CAP_NET_ADMIN + CAP_BPF)",
+            "- udp:   A kernel UDP socket on port 4791 (no privileges; the ICRC of received packets cannot be checked)",
+            "- relay: Through the interface's `xroce relay` (several processes on one interface)",
             "[default: xdp]",
         ] {
             assert!(help.contains(line), "xroce {command:?} --help lacks {line:?}: {help}");

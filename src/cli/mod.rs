@@ -10,6 +10,7 @@ pub mod mr_check;
 pub mod mw_check;
 pub mod perf;
 pub mod pingpong;
+pub mod relay;
 pub mod run;
 pub mod sim;
 pub mod values;

@@ -78,7 +78,7 @@ pub struct Args {
     /// Number of QPs with --srq (ibv_srq_pingpong's -q, default 16; at most 256 and -r).
     #[arg(short = 'q', long = "num-qp", requires = "srq")]
     pub num_qp: Option<usize>,
-    /// Frame driver: AF_XDP (root) or a kernel UDP socket.
+    /// Frame driver: AF_XDP (root), a kernel UDP socket, or the interface's relay.
     #[arg(long = "driver", value_parser = super::values::driver(), default_value_t = DriverChoice::Xdp)]
     pub driver: DriverChoice,
     /// Write every frame this endpoint sends and receives to FILE (pcap, Ethernet link

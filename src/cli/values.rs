@@ -6,7 +6,7 @@ use xroce::tools::verbs_endpoint::DriverChoice;
 use xroce::verbs::ProgressMode;
 
 /// `--driver xdp|udp`: lists each driver with its help line, and refuses any other value
-/// with clap's "invalid value ... [possible values: xdp, udp]".
+/// with clap's "invalid value ... [possible values: xdp, udp, relay]".
 pub fn driver() -> impl TypedValueParser<Value = DriverChoice> {
     PossibleValuesParser::new(
         DriverChoice::ALL.map(|d| PossibleValue::new(d.name()).help(d.about())),
@@ -53,7 +53,7 @@ mod tests {
             err.contains("invalid value 'nope' for '--driver <DRIVER>'"),
             "{err}"
         );
-        assert!(err.contains("[possible values: xdp, udp]"), "{err}");
+        assert!(err.contains("[possible values: xdp, udp, relay]"), "{err}");
     }
 
     #[derive(clap::Parser, Debug)]

@@ -8,6 +8,7 @@
 //! |---|---|---|---|
 //! | [`xdp::XdpDriver`] | `xdp-copy`, `xdp-zerocopy` | an XDP program steers UDP 4791 to an AF_XDP socket; frames are sent raw | verifiable |
 //! | [`udp::UdpDriver`] | `udp` | a kernel UDP socket on port 4791; frames are rewritten to what the kernel emits | not verifiable (the socket hides the IP header) |
+//! | [`relay::RelayDriver`] | `relay` | frames to and from the interface's relay (`xroce relay`), which owns its AF_XDP driver: several processes on one interface | as the relay's driver |
 //! | [`mem::MemDriver`] | `mem` | two in-process ends joined by queues, with seeded loss and a cut switch (tests, `xroce demo --driver sim`) | verifiable |
 //!
 //! [`tap::PcapTap`] wraps any of them and writes every frame sent and received to a pcap file
@@ -42,6 +43,7 @@
 pub mod dma;
 pub mod iface;
 pub mod mem;
+pub mod relay;
 pub mod sigpipe;
 pub mod tap;
 pub mod udp;
@@ -124,6 +126,13 @@ pub trait Driver: Send {
     /// it to any driver: seen here once, when it is received. Nothing to do but for a
     /// capture, which records it as the link it never crossed would have shown it.
     fn note_looped_back(&mut self, _frame: &[u8]) {}
+
+    /// `Some(p)`: this driver carries only the QPNs with `p` in bits 16..23, and the device's
+    /// engine must number its QPs so ([`crate::engine::EngineConfig::qpn_prefix`]): a
+    /// [`relay::RelayDriver`]'s slot. `None` (every other driver): any QPN.
+    fn qpn_prefix(&self) -> Option<u8> {
+        None
+    }
 }
 
 impl<D: Driver + ?Sized> Driver for Box<D> {
@@ -161,6 +170,9 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     }
     fn note_looped_back(&mut self, frame: &[u8]) {
         (**self).note_looped_back(frame)
+    }
+    fn qpn_prefix(&self) -> Option<u8> {
+        (**self).qpn_prefix()
     }
 }
 
@@ -218,6 +230,8 @@ pub enum DriverMode {
     Udp,
     /// The in-memory simulator.
     Mem,
+    /// Through the interface's relay (`xroce relay`).
+    Relay,
 }
 
 impl DriverMode {
@@ -228,6 +242,7 @@ impl DriverMode {
             DriverMode::XdpZeroCopy => "xdp-zerocopy",
             DriverMode::Udp => "udp",
             DriverMode::Mem => "mem",
+            DriverMode::Relay => "relay",
         }
     }
 }
@@ -331,7 +346,9 @@ pub enum DriverError {
     /// interface (one xroce device per interface).
     #[error(
         "another xroce process already uses {ifname:?} (its XDP program, id {prog_id}, is \
-         attached): one xroce device per interface. Stop that process, or run this one on \
+         attached): one xroce device per interface. To share it, run `xroce relay -d {ifname}` \
+         before the processes that use it (they connect to it by themselves, or with \
+         --driver relay / XROCE_DRIVER=relay); else stop that process, or run this one on \
          another interface; do not detach the program, that would cut the other xroce off"
     )]
     XroceAlreadyAttached {
@@ -396,6 +413,26 @@ pub enum DriverError {
     /// No transmit slot is free right now (back-pressure).
     #[error("transmit ring full; call flush() and retry")]
     TxBusy,
+    /// No relay serves the interface (nobody listens on its socket).
+    #[error(
+        "no xroce relay serves {ifname:?} (nothing listens on the abstract socket @{name}): \
+         start one with `xroce relay -d {ifname}` (as root), then the processes that share \
+         the interface"
+    )]
+    RelayMissing {
+        /// The interface name.
+        ifname: String,
+        /// The relay's socket name.
+        name: String,
+    },
+    /// The relay this device went through ended its connection.
+    #[error("the xroce relay of {ifname:?} is gone: {reason}; restart it and reopen the device")]
+    RelayGone {
+        /// The interface name.
+        ifname: String,
+        /// What was seen.
+        reason: String,
+    },
     /// AF_XDP was asked for, but this build has no AF_XDP driver.
     #[error(
         "the AF_XDP driver is not available: xroce was built without the `xdp` feature \

@@ -232,6 +232,10 @@ impl<D: Driver> Driver for PcapTap<D> {
         }
     }
 
+    fn qpn_prefix(&self) -> Option<u8> {
+        self.inner.qpn_prefix()
+    }
+
     fn info(&self) -> DriverInfo {
         self.inner.info()
     }

@@ -132,6 +132,11 @@ pub struct EngineConfig {
     /// IPv4 identification: `None` = a per-engine counter (like rxe); `Some(v)` = always v
     /// (0 with DF matches what a kernel UDP socket sends, so the ICRC stays valid there).
     pub fixed_ip_ident: Option<u16>,
+    /// `Some(p)` (1..=255): every QPN this engine allocates has `p` in bits 16..23, so the
+    /// engines of several processes on one interface (behind one relay, see
+    /// [`crate::driver::relay`]) number their QPs disjointly and a frame's destination QPN
+    /// names the process that owns it. `None` (the default): QPNs from 0x11 up, as rxe.
+    pub qpn_prefix: Option<u8>,
 }
 
 impl EngineConfig {
@@ -141,6 +146,7 @@ impl EngineConfig {
             mac,
             gids: vec![ip],
             fixed_ip_ident: None,
+            qpn_prefix: None,
         }
     }
 }
@@ -174,23 +180,44 @@ pub fn shard_of_qpn(qpn: u32, count: u32) -> u32 {
 struct Shard {
     index: u32,
     count: u32,
+    /// The QPN prefix (bits 16..23) of every QPN, 0 for none ([`EngineConfig::qpn_prefix`]).
+    prefix: u8,
 }
 
 impl Shard {
     /// rxe numbers QPs from 17 (0 and 1 are the special QPs): the first of those in this
     /// shard's lane.
     fn first_qpn(self) -> u32 {
-        let mut qpn = 0x11;
+        let mut qpn = self.lowest() | 0x11;
         while shard_of_qpn(qpn, self.count) != self.index {
             qpn += 1;
         }
         qpn
     }
 
-    /// The QPN after `qpn` in this shard's lane, wrapping to the first below 2^24.
+    /// The lowest QPN of the prefix's range (0 without a prefix).
+    fn lowest(self) -> u32 {
+        u32::from(self.prefix) << 16
+    }
+
+    /// The highest QPN this engine may number a QP: the top of its prefix's range, or 2^24-1.
+    fn highest(self) -> u32 {
+        if self.prefix == 0 {
+            0xFF_FFFF
+        } else {
+            self.lowest() | 0xFFFF
+        }
+    }
+
+    /// Whether `qpn` lies in this engine's range (its prefix's, or all of them).
+    fn owns_range(self, qpn: u32) -> bool {
+        self.prefix == 0 || qpn >> 16 == u32::from(self.prefix)
+    }
+
+    /// The QPN after `qpn` in this shard's lane, wrapping to the first of its range.
     fn next_qpn(self, qpn: u32) -> u32 {
         let next = qpn + self.count;
-        if next > 0xFF_FFFF {
+        if next > self.highest() {
             self.first_qpn()
         } else {
             next
@@ -257,7 +284,16 @@ pub struct Engine {
 impl Engine {
     /// A new engine with no objects.
     pub fn new(cfg: EngineConfig) -> Engine {
-        Engine::shard_of(cfg, Shard { index: 0, count: 1 }, &Tables::default())
+        let prefix = cfg.qpn_prefix.unwrap_or(0);
+        Engine::shard_of(
+            cfg,
+            Shard {
+                index: 0,
+                count: 1,
+                prefix,
+            },
+            &Tables::default(),
+        )
     }
 
     /// `count` engines (1..=64) that are the shards of one device: they share its PDs, MRs,
@@ -268,8 +304,16 @@ impl Engine {
     pub fn new_shards(cfg: EngineConfig, count: u32) -> Vec<Engine> {
         let count = count.clamp(1, 64);
         let tables = Tables::default();
+        let prefix = cfg.qpn_prefix.unwrap_or(0);
         (0..count)
-            .map(|index| Engine::shard_of(cfg.clone(), Shard { index, count }, &tables))
+            .map(|index| {
+                let shard = Shard {
+                    index,
+                    count,
+                    prefix,
+                };
+                Engine::shard_of(cfg.clone(), shard, &tables)
+            })
             .collect()
     }
 
@@ -373,5 +417,61 @@ impl Engine {
     /// Record a QP's deadlines in the timer queue after something may have changed them.
     fn sync_timer(timers: &mut TimerQueue, qp: &Qp) {
         timers.set(qp.qpn, qp.req.next_deadline());
+    }
+}
+
+#[cfg(test)]
+mod qpn_prefix_tests {
+    use super::Shard;
+
+    fn shard(index: u32, count: u32, prefix: u8) -> Shard {
+        Shard {
+            index,
+            count,
+            prefix,
+        }
+    }
+
+    #[test]
+    fn without_a_prefix_qpns_start_at_0x11_and_wrap_below_2_pow_24() {
+        let s = shard(0, 1, 0);
+        assert_eq!(s.first_qpn(), 0x11);
+        assert_eq!(s.next_qpn(0x11), 0x12);
+        assert_eq!(s.next_qpn(0xFF_FFFF), 0x11);
+        assert!(s.owns_range(0x12_3456));
+    }
+
+    #[test]
+    fn a_prefix_keeps_every_qpn_in_its_bits_16_to_23() {
+        let s = shard(0, 1, 3);
+        assert_eq!(s.first_qpn(), 0x03_0011);
+        assert_eq!(s.next_qpn(0x03_0011), 0x03_0012);
+        // The top of the range wraps to its start, never into the next prefix.
+        assert_eq!(s.next_qpn(0x03_FFFF), 0x03_0011);
+        assert!(s.owns_range(0x03_0000) && s.owns_range(0x03_FFFF));
+        assert!(!s.owns_range(0x04_0011) && !s.owns_range(0x11));
+    }
+
+    #[test]
+    fn shards_with_a_prefix_keep_their_lanes_inside_it() {
+        for index in 0..4 {
+            let s = shard(index, 4, 0x7f);
+            let mut q = s.first_qpn();
+            for _ in 0..20_000 {
+                assert_eq!(q >> 16, 0x7f, "{q:#x}");
+                assert_eq!(q % 4, index, "{q:#x}");
+                q = s.next_qpn(q);
+            }
+        }
+    }
+
+    #[test]
+    fn an_engine_with_a_prefix_numbers_and_accepts_qpns_in_it() {
+        use crate::engine::{Engine, EngineConfig};
+        let mut cfg = EngineConfig::new([2, 0, 0, 0, 0, 1], [198, 18, 0, 1].into());
+        cfg.qpn_prefix = Some(5);
+        let engine = Engine::new(cfg);
+        assert_eq!(engine.next_qpn, 0x05_0011);
+        assert_eq!(engine.shard.prefix, 5);
     }
 }

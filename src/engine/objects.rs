@@ -466,6 +466,12 @@ impl Engine {
                 "QPN {qpn:#x} is reserved, out of range or in use"
             )));
         }
+        if !self.shard.owns_range(qpn) {
+            return Err(EngineError::InvalidArgument(format!(
+                "QPN {qpn:#x} is outside this engine's QPN prefix {:#x} (bits 16..23)",
+                self.shard.prefix
+            )));
+        }
         if super::shard_of_qpn(qpn, self.shard.count) != self.shard.index {
             return Err(EngineError::InvalidArgument(format!(
                 "QPN {qpn:#x} belongs to shard {} of {}, not to this one ({})",

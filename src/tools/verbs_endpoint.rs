@@ -21,17 +21,21 @@ pub enum DriverChoice {
     /// A kernel UDP socket on port 4791 (no privileges; the ICRC of received packets
     /// cannot be checked).
     Udp,
+    /// Through the interface's relay (`xroce relay -d IFACE`): several processes on one
+    /// interface.
+    Relay,
 }
 
 impl DriverChoice {
     /// Every driver, in the order `--help` lists them.
-    pub const ALL: [DriverChoice; 2] = [DriverChoice::Xdp, DriverChoice::Udp];
+    pub const ALL: [DriverChoice; 3] = [DriverChoice::Xdp, DriverChoice::Udp, DriverChoice::Relay];
 
     /// The name `--driver` takes.
     pub fn name(self) -> &'static str {
         match self {
             DriverChoice::Xdp => "xdp",
             DriverChoice::Udp => "udp",
+            DriverChoice::Relay => "relay",
         }
     }
 
@@ -42,6 +46,9 @@ impl DriverChoice {
             DriverChoice::Udp => {
                 "A kernel UDP socket on port 4791 (no privileges; the ICRC of received packets cannot be checked)"
             }
+            DriverChoice::Relay => {
+                "Through the interface's `xroce relay` (several processes on one interface)"
+            }
         }
     }
 
@@ -50,6 +57,7 @@ impl DriverChoice {
         match self {
             DriverChoice::Xdp => DriverKind::Xdp,
             DriverChoice::Udp => DriverKind::Udp,
+            DriverChoice::Relay => DriverKind::Relay,
         }
     }
 }
@@ -70,11 +78,12 @@ pub struct UnknownDriver {
 impl std::fmt::Display for UnknownDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<&str> = DriverChoice::ALL.iter().map(|d| d.name()).collect();
+        let (last, first) = names.split_last().expect("drivers");
         write!(
             f,
-            "unknown driver {:?}: choose {}",
+            "unknown driver {:?}: choose {} or {last}",
             self.typed,
-            names.join(" or ")
+            first.join(", ")
         )
     }
 }
@@ -561,7 +570,7 @@ mod tests {
             assert_eq!(err.typed, bad);
             assert_eq!(
                 err.to_string(),
-                format!("unknown driver {bad:?}: choose xdp or udp")
+                format!("unknown driver {bad:?}: choose xdp, udp or relay")
             );
         }
     }
@@ -570,6 +579,7 @@ mod tests {
     fn each_choice_opens_its_verbs_driver() {
         assert_eq!(DriverChoice::Xdp.kind(), DriverKind::Xdp);
         assert_eq!(DriverChoice::Udp.kind(), DriverKind::Udp);
+        assert_eq!(DriverChoice::Relay.kind(), DriverKind::Relay);
         let config = device_config(DriverChoice::Udp, None);
         assert_eq!(config.driver, DriverKind::Udp);
         assert_eq!(config.progress, ProgressMode::Wakeup);

@@ -30,6 +30,12 @@ pub enum DriverKind {
     Xdp,
     /// A kernel UDP socket on port 4791 (no privileges; ICRC of received frames unchecked).
     Udp,
+    /// Through the interface's relay (`xroce relay -d IFACE`, see
+    /// [`crate::driver::relay`]), which owns its AF_XDP driver: for several processes on
+    /// one interface. The QPNs of the device carry the relay's slot in bits 16..23.
+    /// ([`DriverKind::Xdp`] falls back to it by itself when the interface is taken and a
+    /// relay serves it.)
+    Relay,
 }
 
 /// How the background progress thread waits for work when no application thread polls
@@ -211,6 +217,10 @@ pub(crate) struct DeviceState {
     pub async_events: AsyncQueue,
     /// The device's own addresses (its GIDs): frames to them are looped back.
     pub local_ips: Vec<IpAddr>,
+    /// The QPN prefix of the device's engines ([`Driver::qpn_prefix`]): a frame to an own
+    /// address whose QPN has another prefix belongs to another process on the interface,
+    /// and goes to the driver (the relay), not back to this device.
+    pub qpn_prefix: Option<u8>,
     pub stats: ProgressStats,
     pub xdp_stats: Mutex<Option<XdpStats>>,
     /// Set by [`Device::xdp_stats`] to ask the progress thread for fresh counters.
@@ -553,6 +563,12 @@ impl DeviceState {
         if !self.local_ips.contains(&ip) {
             return None;
         }
+        if let Some(prefix) = self.qpn_prefix {
+            let qpn = crate::wire::frame::frame_dest_qpn(frame)?;
+            if crate::driver::relay::slot_of_qpn(qpn) != prefix {
+                return None;
+            }
+        }
         let shards = self.shards.len();
         Some(match crate::wire::frame::frame_dest_qpn(frame) {
             Some(qpn) if shards > 1 => crate::engine::shard_of_qpn(qpn, shards as u32) as usize,
@@ -696,7 +712,29 @@ impl Device {
                 xcfg.queue = config.xdp_queue;
                 xcfg.frame_count = config.xdp_frame_count;
                 let drivers: Vec<Box<dyn Driver>> = if shards == 1 {
-                    vec![Box::new(crate::driver::xdp::XdpDriver::open(&xcfg)?)]
+                    match crate::driver::xdp::XdpDriver::open(&xcfg) {
+                        Ok(d) => vec![Box::new(d)],
+                        // Another xroce owns the interface: share it through its relay if
+                        // one serves it, else say how to.
+                        Err(
+                            e @ (crate::driver::DriverError::XroceAlreadyAttached { .. }
+                            | crate::driver::DriverError::BindBusy { .. }),
+                        ) => match crate::driver::relay::RelayDriver::connect(ifname) {
+                            Ok(relay) => {
+                                tracing::info!(
+                                    ifname,
+                                    slot = relay.slot(),
+                                    "interface taken: using its relay"
+                                );
+                                vec![Box::new(relay)]
+                            }
+                            Err(crate::driver::DriverError::RelayMissing { .. }) => {
+                                return Err(e.into())
+                            }
+                            Err(relay_error) => return Err(relay_error.into()),
+                        },
+                        Err(e) => return Err(e.into()),
+                    }
                 } else {
                     // One program; shard i owns the receive queues q % shards == i and
                     // transmits on queue i (docs/xdp.md, "Sharded drivers").
@@ -706,6 +744,15 @@ impl Device {
                         .collect()
                 };
                 (drivers, None)
+            }
+            DriverKind::Relay => {
+                if shards > 1 {
+                    return Err(VerbsError::InvalidArgument(format!(
+                        "shards {shards}: a relay client has one connection, so one shard"
+                    )));
+                }
+                let relay = crate::driver::relay::RelayDriver::connect(ifname)?;
+                (vec![Box::new(relay) as Box<dyn Driver>], None)
             }
             DriverKind::Udp => {
                 if shards > 1 {
@@ -747,7 +794,7 @@ impl Device {
             DriverKind::Udp => config
                 .udp_local_ip
                 .or_else(|| net.first_ipv4().map(IpAddr::V4)),
-            DriverKind::Xdp => None,
+            DriverKind::Xdp | DriverKind::Relay => None,
         };
         Device::start(net, drivers, fixed_ip_ident, udp_source, config)
     }
@@ -900,6 +947,8 @@ impl Device {
         );
         engine_config.gids = gid_table.iter().map(|g| g.gid.to_ip()).collect();
         engine_config.fixed_ip_ident = fixed_ip_ident;
+        let qpn_prefix = drivers[0].qpn_prefix();
+        engine_config.qpn_prefix = qpn_prefix;
         let driver_info = drivers[0].info();
         let engines = Engine::new_shards(engine_config, drivers.len() as u32);
         let mut shards = Vec::with_capacity(drivers.len());
@@ -946,6 +995,7 @@ impl Device {
             all_channels: Mutex::new(Vec::new()),
             async_events: AsyncQueue::new()?,
             local_ips,
+            qpn_prefix,
             stats: ProgressStats::default(),
             xdp_stats: Mutex::new(None),
             xdp_stats_wanted: AtomicBool::new(false),

@@ -42,8 +42,9 @@ impl LibraryConfig {
         match var("XROCE_DRIVER").as_deref() {
             None | Some("xdp") => device.driver = DriverKind::Xdp,
             Some("udp") => device.driver = DriverKind::Udp,
+            Some("relay") => device.driver = DriverKind::Relay,
             Some(other) => problems.push(format!(
-                "XROCE_DRIVER={other:?} is not a driver (xdp or udp); using xdp"
+                "XROCE_DRIVER={other:?} is not a driver (xdp, udp or relay); using xdp"
             )),
         }
         if let Some(mode) = var("XROCE_PROGRESS") {
@@ -141,5 +142,13 @@ mod tests {
         assert_eq!(c.device.progress, ProgressMode::BusyPoll);
         let pcap = c.device.pcap.unwrap();
         assert!(!pcap.to_string_lossy().contains("%p"));
+    }
+
+    #[test]
+    fn relay_is_a_driver() {
+        assert_eq!(
+            config(&[("XROCE_DRIVER", "relay")]).device.driver,
+            DriverKind::Relay
+        );
     }
 }
