@@ -14,7 +14,8 @@
 #                                K = IP's last byte), <lab>-NAME has eth0 = 198.19.K.2; the
 #                                guests get a route to 198.19.K.0/24 via IP
 #   lab.sh detach NAME
-#   lab.sh capture start|stop NAME   tcpdump on the bridge into <run>/pcaps/NAME.pcap
+#   lab.sh capture start|stop NAME [IP...]   tcpdump on the bridge into <run>/pcaps/NAME.pcap;
+#                                with IPs, only the traffic between them (cases run at once)
 #   lab.sh run-dir               print this lab's run directory (captures, logs)
 #
 # Env: XROCE_LAB_DIR (/var/tmp/xroce-lab), XROCE_LAB_NS (xroce-lab), XROCE_LAB_MTU (1500),
@@ -301,8 +302,14 @@ detach() {
 
 # --- capture ----------------------------------------------------------------------------------
 capture() {
-  local action=${1:-} name=${2:-}
+  local action=${1:-} name=${2:-} filter='(udp port 4791 or tcp)' ip
   [[ $name =~ ^[A-Za-z0-9_.-]{1,64}$ ]] || lab_die "capture name must be 1-64 of [A-Za-z0-9_.-], got '$name'"
+  # Addresses after the name: only frames that have each of them as source or destination.
+  for ip in "${@:3}"; do
+    [[ $ip =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] || lab_die "capture addresses must be IPv4, got '$ip'"
+    [ "$action" = start ] || lab_die "addresses are given to capture start only"
+    filter="$filter and host $ip"
+  done
   local rd; rd=$(run_dir); [ -n "$rd" ] || lab_die "lab '$LAB_NS' is not up"
   local pidf=$LAB_STATE/capture-$name.pid pcap=$rd/pcaps/$name.pcap
   case $action in
@@ -311,7 +318,7 @@ capture() {
       # -U: write each packet as it arrives, so a killed run still leaves a readable file.
       # `ip netns exec` execs tcpdump, so $! is tcpdump's own PID. -B: a 64 MiB ring, so bursts
       # (READ retransmission storms reach 300k frames) are not dropped.
-      ip netns exec "$LAB_NS" tcpdump -i br0 -B 65536 -U -s 0 -w "$pcap" 'udp port 4791 or tcp' \
+      ip netns exec "$LAB_NS" tcpdump -i br0 -B 65536 -U -s 0 -w "$pcap" "$filter" \
         >"$rd/logs/tcpdump-$name.log" 2>&1 </dev/null &
       echo $! >"$pidf"
       # tcpdump prints "listening on" once the capture is really running.
@@ -347,7 +354,7 @@ capture() {
       if [ -z "$captured" ] || [ "$captured" != "$received" ] || [ "${dropped:-0}" != 0 ]; then
         lab_die "capture '$name' is incomplete: tcpdump captured ${captured:-?} of ${received:-?} packets, ${dropped:-?} dropped by the kernel ($log)"
       fi ;;
-    *) lab_die "capture start|stop NAME" ;;
+    *) lab_die "capture start|stop NAME [IP...]" ;;
   esac
 }
 

@@ -10,7 +10,8 @@
 //! and a missing prerequisite fails it; elsewhere it runs only with `XROCE_INTEROP=1` (it boots
 //! two emulated machines for several minutes) and otherwise prints a SKIPPED line.
 //! `XROCE_INTEROP_CASES=a,b` runs only the cases whose names contain one of the words;
-//! `XROCE_INTEROP_PENDING=1` also runs the cases marked pending (see `docs/interop.md`).
+//! `XROCE_INTEROP_PENDING=1` also runs the cases marked pending (see `docs/interop.md`);
+//! `XROCE_INTEROP_PARALLEL=1` runs the host2 cases (g2) at the same time as the g1 cases.
 //!
 //! The `c_verbs_tutorial` cases also need gcc and libibverbs-dev (they compile
 //! `tests/c/verbs_tutorial.c` on the host and copy the binary into the guests), and the
@@ -26,6 +27,7 @@ use std::fs;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
@@ -45,6 +47,9 @@ enum At {
     /// --routed`: eth0 198.19.3.2, the router 198.18.0.3 on the bridge): RoCE to the guests
     /// is routed, so frames carry the router's MAC.
     Routed,
+    /// In the second host-side endpoint namespace (eth0, 198.18.0.4): Debian's binaries on
+    /// xroce's libibverbs.so.1 (`{lib}`), against g2, while other cases run against g1.
+    Host2,
 }
 
 /// Whether CI runs a case.
@@ -100,6 +105,7 @@ const G1: At = At::Guest(1);
 const G2: At = At::Guest(2);
 const HOST: At = At::Host;
 const ROUTED: At = At::Routed;
+const HOST2: At = At::Host2;
 const LOSS: &str = "loss 1% delay 1ms reorder 5%";
 /// ib_write_bw for 8 s with a 3 s blackout of the client's receive path from second 3
 /// (lab/guest/lab-blackout): no ACK reaches the requester for about 45 of its 67 ms timeouts.
@@ -202,6 +208,12 @@ const MR_LOSS: &[u8] = &[READ_REQUEST, READ_RESPONSE_FIRST, WRITE_FIRST, WRITE_L
 macro_rules! pt {
     ($tool:literal, $args:literal) => {
         concat!("timeout 150 ", $tool, " -d rxe0 -x 1 -F ", $args)
+    };
+}
+/// perftest from Debian on the host, on xroce's libibverbs.so.1 (device `xroce_eth0`).
+macro_rules! lib_pt {
+    ($tool:literal, $args:literal) => {
+        concat!("{lib} ", $tool, " -d xroce_eth0 -x 1 -F ", $args)
     };
 }
 /// The xroce side of a perftest case.
@@ -715,6 +727,132 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512"),
         client: (ROUTED, "{xroce} pingpong --ud -d eth0 -g 1 -n 50 -s 512 {srv}"),
         opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    // --- Debian's own binaries on the host (host2), unmodified, on xroce's libibverbs.so.1
+    // against the same binaries on rxe (g2), both roles, also under loss. They run in a lane
+    // of their own, at the same time as the xroce cases against g1 (see `interop_with_rxe`);
+    // each side's output must show its result line (`check_tool_output`).
+    Case { name: "xroce_lib_srv_rc_pingpong_4096", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} ibv_rc_pingpong -d xroce_eth0 -g 1 -c -n 50 -s 4096"),
+        client: (G2, "timeout 120 ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_rc_pingpong_4096", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 ibv_rc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096"),
+        client: (HOST2, "{lib} ibv_rc_pingpong -d xroce_eth0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_uc_pingpong_4096", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} ibv_uc_pingpong -d xroce_eth0 -g 1 -c -n 50 -s 4096"),
+        client: (G2, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: UC_SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_uc_pingpong_4096", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 ibv_uc_pingpong -d rxe0 -g 1 -c -n 50 -s 4096"),
+        client: (HOST2, "{lib} ibv_uc_pingpong -d xroce_eth0 -g 1 -c -n 50 -s 4096 {srv}"),
+        opcodes: UC_SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_ud_pingpong", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} ibv_ud_pingpong -d xroce_eth0 -g 1 -n 50 -s 512"),
+        client: (G2, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512 {srv}"),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_ud_pingpong", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 ibv_ud_pingpong -d rxe0 -g 1 -n 50 -s 512"),
+        client: (HOST2, "{lib} ibv_ud_pingpong -d xroce_eth0 -g 1 -n 50 -s 512 {srv}"),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_srq_pingpong", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} ibv_srq_pingpong -d xroce_eth0 -g 1 -q 16 -n 500 -s 4096"),
+        client: (G2, "timeout 120 ibv_srq_pingpong -d rxe0 -g 1 -q 16 -n 500 -s 4096 {srv}"),
+        opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_srq_pingpong", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 ibv_srq_pingpong -d rxe0 -g 1 -q 16 -n 500 -s 4096"),
+        client: (HOST2, "{lib} ibv_srq_pingpong -d xroce_eth0 -g 1 -q 16 -n 500 -s 4096 {srv}"),
+        opcodes: SEND_MULTI, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_send_bw_a", mtu: 1500, netem: None,
+        server: (HOST2, lib_pt!("ib_send_bw", "-a -n 5")),
+        client: (G2, pt!("ib_send_bw", "-a -n 5 {srv}")),
+        opcodes: SEND_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_send_bw_a", mtu: 1500, netem: None,
+        server: (G2, pt!("ib_send_bw", "-a -n 5")),
+        client: (HOST2, lib_pt!("ib_send_bw", "-a -n 5 {srv}")),
+        opcodes: SEND_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_write_bw_a", mtu: 1500, netem: None,
+        server: (HOST2, lib_pt!("ib_write_bw", "-a -n 5")),
+        client: (G2, pt!("ib_write_bw", "-a -n 5 {srv}")),
+        opcodes: WRITE_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_write_bw_a", mtu: 1500, netem: None,
+        server: (G2, pt!("ib_write_bw", "-a -n 5")),
+        client: (HOST2, lib_pt!("ib_write_bw", "-a -n 5 {srv}")),
+        opcodes: WRITE_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_read_bw_a", mtu: 1500, netem: None,
+        server: (HOST2, lib_pt!("ib_read_bw", "-a -n 5")),
+        client: (G2, pt!("ib_read_bw", "-a -n 5 {srv}")),
+        opcodes: READ_ALL, loss_evidence: None, state: State::Runs },
+    // -u 18 (QP timeout 1.07 s): the guest's stalls of 0.2-0.3 s, twice within one READ
+    // replay storm, used up xroce's finite retry budget at the default 67 ms (docs/interop.md).
+    Case { name: "xroce_lib_cli_read_bw_a", mtu: 1500, netem: None,
+        server: (G2, pt!("ib_read_bw", "-a -n 5")),
+        client: (HOST2, lib_pt!("ib_read_bw", "-a -n 5 -u 18 {srv}")),
+        opcodes: READ_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_atomic_bw_fa", mtu: 1500, netem: None,
+        server: (HOST2, lib_pt!("ib_atomic_bw", "-n 200 -A FETCH_AND_ADD")),
+        client: (G2, pt!("ib_atomic_bw", "-n 200 -A FETCH_AND_ADD {srv}")),
+        opcodes: &[FETCH_ADD, ATOMIC_ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_atomic_bw_fa", mtu: 1500, netem: None,
+        server: (G2, pt!("ib_atomic_bw", "-n 200 -A FETCH_AND_ADD")),
+        client: (HOST2, lib_pt!("ib_atomic_bw", "-n 200 -A FETCH_AND_ADD {srv}")),
+        opcodes: &[FETCH_ADD, ATOMIC_ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_atomic_bw_cas", mtu: 1500, netem: None,
+        server: (HOST2, lib_pt!("ib_atomic_bw", "-n 200 -A CMP_AND_SWAP")),
+        client: (G2, pt!("ib_atomic_bw", "-n 200 -A CMP_AND_SWAP {srv}")),
+        opcodes: &[COMPARE_SWAP, ATOMIC_ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_atomic_bw_cas", mtu: 1500, netem: None,
+        server: (G2, pt!("ib_atomic_bw", "-n 200 -A CMP_AND_SWAP")),
+        client: (HOST2, lib_pt!("ib_atomic_bw", "-n 200 -A CMP_AND_SWAP {srv}")),
+        opcodes: &[COMPARE_SWAP, ATOMIC_ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_send_lat", mtu: 1500, netem: None,
+        server: (HOST2, lib_pt!("ib_send_lat", "-n 200 -s 64")),
+        client: (G2, pt!("ib_send_lat", "-n 200 -s 64 {srv}")),
+        opcodes: &[SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_send_lat", mtu: 1500, netem: None,
+        server: (G2, pt!("ib_send_lat", "-n 200 -s 64")),
+        client: (HOST2, lib_pt!("ib_send_lat", "-n 200 -s 64 {srv}")),
+        opcodes: &[SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_write_lat", mtu: 1500, netem: None,
+        server: (HOST2, lib_pt!("ib_write_lat", "-n 200 -s 64")),
+        client: (G2, pt!("ib_write_lat", "-n 200 -s 64 {srv}")),
+        opcodes: &[WRITE_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_write_lat", mtu: 1500, netem: None,
+        server: (G2, pt!("ib_write_lat", "-n 200 -s 64")),
+        client: (HOST2, lib_pt!("ib_write_lat", "-n 200 -s 64 {srv}")),
+        opcodes: &[WRITE_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_read_lat", mtu: 1500, netem: None,
+        server: (HOST2, lib_pt!("ib_read_lat", "-n 200 -s 64")),
+        client: (G2, pt!("ib_read_lat", "-n 200 -s 64 {srv}")),
+        opcodes: &[READ_REQUEST, READ_RESPONSE_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_read_lat", mtu: 1500, netem: None,
+        server: (G2, pt!("ib_read_lat", "-n 200 -s 64")),
+        client: (HOST2, lib_pt!("ib_read_lat", "-n 200 -s 64 {srv}")),
+        opcodes: &[READ_REQUEST, READ_RESPONSE_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_loss_rc_pingpong_4096", mtu: 1500, netem: Some(LOSS),
+        server: (HOST2, "{lib} ibv_rc_pingpong -d xroce_eth0 -g 1 -c -n 200 -s 4096"),
+        client: (G2, "timeout 150 ibv_rc_pingpong -d rxe0 -g 1 -c -n 200 -s 4096 {srv}"),
+        opcodes: SEND_MULTI, loss_evidence: Some(NaksAndRetransmitsBothSides), state: State::Runs },
+    Case { name: "xroce_lib_cli_loss_rc_pingpong_4096", mtu: 1500, netem: Some(LOSS),
+        server: (G2, "timeout 150 ibv_rc_pingpong -d rxe0 -g 1 -c -n 200 -s 4096"),
+        client: (HOST2, "{lib} ibv_rc_pingpong -d xroce_eth0 -g 1 -c -n 200 -s 4096 {srv}"),
+        opcodes: SEND_MULTI, loss_evidence: Some(NaksAndRetransmitsBothSides), state: State::Runs },
+    Case { name: "xroce_lib_srv_loss_write_bw", mtu: 1500, netem: Some(LOSS),
+        server: (HOST2, lib_pt!("ib_write_bw", "-n 20 -s 65536")),
+        client: (G2, pt!("ib_write_bw", "-n 20 -s 65536 {srv}")),
+        opcodes: &[WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: Some(NaksAndRetransmits), state: State::Runs },
+    Case { name: "xroce_lib_cli_loss_write_bw", mtu: 1500, netem: Some(LOSS),
+        server: (G2, pt!("ib_write_bw", "-n 20 -s 65536")),
+        client: (HOST2, lib_pt!("ib_write_bw", "-n 20 -s 65536 {srv}")),
+        opcodes: &[WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: Some(NaksAndRetransmits), state: State::Runs },
+    Case { name: "xroce_lib_srv_loss_read_bw", mtu: 1500, netem: Some(LOSS),
+        server: (HOST2, lib_pt!("ib_read_bw", "-n 20 -s 65536")),
+        client: (G2, pt!("ib_read_bw", "-n 20 -s 65536 {srv}")),
+        opcodes: &[READ_REQUEST, READ_RESPONSE_FIRST, READ_RESPONSE_LAST], loss_evidence: Some(Retransmits), state: State::Runs },
+    Case { name: "xroce_lib_cli_loss_read_bw", mtu: 1500, netem: Some(LOSS),
+        server: (G2, pt!("ib_read_bw", "-n 20 -s 65536")),
+        client: (HOST2, lib_pt!("ib_read_bw", "-n 20 -s 65536 {srv}")),
+        opcodes: &[READ_REQUEST, READ_RESPONSE_FIRST, READ_RESPONSE_LAST], loss_evidence: Some(Retransmits), state: State::Runs },
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -727,6 +865,8 @@ const HOST_IP: &str = "198.18.0.2";
 const ROUTER_IP: &str = "198.18.0.3";
 /// Address of the routed endpoint (xroce behind the router).
 const ROUTED_IP: &str = "198.19.3.2";
+/// Address of the second host-side endpoint (Debian's binaries on xroce's library).
+const HOST2_IP: &str = "198.18.0.4";
 
 /// The address a command at `at` has.
 fn ip_of(at: At) -> String {
@@ -734,6 +874,7 @@ fn ip_of(at: At) -> String {
         At::Guest(g) => guest_ip(g),
         At::Host => HOST_IP.to_string(),
         At::Routed => ROUTED_IP.to_string(),
+        At::Host2 => HOST2_IP.to_string(),
     }
 }
 /// The tools' out-of-band TCP port.
@@ -749,15 +890,20 @@ struct Lab {
     ns: String,
     host_ns: String,
     routed_ns: String,
+    host2_ns: String,
     run_dir: PathBuf,
-    mtu: u16,
-    netem: HashMap<u8, &'static str>,
+    /// Cases of two lanes run at once (on different guests and endpoints), so the state
+    /// they change is behind locks.
+    mtu: Mutex<u16>,
+    netem: Mutex<HashMap<u8, &'static str>>,
     /// The host's build of tests/c/verbs_tutorial.c, if a selected case runs it.
     ctut: Option<PathBuf>,
     /// The directory whose libibverbs.so.1 is xroce's, if a selected case needs it.
     ctut_lib: Option<PathBuf>,
     /// Guests the C program has been copied into.
-    ctut_installed: Vec<u8>,
+    ctut_installed: Mutex<Vec<u8>>,
+    /// xroce's libibverbs.so.1 and stand-ins under their sonames, for `{lib}` commands.
+    abi_lib: Option<PathBuf>,
 }
 
 impl Lab {
@@ -791,17 +937,20 @@ impl Lab {
             .expect("cannot run xroce lab up");
         let host_ns = format!("{ns}-host");
         let routed_ns = format!("{ns}-routed");
+        let host2_ns = format!("{ns}-host2");
         let mut lab = Lab {
             xroce,
             ns,
             host_ns,
             routed_ns,
+            host2_ns,
             run_dir: PathBuf::new(),
-            mtu: 1500,
-            netem: HashMap::new(),
+            mtu: Mutex::new(1500),
+            netem: Mutex::new(HashMap::new()),
             ctut: None,
             ctut_lib: None,
-            ctut_installed: Vec::new(),
+            ctut_installed: Mutex::new(Vec::new()),
+            abi_lib: None,
         };
         assert!(
             out.status.success(),
@@ -814,6 +963,7 @@ impl Lab {
         lab.run_dir = PathBuf::from(lab.lab_ok(&["run-dir"]).trim());
         lab.lab_ok(&["attach", "host", HOST_IP]);
         lab.lab_ok(&["attach", "routed", ROUTER_IP, "--routed"]);
+        lab.lab_ok(&["attach", "host2", HOST2_IP]);
         lab
     }
 
@@ -825,19 +975,22 @@ impl Lab {
         (out.status.success(), text)
     }
 
-    fn set_mtu(&mut self, mtu: u16) {
-        if self.mtu != mtu {
+    /// Only the main thread changes the MTU, between the phases of `interop_with_rxe`; a
+    /// case of the other lane finds it already right.
+    fn set_mtu(&self, mtu: u16) {
+        let mut have = self.mtu.lock().unwrap();
+        if *have != mtu {
             eprint!("{}", self.lab_ok(&["mtu", &mtu.to_string()]));
-            self.mtu = mtu;
+            *have = mtu;
         }
     }
 
-    fn set_netem(&mut self, g: u8, netem: Option<&'static str>) {
+    fn set_netem(&self, g: u8, netem: Option<&'static str>) {
         let want = netem.unwrap_or("off");
-        let have = self.netem.get(&g).copied().unwrap_or("off");
+        let have = self.netem.lock().unwrap().get(&g).copied().unwrap_or("off");
         if want != have {
             eprint!("{}", self.lab_ok(&["netem", &g.to_string(), want]));
-            self.netem.insert(g, want);
+            self.netem.lock().unwrap().insert(g, want);
         }
     }
 
@@ -845,6 +998,7 @@ impl Lab {
     fn ns_of(&self, at: At) -> &str {
         match at {
             At::Routed => &self.routed_ns,
+            At::Host2 => &self.host2_ns,
             _ => &self.host_ns,
         }
     }
@@ -876,7 +1030,7 @@ impl Lab {
         while t0.elapsed() < limit {
             let ok = match at {
                 At::Guest(g) => self.exec(g, &probe).0,
-                At::Host | At::Routed => Command::new("ip")
+                At::Host | At::Routed | At::Host2 => Command::new("ip")
                     .args(["netns", "exec", self.ns_of(at), "sh", "-c", &probe])
                     .status()
                     .map(|s| s.success())
@@ -1125,10 +1279,10 @@ fn uses_ctut(case: &Case) -> bool {
 /// Copies the host's build of the C program into the guests a case runs it in (host and
 /// guests are both Debian bookworm, so it runs there on the guest's rdma-core), once per
 /// guest, as base64 in pieces of one command-channel line each.
-fn install_guest_binaries(lab: &mut Lab, case: &Case) -> Result<(), String> {
+fn install_guest_binaries(lab: &Lab, case: &Case) -> Result<(), String> {
     for side in [case.server, case.client] {
         let At::Guest(g) = side.0 else { continue };
-        if !runs_ctut_in_guest(side) || lab.ctut_installed.contains(&g) {
+        if !runs_ctut_in_guest(side) || lab.ctut_installed.lock().unwrap().contains(&g) {
             continue;
         }
         let prog = lab.ctut.clone().ok_or("the C program was not compiled")?;
@@ -1153,7 +1307,7 @@ fn install_guest_binaries(lab: &mut Lab, case: &Case) -> Result<(), String> {
                 "installing {CTUT_GUEST} in guest {g} (SHA-256 {want} expected): {out}"
             ));
         }
-        lab.ctut_installed.push(g);
+        lab.ctut_installed.lock().unwrap().push(g);
     }
     Ok(())
 }
@@ -1189,19 +1343,164 @@ fn expand(cmd: &str, srv: &str, lab: &Lab) -> String {
         ),
         _ => "false".to_string(),
     };
+    let lib = match &lab.abi_lib {
+        Some(dir) => format!("env LD_LIBRARY_PATH={} XROCE_NETDEV=eth0", dir.display()),
+        None => "false".to_string(),
+    };
     cmd.replace("{srv}", srv)
         .replace("{xroce}", &lab.xroce.display().to_string())
         .replace("{ctut_xroce}", &ctut_xroce)
+        .replace("{lib}", &lib)
 }
 
-fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
+/// Debian's binaries the host2 cases run on the host.
+const HOST_BINARIES: &[&str] = &[
+    "ibv_rc_pingpong",
+    "ibv_uc_pingpong",
+    "ibv_ud_pingpong",
+    "ibv_srq_pingpong",
+    "ib_send_bw",
+    "ib_write_bw",
+    "ib_read_bw",
+    "ib_atomic_bw",
+    "ib_send_lat",
+    "ib_write_lat",
+    "ib_read_lat",
+];
+
+/// `dir/abi`: private copies of xroce's libibverbs.so.1 and the stand-ins (built for this
+/// profile by `common::abi_libraries`), each under its soname, to put first on
+/// `LD_LIBRARY_PATH`. Fails if the host lacks one of Debian's binaries.
+fn private_abi_libraries(dir: &Path) -> Result<PathBuf, String> {
+    if let Some(missing) = HOST_BINARIES
+        .iter()
+        .find(|p| !Path::new("/usr/bin").join(p).exists())
+    {
+        return Err(format!(
+            "/usr/bin/{missing} is missing (ibverbs-utils and perftest: scripts/setup.sh)"
+        ));
+    }
+    let built = common::abi_libraries();
+    let out = dir.join("abi");
+    fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    for soname in [
+        "libibverbs.so.1",
+        "libmlx5.so.1",
+        "libefa.so.1",
+        "librdmacm.so.1",
+    ] {
+        let lib = fs::canonicalize(built.join(soname))
+            .map_err(|e| format!("{}: {e}", built.join(soname).display()))?;
+        fs::copy(&lib, out.join(soname)).map_err(|e| format!("copying {}: {e}", lib.display()))?;
+    }
+    Ok(out)
+}
+
+/// Whether a command runs a Debian binary on xroce's libibverbs.so.1.
+fn runs_on_lib((_, cmd): (At, &str)) -> bool {
+    cmd.contains("{lib}")
+}
+
+/// The value after `flag` among a command's words.
+fn flag_value<'a>(cmd: &'a str, flag: &str) -> Option<&'a str> {
+    let words: Vec<&str> = cmd.split_whitespace().collect();
+    words
+        .iter()
+        .position(|w| *w == flag)
+        .and_then(|i| words.get(i + 1).copied())
+}
+
+/// perftest's result rows: (size, iterations) of each line that starts with at least four
+/// numbers under its header. Only the leading numbers count: perftest prints its warning
+/// "Correlation coefficient r^2: ... < 0.9" (an unsteady CPU clock, seen under load) right
+/// after a row's last number, on the same line.
+fn perftest_rows(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l
+                .split_whitespace()
+                .take_while(|c| c.parse::<f64>().is_ok())
+                .collect();
+            if cols.len() < 4 {
+                return None;
+            }
+            Some((cols[0].parse().ok()?, cols[1].parse().ok()?))
+        })
+        .collect()
+}
+
+/// Problems with the output of one side of a case that runs Debian's binaries: the result
+/// lines rdma-core's pingpongs and perftest (6.06, Debian bookworm, on both host and guests)
+/// print when a run completed. `server` says which side printed `out`.
+fn check_tool_output(cmd: &str, server: bool, out: &str) -> Vec<String> {
+    let who = if server { "server" } else { "client" };
+    let mut problems = Vec::new();
+    let num = |flag: &str| flag_value(cmd, flag).and_then(|v| v.parse::<u64>().ok());
+    if cmd.contains("_pingpong ") {
+        // rdma-core's four pingpongs: "<size * iters * 2> bytes in <s> seconds = ..." and
+        // "<iters> iters in <s> seconds = ..." on both sides.
+        let (Some(size), Some(iters)) = (num("-s"), num("-n")) else {
+            return vec![format!(
+                "{who}: the case's command names no -s and -n: {cmd}"
+            )];
+        };
+        for want in [
+            format!("{} bytes in ", size * iters * 2),
+            format!("{iters} iters in "),
+        ] {
+            if !out.lines().any(|l| l.starts_with(&want)) {
+                problems.push(format!("the {who} printed no `{want}...` line"));
+            }
+        }
+        return problems;
+    }
+    let bw = cmd.contains("_bw ");
+    let header = if bw {
+        "BW average[MB/sec]"
+    } else {
+        "t_typical[usec]"
+    };
+    let iters = num("-n").unwrap_or(if bw { 5000 } else { 1000 });
+    let sizes: Vec<u64> = if cmd.split_whitespace().any(|w| w == "-a") {
+        (1..24).map(|i| 1u64 << i).collect()
+    } else if cmd.contains("ib_atomic_") {
+        vec![8]
+    } else {
+        vec![num("-s").unwrap_or(if bw { 65536 } else { 2 })]
+    };
+    let rows = perftest_rows(out);
+    // The client prints a row per size; of the servers, ib_send_bw's measures every size
+    // itself, the other bandwidth servers print the client's last row once, and a latency
+    // server may print its own row (ib_send_lat measures both ways) or none.
+    let every: Vec<(u64, u64)> = sizes.iter().map(|&s| (s, iters)).collect();
+    let want: Vec<(u64, u64)> = if !server || cmd.contains("ib_send_bw") {
+        every
+    } else if bw {
+        sizes.last().map(|&s| (s, iters)).into_iter().collect()
+    } else if rows.is_empty() {
+        Vec::new()
+    } else {
+        every
+    };
+    if !want.is_empty() && !out.contains(header) {
+        problems.push(format!("the {who} printed no `{header}` header"));
+    }
+    if rows != want {
+        problems.push(format!(
+            "the {who}'s result rows (size, iterations) are {rows:?}, want {want:?}"
+        ));
+    }
+    problems
+}
+
+fn run_case(lab: &Lab, case: &Case) -> Outcome {
     let t0 = Instant::now();
     let mut problems = Vec::new();
     let guest = [case.server.0, case.client.0]
         .into_iter()
         .find_map(|at| match at {
             At::Guest(g) => Some(g),
-            At::Host | At::Routed => None,
+            At::Host | At::Routed | At::Host2 => None,
         })
         .expect("every case has a guest side");
     lab.set_mtu(case.mtu);
@@ -1213,9 +1512,14 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
         problems.push(e);
     }
 
-    let pcap = PathBuf::from(lab.lab_ok(&["capture", "start", case.name]).trim());
-    let logs = lab.run_dir.join("logs");
+    // Only this case's two ends: a case of the other lane may be running meanwhile.
     let srv_ip = ip_of(case.server.0);
+    let cli_ip = ip_of(case.client.0);
+    let pcap = PathBuf::from(
+        lab.lab_ok(&["capture", "start", case.name, &srv_ip, &cli_ip])
+            .trim(),
+    );
+    let logs = lab.run_dir.join("logs");
     let server_cmd = expand(case.server.1, &srv_ip, lab);
     let client_cmd = expand(case.client.1, &srv_ip, lab);
 
@@ -1228,7 +1532,7 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
                 problems.push(format!("server did not start: {out}"));
             }
         }
-        at @ (At::Host | At::Routed) => {
+        at @ (At::Host | At::Routed | At::Host2) => {
             host_server = Some(lab.spawn_host(
                 at,
                 &server_cmd,
@@ -1242,10 +1546,11 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
 
     // Client in the foreground.
     let client_log = logs.join(format!("{}.client.log", case.name));
+    let mut client_out = String::new();
     if problems.is_empty() {
         let (ok, out) = match case.client.0 {
             At::Guest(g) => lab.exec(g, &client_cmd),
-            at @ (At::Host | At::Routed) => {
+            at @ (At::Host | At::Routed | At::Host2) => {
                 let mut child = lab.spawn_host(at, &client_cmd, &client_log);
                 let ok = child.wait().map(|s| s.success()).unwrap_or(false);
                 (ok, fs::read_to_string(&client_log).unwrap_or_default())
@@ -1255,26 +1560,34 @@ fn run_case(lab: &mut Lab, case: &Case) -> Outcome {
         if !ok {
             problems.push(format!("client failed:\n{}", tail(&out, 8)));
         }
+        client_out = out;
     }
 
     // The server's own result.
     let server_log = logs.join(format!("{}.server.log", case.name));
-    match case.server.0 {
+    let server_out = match case.server.0 {
         At::Guest(g) => {
             let (ok, out) = lab.exec(g, "lab-wait srv 60");
             fs::write(&server_log, &out).ok();
             if !ok {
                 problems.push(format!("server failed:\n{}", tail(&out, 8)));
             }
+            out
         }
-        At::Host | At::Routed => {
+        At::Host | At::Routed | At::Host2 => {
             let mut child = host_server.expect("host server was started");
             let ok = wait_child(&mut child, Duration::from_secs(60));
+            let out = fs::read_to_string(&server_log).unwrap_or_default();
             if !ok {
-                let out = fs::read_to_string(&server_log).unwrap_or_default();
                 problems.push(format!("server failed:\n{}", tail(&out, 8)));
             }
+            out
         }
+    };
+    // Debian's binaries on both sides: each printed its result.
+    if problems.is_empty() && [case.server, case.client].into_iter().any(runs_on_lib) {
+        problems.extend(check_tool_output(case.server.1, true, &server_out));
+        problems.extend(check_tool_output(case.client.1, false, &client_out));
     }
     let stop = lab.lab(&["capture", "stop", case.name]);
     if !stop.status.success() {
@@ -1435,6 +1748,7 @@ fn describe((at, cmd): (At, &str)) -> String {
         At::Guest(g) => format!("g{g}: `{cmd}`"),
         At::Host => format!("host: `{cmd}`"),
         At::Routed => format!("routed host: `{cmd}`"),
+        At::Host2 => format!("host2: `{cmd}`"),
     }
 }
 
@@ -1575,6 +1889,27 @@ fn interop_with_rxe() {
             }
         }
     }
+    // Debian's binaries on xroce's library: a private copy of the library and its stand-ins
+    // under their sonames (the shared build directory may be rebuilt meanwhile).
+    let mut abi_lib = None;
+    let on_lib = |c: &Case| [c.server, c.client].into_iter().any(runs_on_lib);
+    if selected.iter().any(|c| on_lib(c)) {
+        match private_abi_libraries(&work) {
+            Ok(dir) => {
+                for prog in ["ibv_rc_pingpong", "ib_write_bw"] {
+                    ctut::assert_loads_xroce(&Path::new("/usr/bin").join(prog), &dir);
+                }
+                abi_lib = Some(dir);
+            }
+            Err(why) if ci => {
+                panic!("interop_with_rxe cannot run its host2 (Debian binaries) cases in CI: {why}")
+            }
+            Err(why) => {
+                common::report_skip("interop_with_rxe, the host2 cases", &why);
+                selected.retain(|c| !on_lib(c));
+            }
+        }
+    }
     if selected.is_empty() {
         return;
     }
@@ -1583,22 +1918,77 @@ fn interop_with_rxe() {
     let mut lab = Lab::up(xroce, format!("xrl{}", std::process::id()), 2);
     lab.ctut = ctut_prog;
     lab.ctut_lib = ctut_lib;
-    // Cases run in table order, except that MTU 9000 cases come last (one MTU switch).
-    let mut ordered = selected.clone();
-    ordered.sort_by_key(|c| c.mtu);
-    let mut outcomes = Vec::new();
-    for case in ordered {
-        eprintln!("=== {}", case.name);
-        let o = run_case(&mut lab, case);
-        eprintln!(
-            "{} {} ({:.1}s): {}",
-            if o.passed { "PASS" } else { "FAIL" },
-            o.name,
-            o.seconds,
-            o.detail
-        );
-        outcomes.push(o);
-    }
+    lab.abi_lib = abi_lib;
+    let lab = lab;
+    // Cases run in table order in three phases: (1) the MTU 1500 cases that use g2, then (2)
+    // two lanes: the other MTU 1500 cases (g1 only) and the host2 cases (Debian's binaries on
+    // xroce's library against g2), then (3) the MTU 9000 cases (one MTU switch). The lanes
+    // share no guest, endpoint namespace or TCP port, and each case captures only the frames
+    // between its two ends, so with XROCE_INTEROP_PARALLEL=1 they run at once. By default
+    // they run one after the other: on 2 cores two busy guests at once stall each other long
+    // enough to exhaust xroce's finite retry budget (docs/interop.md, "CI").
+    let parallel = std::env::var("XROCE_INTEROP_PARALLEL").is_ok_and(|v| v == "1");
+    let uses = |c: &Case, at: At| c.server.0 == at || c.client.0 == at;
+    let host2 = |c: &&Case| uses(c, HOST2);
+    let phase1: Vec<&Case> = selected
+        .iter()
+        .copied()
+        .filter(|c| c.mtu == 1500 && !host2(c) && uses(c, G2))
+        .collect();
+    let lane_a: Vec<&Case> = selected
+        .iter()
+        .copied()
+        .filter(|c| c.mtu == 1500 && !host2(c) && !uses(c, G2))
+        .collect();
+    let lane_b: Vec<&Case> = selected
+        .iter()
+        .copied()
+        .filter(|c| c.mtu == 1500 && host2(c))
+        .collect();
+    let phase3: Vec<&Case> = selected.iter().copied().filter(|c| c.mtu != 1500).collect();
+    let run_all = |cases: &[&Case], lane: &str| -> (Vec<Outcome>, f64) {
+        let t = Instant::now();
+        let mut outcomes = Vec::new();
+        for case in cases {
+            eprintln!("=== {lane}{}", case.name);
+            let o = run_case(&lab, case);
+            eprintln!(
+                "{lane}{} {} ({:.1}s): {}",
+                if o.passed { "PASS" } else { "FAIL" },
+                o.name,
+                o.seconds,
+                o.detail
+            );
+            outcomes.push(o);
+        }
+        (outcomes, t.elapsed().as_secs_f64())
+    };
+    let (mut outcomes, secs1) = run_all(&phase1, "");
+    let t2 = Instant::now();
+    let ((a, secs_a), (b, secs_b)) = if parallel {
+        std::thread::scope(|scope| {
+            let b = scope.spawn(|| run_all(&lane_b, "[host2] "));
+            let a = run_all(&lane_a, "");
+            (a, b.join().expect("the host2 lane panicked"))
+        })
+    } else {
+        (run_all(&lane_a, ""), run_all(&lane_b, "[host2] "))
+    };
+    let secs2 = t2.elapsed().as_secs_f64();
+    outcomes.extend(a);
+    outcomes.extend(b);
+    let (c, secs3) = run_all(&phase3, "");
+    outcomes.extend(c);
+    let phases = format!(
+        "phase 1 (g2, MTU 1500): {} cases, {secs1:.0} s; phase 2 ({}): {secs2:.0} s, of which lane g1: {} cases, {secs_a:.0} s, \
+         lane host2: {} cases, {secs_b:.0} s; phase 3 (MTU 9000): {} cases, {secs3:.0} s",
+        phase1.len(),
+        if parallel { "lanes at once" } else { "lanes in turn" },
+        lane_a.len(),
+        lane_b.len(),
+        phase3.len()
+    );
+    eprintln!("{phases}");
     let run_dir = lab.run_dir.clone();
     let ns = lab.ns.clone();
     drop(lab);
@@ -1661,7 +2051,7 @@ fn interop_with_rxe() {
     }
     let _ = writeln!(
         report,
-        "\n{} cases run, {} failed, {:.0} s in all (lab boot included); pcaps in {}/pcaps",
+        "\n{} cases run, {} failed, {:.0} s in all (lab boot included); {phases}; pcaps in {}/pcaps",
         outcomes.len(),
         outcomes.iter().filter(|o| !o.passed).count(),
         t0.elapsed().as_secs_f64(),

@@ -123,6 +123,10 @@ enum LabCommand {
         #[arg(value_parser = ["start", "stop"])]
         action: String,
         name: String,
+        /// With `start`: capture only frames to or from each of these IPv4 addresses (the two
+        /// ends of one case, when cases run at once).
+        #[arg(value_parser = clap::value_parser!(std::net::Ipv4Addr))]
+        hosts: Vec<std::net::Ipv4Addr>,
     },
     /// Print the run directory of the running lab (captures, console logs).
     RunDir,
@@ -186,8 +190,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             ("lab.sh", w, vec![])
         }
         LabCommand::Detach { name } => ("lab.sh", vec!["detach".into(), name], vec![]),
-        LabCommand::Capture { action, name } => {
-            ("lab.sh", vec!["capture".into(), action, name], vec![])
+        LabCommand::Capture {
+            action,
+            name,
+            hosts,
+        } => {
+            let mut w = vec!["capture".into(), action, name];
+            w.extend(hosts.iter().map(|ip| ip.to_string()));
+            ("lab.sh", w, vec![])
         }
         LabCommand::RunDir => ("lab.sh", vec!["run-dir".into()], vec![]),
         LabCommand::Scripts { .. } => unreachable!("handled above"),
