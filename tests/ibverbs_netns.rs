@@ -18,8 +18,8 @@
 //! (a hang fails the case), and a test reports every failing case before it fails.
 //!
 //! The library must be next to the `xroce` executable (`target/<profile>/`): the test builds
-//! the workspace's libraries for its profile first (`cargo build --lib`, a no-op when they
-//! are fresh), so it never runs a stale `libxroce_ibverbs.so`.
+//! the workspace's libraries for its profile first when they are older than the sources
+//! (`common::ensure_abi_libraries`), so it never runs a stale `libxroce_ibverbs.so`.
 //!
 //! Needs root and the Debian packages ibverbs-utils and perftest; under `XROCE_CI=1` a
 //! missing privilege or program fails, elsewhere it skips visibly.
@@ -29,7 +29,6 @@ mod common;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use xroce::netns::{LinkConfig, Netns, VethLink};
@@ -98,36 +97,8 @@ fn ready(test: &str) -> bool {
 
 /// Builds the workspace's libraries (libxroce_ibverbs.so and the stand-ins) for the profile
 /// the `xroce` binary was built with, once per test process, and returns their directory.
-fn library() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = common::xroce_bin();
-        let dir = exe.parent().expect("target/<profile>").to_path_buf();
-        let profile = match dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => "dev".to_string(),
-            Some(name) => name.to_string(),
-            None => panic!("cannot tell the profile of {}", exe.display()),
-        };
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(&cargo)
-            .args(["build", "--lib", "--profile", &profile])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdin(Stdio::null())
-            .output()
-            .expect("running cargo build for the libraries");
-        assert!(
-            out.status.success(),
-            "cargo build --lib --profile {profile} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let lib = dir.join("libxroce_ibverbs.so");
-        assert!(
-            lib.is_file(),
-            "{} missing after cargo build --lib",
-            lib.display()
-        );
-        dir
-    })
+fn library() -> PathBuf {
+    common::ensure_abi_libraries()
 }
 
 /// A veth pair between two fresh namespaces, addressed 198.18.`net`.1 (A) and .2 (B).
@@ -853,4 +824,111 @@ fn perftest_bidirectional_inline_and_srq() {
         ));
     }
     run_cases(test, cases);
+}
+
+/// Two unmodified programs on ONE interface (a server and its client on the same host): the
+/// first `xroce run` cannot share the interface's AF_XDP socket with the second, so a relay
+/// owns it (`xroce relay -d IF`) and both devices reach it through their relay clients
+/// (docs/ibverbs.md, "Two processes on one interface").
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn two_programs_on_one_interface_through_the_relay() {
+    let test = "two_programs_on_one_interface_through_the_relay";
+    if !ready(test) {
+        return;
+    }
+    let link = make_link(47, 1500);
+    let mut relay = link
+        .a
+        .command(common::xroce_bin())
+        .args(["relay", "-d", &link.a_if])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn xroce relay");
+    // The relay says it serves once its socket listens.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut said = String::new();
+    {
+        use std::io::BufRead as _;
+        let mut lines = std::io::BufReader::new(relay.stdout.take().expect("stdout")).lines();
+        for line in lines.by_ref() {
+            let line = line.expect("relay output");
+            said.push_str(&line);
+            said.push('\n');
+            if line.contains("serving") || Instant::now() > deadline {
+                break;
+            }
+        }
+        // Keep draining so the relay never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+    }
+    assert!(said.contains("serving"), "the relay did not start:\n{said}");
+    let dev = format!("xroce_{}", link.a_if);
+    let args = [
+        "ibv_rc_pingpong",
+        "-d",
+        &dev,
+        "-g",
+        "1",
+        "-n",
+        "200",
+        "-s",
+        "4096",
+    ];
+    let server: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let mut client = server.clone();
+    client.push(link.a_ip.to_string());
+    let mut server_child = xroce_run(&link.a, &link.a_if, &[], &server)
+        .spawn()
+        .expect("spawn the server");
+    let started = Instant::now();
+    while !listening(server_child.id(), OOB_PORT) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client_child = xroce_run(&link.a, &link.a_if, &[], &client)
+        .spawn()
+        .expect("spawn the client");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let c = wait(client_child, deadline);
+    let s = wait(server_child, deadline + Duration::from_secs(5));
+    let _ = relay.kill();
+    let _ = relay.wait();
+    let (s, c) = match (s, c) {
+        (Ok(s), Ok(c)) => (s, c),
+        (s, c) => panic!("a side hung:\nserver: {s:?}\nclient: {c:?}"),
+    };
+    let wanted = [
+        format!("{} bytes in ", 4096 * 200 * 2),
+        "200 iters in ".to_string(),
+    ];
+    for (who, out) in [("server", &s), ("client", &c)] {
+        assert!(out.status.success(), "{who}: {}\n{}", out.status, both(out));
+        check_output(who, &both(out), &wanted).unwrap_or_else(|e| panic!("{e}"));
+    }
+    // Both QPs live on one interface, in different relay slots (bits 16..23 of the QPN).
+    let qpns: Vec<String> = both(&s)
+        .lines()
+        .filter_map(|l| {
+            l.split("QPN ")
+                .nth(1)?
+                .split(',')
+                .next()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(qpns.len(), 2, "{}", both(&s));
+    assert_ne!(qpns[0], qpns[1], "two QPs, two slots: {qpns:?}");
+    assert!(
+        qpns.iter().all(|q| q.len() == 8 && !q.starts_with("0x00")),
+        "relay clients' QPNs carry their slot: {qpns:?}"
+    );
 }

@@ -85,8 +85,7 @@ pub fn compile(dir: &Path) -> PathBuf {
 /// xroce's libibverbs.so.1 as cargo builds it: `libxroce_ibverbs.so` in the build directory of
 /// the `xroce` binary under test (a build of the workspace's default members makes both).
 pub fn xroce_library() -> Result<PathBuf, String> {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_xroce"));
-    let dir = bin.parent().expect("the binary has a directory");
+    let dir = crate::common::ensure_abi_libraries();
     let lib = dir.join("libxroce_ibverbs.so");
     if lib.exists() {
         return Ok(lib);

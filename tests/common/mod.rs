@@ -150,48 +150,96 @@ impl Drop for Helper {
     }
 }
 
-/// The drop-in C libraries, built for this test run's profile, and a directory of links
-/// named by soname (`libibverbs.so.1`, and the stand-ins `libmlx5.so.1`, `libefa.so.1`,
-/// `librdmacm.so.1`) to put first on `LD_LIBRARY_PATH`. They are other packages of the
-/// workspace, which a test of this package does not make cargo build, so this runs
-/// `cargo build` for them (quick when they are up to date).
-pub fn abi_libraries() -> PathBuf {
+/// The drop-in C libraries' files beside the `xroce` binary, by soname.
+pub const ABI_LIBRARIES: [(&str, &str); 4] = [
+    ("libibverbs.so.1", "libxroce_ibverbs.so"),
+    ("libmlx5.so.1", "libxroce_mlx5.so"),
+    ("libefa.so.1", "libxroce_efa.so"),
+    ("librdmacm.so.1", "libxroce_rdmacm.so"),
+];
+
+/// The newest modification time of the sources the C libraries are built from.
+fn newest_source() -> std::time::SystemTime {
+    fn walk(path: &std::path::Path, newest: &mut std::time::SystemTime) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if meta.is_dir() {
+            if path.file_name().is_some_and(|n| n == "target") {
+                return;
+            }
+            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                walk(&entry.path(), newest);
+            }
+        } else if let Ok(m) = meta.modified() {
+            *newest = (*newest).max(m);
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    for part in ["src", "abi", "bpf", "build.rs", "Cargo.toml", "Cargo.lock"] {
+        walk(&root.join(part), &mut newest);
+    }
+    newest
+}
+
+/// Makes sure the C libraries beside the `xroce` binary are built from the current sources.
+/// They are other packages of the workspace, which a test of this package does not make
+/// cargo build (`cargo test --test X`); the full build CI runs first makes them, and then
+/// this does nothing. Otherwise it runs `cargo build --lib` for the test's profile (the
+/// workspace's libraries, as the full build builds them, so neither rebuilds the other's).
+pub fn ensure_abi_libraries() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let profile_dir = xroce_bin()
             .parent()
             .expect("target/<profile>")
             .to_path_buf();
-        let target = profile_dir.parent().expect("target/");
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => "dev".to_string(),
-            Some(other) => other.to_string(),
-            None => panic!("profile of {}", profile_dir.display()),
-        };
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "--quiet", "--profile", &profile, "--target-dir"])
-            .arg(target)
-            .args(["-p", "xroce-ibverbs", "-p", "xroce-standin-mlx5"])
-            .args(["-p", "xroce-standin-efa", "-p", "xroce-standin-rdmacm"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build of the C libraries: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let links = profile_dir.join("abi-links");
-        std::fs::create_dir_all(&links).expect("make the links directory");
-        for (soname, file) in [
-            ("libibverbs.so.1", "libxroce_ibverbs.so"),
-            ("libmlx5.so.1", "libxroce_mlx5.so"),
-            ("libefa.so.1", "libxroce_efa.so"),
-            ("librdmacm.so.1", "libxroce_rdmacm.so"),
-        ] {
+        let sources = newest_source();
+        let fresh = ABI_LIBRARIES.iter().all(|(_, file)| {
+            std::fs::metadata(profile_dir.join(file))
+                .and_then(|m| m.modified())
+                .is_ok_and(|built| built >= sources)
+        });
+        if !fresh {
+            let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") => "dev".to_string(),
+                Some(other) => other.to_string(),
+                None => panic!("profile of {}", profile_dir.display()),
+            };
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let out = Command::new(cargo)
+                .args(["build", "--lib", "--quiet", "--profile", &profile])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .stdin(Stdio::null())
+                .output()
+                .expect("run cargo build");
+            assert!(
+                out.status.success(),
+                "cargo build --lib --profile {profile}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        for (_, file) in ABI_LIBRARIES {
             let lib = profile_dir.join(file);
             assert!(lib.is_file(), "{} was built", lib.display());
+        }
+        profile_dir
+    })
+    .clone()
+}
+
+/// The drop-in C libraries (see [`ensure_abi_libraries`]) and a directory of links named by
+/// soname (`libibverbs.so.1`, and the stand-ins `libmlx5.so.1`, `libefa.so.1`,
+/// `librdmacm.so.1`) to put first on `LD_LIBRARY_PATH`.
+pub fn abi_libraries() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let profile_dir = ensure_abi_libraries();
+        let links = profile_dir.join("abi-links");
+        std::fs::create_dir_all(&links).expect("make the links directory");
+        for (soname, file) in ABI_LIBRARIES {
+            let lib = profile_dir.join(file);
             // Under a temporary name, then renamed over the old link: test binaries running
             // at once do not see a missing link.
             let tmp = links.join(format!(".{soname}.{}", std::process::id()));
