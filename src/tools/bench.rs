@@ -1972,6 +1972,9 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
             }
         ));
     }
+    if opts.runs(Section::Library) {
+        notes.push("Library: each perftest row ran on xroce's libibverbs.so.1 through `xroce run` right after `xroce perf`'s same test, size and count on the same veth pair; the ratio is perftest / xroce perf (for send_lat, above 1 is slower). Both use the library's and perf's default progress mode (wakeup).".into());
+    }
     if opts.shards > 1 {
         notes.push(format!("--shards {}: the xroce and scale rows ran with {} engine shards on veth pairs with as many queues (the ceiling and UDP rows too).", opts.shards, opts.shards));
     }
