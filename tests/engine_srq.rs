@@ -475,13 +475,16 @@ fn srq_verbs_refuse_bad_values_with_typed_errors() {
         length: 64,
         lkey: m.lkey,
     };
-    // SGEs are checked against the SRQ's PD and need local write.
-    for bad in [&foreign, &read_only] {
-        assert!(matches!(
-            e.post_srq_recv_sges(srq, 1, &[sge(bad)]),
-            Err(EngineError::InvalidWr(_))
-        ));
-    }
+    // SGEs need local write when posted; their PD is checked when a message is written into
+    // them (a region may move to another PD meanwhile), so a foreign region is taken here.
+    assert!(matches!(
+        e.post_srq_recv_sges(srq, 1, &[sge(&read_only)]),
+        Err(EngineError::InvalidWr(_))
+    ));
+    let other_srq = e.create_srq(pd, attr(2, 0)).unwrap();
+    e.post_srq_recv_sges(other_srq, 1, &[sge(&foreign)])
+        .unwrap();
+    assert_eq!(e.srq_len(other_srq).unwrap(), 1);
     assert!(matches!(
         e.post_srq_recv_sges(srq, 1, &[sge(&mr), sge(&mr)]),
         Err(EngineError::InvalidWr(_))
@@ -549,6 +552,7 @@ fn srq_verbs_refuse_bad_values_with_typed_errors() {
         Err(EngineError::InUse("protection domain")),
         "the SRQ still uses the PD"
     );
+    e.destroy_srq(other_srq).unwrap();
     e.destroy_srq(srq).unwrap();
     assert_eq!(e.destroy_srq(srq), Err(EngineError::UnknownSrq(srq)));
     assert_eq!(e.query_srq(srq), Err(EngineError::UnknownSrq(srq)));

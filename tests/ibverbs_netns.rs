@@ -883,7 +883,7 @@ fn two_programs_on_one_interface_through_the_relay() {
     let server: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let mut client = server.clone();
     client.push(link.a_ip.to_string());
-    let mut server_child = xroce_run(&link.a, &link.a_if, &[], &server)
+    let server_child = xroce_run(&link.a, &link.a_if, &[], &server)
         .spawn()
         .expect("spawn the server");
     let started = Instant::now();

@@ -613,3 +613,60 @@ fn user_memory_handles_cross_threads() {
     assert_eq!((mr.len(), mr.access()), (128, RW));
     assert_eq!(mr.user_memory().unwrap().len(), 128);
 }
+
+/// A receive posted on a region that then moves to another PD (`ibv_rereg_mr` with
+/// `IBV_REREG_MR_CHANGE_PD`) is refused when the message arrives, not when it was posted:
+/// the receive completes with a local protection error, the sender gets a remote operational
+/// error (IBTA 9.9.3.1, a malformed receive WQE), and the buffer is untouched. Posted again
+/// on the region moved back, the message lands. (rdma-core's test_mr_rereg_pd.)
+#[test]
+fn a_receive_on_a_region_moved_to_another_pd_fails_when_used() {
+    let (a, b, _link) = ends();
+    let mem_a = UserMemory::from_vec(pattern(4096, 3));
+    let mem_b = UserMemory::zeroed(4096);
+    let mr_a = a.pd.reg_user_mr(mem_a.clone(), LW).unwrap();
+    let mr_b = b.pd.reg_user_mr(mem_b.clone(), LW).unwrap();
+    let other_pd = b.dev.alloc_pd().unwrap();
+    mr_b.rereg(&MrRereg {
+        pd: Some(&other_pd),
+        ..MrRereg::default()
+    })
+    .unwrap();
+    let (qa, qb) = connect(&a, &a.pd, &b, &b.pd);
+    // Accepted: the PD is checked when the buffer is written.
+    qb.post_recv(&RecvWr {
+        wr_id: 1,
+        sg_list: vec![mr_b.sge(0, 4096).unwrap()],
+    })
+    .unwrap();
+    qa.post_send(&wr(2, WrOp::Send, vec![mr_a.sge(0, 1000).unwrap()]))
+        .unwrap();
+    assert_eq!(one(&a.cq).status, WcStatus::RemOpErr);
+    let wc = one(&b.cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::LocProtErr));
+    assert_eq!(mem_b.to_vec(), vec![0; 4096], "nothing written");
+    // Back in the QP's PD, on fresh QPs, the same message lands.
+    mr_b.rereg(&MrRereg {
+        pd: Some(&b.pd),
+        ..MrRereg::default()
+    })
+    .unwrap();
+    let (qa, qb) = connect(&a, &a.pd, &b, &b.pd);
+    qb.post_recv(&RecvWr {
+        wr_id: 3,
+        sg_list: vec![mr_b.sge(0, 4096).unwrap()],
+    })
+    .unwrap();
+    qa.post_send(&wr(4, WrOp::Send, vec![mr_a.sge(0, 1000).unwrap()]))
+        .unwrap();
+    assert_eq!(one(&a.cq).status, WcStatus::Success);
+    loop {
+        // The first QP pair's flushes may still be in B's CQ.
+        let wc = one(&b.cq);
+        if wc.wr_id == 3 {
+            assert_eq!(wc.status, WcStatus::Success);
+            break;
+        }
+    }
+    assert_eq!(mem_b.to_vec()[..1000], pattern(4096, 3)[..1000]);
+}

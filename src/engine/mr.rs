@@ -810,6 +810,40 @@ impl MrTable {
         Ok(total)
     }
 
+    /// The checks of a receive WR's SGEs when it is posted: each names a region with local
+    /// write, and its range is inside; returns the total length. The PD is checked when the
+    /// buffers are written ([`MrTable::scatter_to_receive`]), as hardware providers do: a
+    /// region may move to another PD between the post and the message (`ibv_rereg_mr`), and
+    /// then the message fails, not the post.
+    pub fn check_recv_sges(&self, sges: &[Sge]) -> Result<u64, AccessFault> {
+        let t = self.read();
+        let mut total = 0u64;
+        for sge in sges {
+            let mr = t.get(sge.lkey).ok_or(AccessFault::BadKey)?;
+            if !mr.access.contains(Access::LOCAL_WRITE) {
+                return Err(AccessFault::NoPermission);
+            }
+            mr.range(sge.addr, sge.length as u64)
+                .ok_or(AccessFault::OutOfBounds)?;
+            // At most max_sge x u32::MAX: no overflow in u64.
+            total += sge.length as u64;
+        }
+        Ok(total)
+    }
+
+    /// [`MrTable::scatter`] into a receive WR's buffers, each of which must still be a region
+    /// of `pd` with local write (IBTA 10.6: a region serves the QPs of its own PD; the L_Key
+    /// is checked when it is used); false, and nothing written, if one is not.
+    pub fn scatter_to_receive(&self, pd: PdId, sges: &[Sge], offset: u64, data: &[u8]) -> bool {
+        let t = self.read();
+        let usable = sges.iter().all(|sge| {
+            t.get(sge.lkey)
+                .is_some_and(|mr| mr.pd == pd && mr.access.contains(Access::LOCAL_WRITE))
+        });
+        drop(t);
+        usable && self.scatter(sges, offset, data)
+    }
+
     /// Copy `out.len()` bytes starting `offset` bytes into the SGE list's data.
     /// Returns false if the SGEs are no longer valid (MR deregistered meanwhile).
     pub fn gather(&self, sges: &[Sge], mut offset: u64, out: &mut [u8]) -> bool {

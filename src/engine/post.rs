@@ -2,7 +2,7 @@
 //! it (or complete it at once with a flush error in ERR).
 use super::qp::RecvWqe;
 use super::transmit::schedule;
-use super::types::{Access, EngineError, QpState, RecvWr, SendWr, SendWrRef, Sge, WcStatus};
+use super::types::{EngineError, QpState, RecvWr, SendWr, SendWrRef, Sge, WcStatus};
 use super::{mw, requester, responder, Engine};
 
 impl Engine {
@@ -119,12 +119,13 @@ impl Engine {
         let len = self
             .sh
             .mrs
-            .check_sges(qp.pd, sg_list, Access::LOCAL_WRITE)
+            .check_recv_sges(sg_list)
             .map_err(|f| EngineError::InvalidWr(format!("receive SGE: {f:?}")))?;
         let wqe = RecvWqe {
             wr_id,
             sges: sg_list.into(),
             len,
+            pd: qp.pd,
         };
         if qp.state() == QpState::Err {
             let wc = responder::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);

@@ -73,6 +73,9 @@ pub(crate) struct RecvWqe {
     pub wr_id: u64,
     pub sges: SgeList,
     pub len: u64,
+    /// The PD its buffers must be in when they are written (the QP's, or the SRQ's): a
+    /// region can move to another PD (`ibv_rereg_mr`) between the post and the message.
+    pub pd: PdId,
 }
 
 /// Requester + completer state (rxe's `req` and `comp` halves).

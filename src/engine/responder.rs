@@ -543,7 +543,10 @@ fn execute_send(
     };
     // Both terms are bounded (offset <= wqe.len, plen <= MTU): no overflow.
     check_receive_space(*offset + plen, wqe.len)?;
-    if !sh.mrs.scatter(&wqe.sges, *offset, pkt.payload) {
+    if !sh
+        .mrs
+        .scatter_to_receive(wqe.pd, &wqe.sges, *offset, pkt.payload)
+    {
         return Err(ResponderError::ReceiveBufferFault);
     }
     *offset += plen;
@@ -1132,7 +1135,11 @@ pub(crate) fn handle_ud(
         super::cq::post(qp, sh, cq, wc, false);
         return;
     }
-    if !sh.mrs.scatter(&wqe.sges, 0, &grh) || !sh.mrs.scatter(&wqe.sges, 40, pkt.payload) {
+    if !sh.mrs.scatter_to_receive(wqe.pd, &wqe.sges, 0, &grh)
+        || !sh
+            .mrs
+            .scatter_to_receive(wqe.pd, &wqe.sges, 40, pkt.payload)
+    {
         let wc = recv_wc(qp, &wqe, WcStatus::LocProtErr, 0);
         let cq = qp.recv_cq;
         super::cq::post(qp, sh, cq, wc, false);
@@ -1242,6 +1249,7 @@ mod tests {
                 wr_id: 1,
                 sges: SgeList::from(&[][..]),
                 len: 0,
+                pd: PdId(0),
             },
             offset: 0,
         };
@@ -1330,6 +1338,7 @@ mod tests {
             wr_id: 7,
             sges: SgeList::from(&[][..]),
             len: 0,
+            pd: PdId(0),
         });
         let taken = take_resource(&mut qp, &mut sh, Kind::Send, send).unwrap();
         assert_eq!(taken.map(|w| w.wr_id), Some(7));

@@ -17,7 +17,7 @@ use arc_swap::{ArcSwap, Guard};
 
 use super::limits;
 use super::qp::{Qp, RecvWqe};
-use super::types::{Access, EngineError, Event, PdId, Sge, SrqAttr, SrqAttrMask, SrqId};
+use super::types::{EngineError, Event, PdId, Sge, SrqAttr, SrqAttrMask, SrqId};
 use super::{DeviceState, Engine};
 
 /// One shared receive queue.
@@ -298,12 +298,13 @@ impl Engine {
                     )));
                 }
                 let len = mrs
-                    .check_sges(q.pd, sg_list, Access::LOCAL_WRITE)
+                    .check_recv_sges(sg_list)
                     .map_err(|f| EngineError::InvalidWr(format!("receive SGE: {f:?}")))?;
                 q.queue.push_back(RecvWqe {
                     wr_id,
                     sges: sg_list.into(),
                     len,
+                    pd: q.pd,
                 });
                 Ok(())
             })
