@@ -493,7 +493,7 @@ mod tests {
         let err = parse(&["--driver", "mem", "--", "true"])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("[possible values: xdp, udp]"), "{err}");
+        assert!(err.contains("[possible values: xdp, udp, relay]"), "{err}");
         let err = parse(&["--progress", "spin", "--", "true"])
             .unwrap_err()
             .to_string();
