@@ -212,6 +212,12 @@ pub fn run<S: OobStream, F: FnOnce() -> anyhow::Result<S>>(
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
+    // RC (and UC, harmlessly): the peer may not have our ACK of its last message yet (a lost ACK is answered by a
+    // resend, IBTA 9.7.5.1.1 re-ACKs duplicates); keep the QP a moment longer so a peer that
+    // retries forever (rxe with retry_cnt 7) is answered instead of left resending.
+    if !opts.ud {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     for line in pingpong_oob::result_lines(opts.size as u64, opts.iters, usec) {
         writeln!(out, "{line}")?;
     }
