@@ -10,10 +10,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use crate::structs::{
-    ibv_ah_attr, ibv_device_attr, ibv_port_attr, ibv_qp_attr, ibv_qp_cap, ibv_sge, ibv_srq_attr,
-    ibv_wc,
-};
+use crate::structs::{ibv_device_attr, ibv_port_attr, ibv_qp_cap, ibv_sge, ibv_srq_attr, ibv_wc};
 
 /// `pthread_mutex_t` (40 bytes on x86_64 glibc). All zero bytes is
 /// `PTHREAD_MUTEX_INITIALIZER`; the library never locks it, programs do not either.
@@ -852,8 +849,3 @@ pub struct ibv_device_attr_ex {
     /// Ports beyond 255.
     pub phys_port_cnt_ex: u32,
 }
-
-/// Keeps `ibv_qp_attr` and `ibv_ah_attr` in the names this module uses.
-pub type QpAttrC = ibv_qp_attr;
-/// See [`QpAttrC`].
-pub type AhAttrC = ibv_ah_attr;

@@ -18,8 +18,8 @@ use xroce::verbs::AhAttr;
 use super::resources::PdObj;
 use super::{lock, set_errno};
 use crate::objects::{ibv_ah, ibv_context, ibv_pd};
-use crate::structs::{ibv_ah_attr, ibv_global_route, ibv_wc};
-use crate::values::{ibv_wc_status, wc_flags};
+use crate::structs::{ibv_ah_attr, ibv_wc};
+use crate::values::wc_flags;
 
 /// Says once per function that it is not supported.
 fn unsupported(name: &str, why: &str) {
@@ -49,7 +49,6 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
             c"invalid EE context state", c"fatal error", c"response timeout error",
             c"general error",
         ];
-        let _ = ibv_wc_status::SUCCESS;
         static_str(NAMES.get(status as usize).copied().unwrap_or(c"unknown"))
     }
 
@@ -227,7 +226,6 @@ unsafe fn ah_attr_from_wc(
     };
     let mut c = ibv_ah_attr::from(ah);
     c.port_num = 1;
-    let _ = ibv_global_route::default();
     Ok(c)
 }
 
