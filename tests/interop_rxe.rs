@@ -1724,6 +1724,30 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
     }
 }
 
+/// The harness itself: a guest program still running when its case ends is killed (by
+/// `lab-wait` on its timeout, and by `lab-bg` before the name is reused), so it cannot send
+/// into a later case's capture. A stuck rxe server once resent for 70 s and spoiled four.
+fn check_stuck_programs_are_killed(lab: &Lab) {
+    // `timeout` puts the program in a process group of its own, as every case command does.
+    let (ok, out) = lab.exec(
+        1,
+        "lab-bg stuck-probe timeout 300 sleep 300; lab-wait stuck-probe 1",
+    );
+    assert!(
+        !ok && out.contains("still running"),
+        "lab-wait did not report the stuck probe: {out}"
+    );
+    let (_, out) = lab.exec(
+        1,
+        "lab-bg stuck-probe timeout 300 sleep 301; sleep 0.3; lab-bg stuck-probe true; \
+         sleep 0.5; pgrep -f 'sleep 30[01]' >/dev/null && echo PROBE-LEFT || echo PROBE-GONE",
+    );
+    assert!(
+        out.contains("PROBE-GONE"),
+        "a stuck guest program outlived lab-wait's timeout or lab-bg's restart: {out}"
+    );
+}
+
 fn wait_child(child: &mut Child, limit: Duration) -> bool {
     let t0 = Instant::now();
     loop {
@@ -1920,6 +1944,7 @@ fn interop_with_rxe() {
     lab.ctut_lib = ctut_lib;
     lab.abi_lib = abi_lib;
     let lab = lab;
+    check_stuck_programs_are_killed(&lab);
     // Cases run in table order in three phases: (1) the MTU 1500 cases that use g2, then (2)
     // two lanes: the other MTU 1500 cases (g1 only) and the host2 cases (Debian's binaries on
     // xroce's library against g2), then (3) the MTU 9000 cases (one MTU switch). The lanes
