@@ -355,7 +355,9 @@ pub struct CmReq {
     pub transport_type: TransportType,
     /// End-to-end flow control (43[7]).
     pub end_to_end_flow_control: bool,
-    /// The active QP's first send PSN (24 bits at 44): the passive side's expected PSN.
+    /// Starting PSN (24 bits at 44): the first PSN the active QP receives, so where the
+    /// passive QP starts sending (its SQ PSN). Linux's CM and rxe use it so (the
+    /// rxe_cm_rping.pcap capture: g1's first packet carries the REQ's PSN).
     pub starting_psn: u32,
     /// How long the active side takes to answer a REP (5-bit exponent at 47[0]).
     pub local_cm_response_timeout: u8,
@@ -670,7 +672,8 @@ pub struct CmRep {
     pub vendor_id: u32,
     /// Local EE context (24 bits at 16; RD only).
     pub local_eecn: u32,
-    /// The passive QP's first send PSN (24 bits at 20): the active side's expected PSN.
+    /// Starting PSN (24 bits at 20): the first PSN the passive QP receives, so where the
+    /// active QP starts sending.
     pub starting_psn: u32,
     /// RDMA READ/atomic requests the passive side accepts at once (24).
     pub responder_resources: u8,
@@ -1307,4 +1310,18 @@ impl CmMad {
         self.emit(&mut out)?;
         Ok(out)
     }
+}
+
+/// The CM MAD a RoCE packet carries, if it is one: a UD SEND to QP1 (the GSI, IBTA 13.5.1)
+/// whose MAD is of the CM class. `None` for any other packet (including GSI MADs of other
+/// classes); `Some(Err)` for a CM MAD that does not parse.
+pub fn gsi_cm_mad(packet: &super::packet::PacketRepr<'_>) -> Option<MadResult<CmMad>> {
+    use super::mad::{GSI_QPN, MGMT_CLASS_CM};
+    if packet.bth.opcode != super::opcode::Opcode::UD_SEND_ONLY
+        || packet.bth.dest_qp != GSI_QPN
+        || packet.payload.get(1) != Some(&MGMT_CLASS_CM)
+    {
+        return None;
+    }
+    Some(CmMad::parse(packet.payload))
 }
