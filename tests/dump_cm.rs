@@ -203,3 +203,23 @@ fn a_cm_mad_that_does_not_parse_is_reported_not_fatal() {
         "{text}"
     );
 }
+
+#[test]
+fn resends_and_mras_show_in_the_handshake() {
+    let text = stdout(&dump(&[], &fixture("rxe_cm_slow_accept.pcap")));
+    assert!(
+        text.contains(
+            "REQ x2 -> MRA(passive) -> REP -> RTU -> DREQ -> DREP  (frames #1 #2 #3 #4 #5 #18 #19)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("CM MRA comm=0xc0b7e32a remote_comm=0x31cffad4 mraed=Req service_timeout=24"),
+        "{text}"
+    );
+    let lost = stdout(&dump(&[], &fixture("rxe_cm_lost_req.pcap")));
+    assert!(
+        lost.contains("REQ x2 -> REP -> RTU -> DREQ -> DREP  (frames #1 #2 #3 #4 #17 #18)"),
+        "{lost}"
+    );
+}
