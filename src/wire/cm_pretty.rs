@@ -490,7 +490,7 @@ fn explain_rej(m: &CmRej, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
         at + 10,
         2,
         format_args!(
-            "reason {}: {} (IBTA 12.6.7.2, Table 112)",
+            "reason {}: {} (IBTA 12.6.7, reject reasons)",
             m.reason.code(),
             m.reason.description()
         ),

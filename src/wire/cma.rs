@@ -11,7 +11,7 @@
 //! ```
 //! An IPv4 address takes the last 4 bytes of its 16 (the first 12 zero).
 //! Service id (RoCE and IB alike): `port_space << 16 | port` (cma.c). The port-space codes
-//! of TCP, UDP and IB start with 0x01, which puts those ids in IBTA Annex A3's IP-based range
+//! of TCP, UDP and IB start with 0x01, which puts those ids in the IBTA's IP-based CM range
 //! `0x0000_0000_01PP_pppp` (protocol PP: 0x06 TCP, 0x11 UDP); IPoIB's 0x0002 does not.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
