@@ -223,3 +223,24 @@ fn resends_and_mras_show_in_the_handshake() {
         "{lost}"
     );
 }
+
+#[test]
+fn interleaved_connections_each_get_their_handshake() {
+    let text = stdout(&dump(&[], &fixture("rxe_cm_ucmatose.pcap")));
+    assert!(
+        text.contains("CM connections:     3 (15 CM MADs)"),
+        "{text}"
+    );
+    for frames in [
+        "(frames #1 #2 #7 #34 #37)",
+        "(frames #3 #4 #8 #35 #38)",
+        "(frames #5 #6 #9 #36 #39)",
+    ] {
+        assert!(
+            text.contains(&format!(
+                "REQ -> REP -> RTU -> DREQ(passive) -> DREP  {frames}"
+            )),
+            "{frames}: {text}"
+        );
+    }
+}
