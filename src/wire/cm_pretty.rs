@@ -107,8 +107,8 @@ fn explain_header(h: &MadHeader, at: usize, out: &mut Explainer<'_>) -> fmt::Res
         at + 8,
         8,
         format_args!(
-            "transaction id 0x{:016x}: a resend keeps it (IBTA 13.4.6.4); Linux answers with \
-             the one it answers (REP, RTU: the REQ's; DREP: the DREQ's)",
+            "transaction id 0x{:016x}: a resend keeps it (IBTA 13.4.6.4); in Linux a reply \
+             reuses the id of what it answers (REP, RTU: the REQ's; DREP: the DREQ's)",
             h.transaction_id
         ),
         C,
