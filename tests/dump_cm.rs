@@ -244,3 +244,13 @@ fn interleaved_connections_each_get_their_handshake() {
         );
     }
 }
+
+#[test]
+fn ipv6_rdma_cm_addresses_are_bracketed_with_their_port() {
+    let text = stdout(&dump(&[], &fixture("rxe_cm_rping_ipv6.pcap")));
+    assert!(
+        text.contains("rdma_cm [fe80::5054:ff:fe18:c]:51558 > fe80::5054:ff:fe18:b"),
+        "{text}"
+    );
+    assert!(text.contains("REQ -> REP -> RTU -> DREQ -> DREP  (frames #1 #2 #3 #16 #17)"));
+}

@@ -337,6 +337,43 @@ fn three_ucmatose_connections_interleave_and_the_passive_side_disconnects() {
     }
 }
 
+#[test]
+fn rping_over_ipv6_link_local_carries_ipv6_gids_and_an_ipv6_rdma_cm_header() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rxe_cm_rping_ipv6.pcap");
+    let mut names = vec![];
+    let mut req = None;
+    for f in read_capture(path).unwrap() {
+        let p = parse_frame(&f.data).unwrap();
+        assert!(p.icrc_ok());
+        let IpRepr::V6 { src, dst, .. } = p.repr.ip else {
+            panic!("IPv4 in the IPv6 capture")
+        };
+        if let Some(m) = gsi_cm_mad(&p.repr.roce) {
+            let m = m.unwrap();
+            assert_eq!(&m.to_bytes().unwrap()[..], p.repr.roce.payload);
+            names.push(m.message.name());
+            if let CmMessage::Req(r) = m.message {
+                req = Some((r, src, dst));
+            }
+        }
+    }
+    assert_eq!(names, ["REQ", "REP", "RTU", "DREQ", "DREP"]);
+    let (req, src, dst) = req.unwrap();
+    // The GIDs are the link-local addresses themselves, not IPv4-mapped.
+    assert_eq!(req.primary_path.local_gid, src.octets());
+    assert_eq!(req.primary_path.remote_gid, dst.octets());
+    assert!(src.is_unicast_link_local());
+    let hdr = CmaHeader::parse(req.private_data.as_bytes()).unwrap();
+    assert_eq!(hdr.ip_version(), 6);
+    assert_eq!(
+        (hdr.src_addr, hdr.dst_addr),
+        (IpAddr::V6(src), IpAddr::V6(dst))
+    );
+    let mut again = [0u8; 36];
+    hdr.emit(&mut again).unwrap();
+    assert_eq!(&again[..], &req.private_data.as_bytes()[..36]);
+}
+
 // ---------------------------------------------------------------------------------------
 // Typed errors, never a panic
 
