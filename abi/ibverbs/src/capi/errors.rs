@@ -29,7 +29,7 @@ fn engine_errno(e: &EngineError) -> c_int {
     match e {
         // rdma-core's providers say ENOMEM for a full queue: the application retries later.
         EngineError::QueueFull(_) => libc::ENOMEM,
-        EngineError::InUse(_) => libc::EBUSY,
+        EngineError::InUse(_) | EngineError::GsiExists => libc::EBUSY,
         EngineError::UnsupportedOperation { .. } => libc::EOPNOTSUPP,
         _ => libc::EINVAL,
     }
