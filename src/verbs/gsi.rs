@@ -86,7 +86,8 @@ pub struct ReceivedMad {
     pub src_gid: Gid,
     /// The sender's QPN (DETH source QP): 1 for another GSI.
     pub src_qpn: u32,
-    /// The sender's MAC (Ethernet source): the next hop to answer through.
+    /// The sender's MAC (Ethernet source): the next hop to answer through (all zero from a
+    /// driver that does not see Ethernet headers, the kernel UDP socket's).
     pub src_mac: MacAddr,
     /// The local GID it was sent to (IP destination address).
     pub dest_gid: Gid,
@@ -102,8 +103,8 @@ pub struct ReceivedMad {
 }
 
 impl ReceivedMad {
-    /// Where an answer goes: the sender's QP, through the MAC the MAD came from, from the
-    /// local GID it was sent to, with the GSI's Q_Key.
+    /// Where an answer goes: the sender's QP, through the MAC the MAD came from (when the
+    /// driver saw one), from the local GID it was sent to, with the GSI's Q_Key.
     pub fn reply_to(&self) -> MadAddress {
         MadAddress {
             gid: self.src_gid,
@@ -111,12 +112,18 @@ impl ReceivedMad {
             qkey: GSI_QKEY,
             pkey_index: 0,
             sgid_index: self.dest_gid_index.unwrap_or(0).min(255) as u8,
-            mac: Some(self.src_mac),
+            // A driver that cannot see the Ethernet header (the kernel UDP socket) reports
+            // the zero MAC: then the neighbour table answers at send time.
+            mac: is_unicast(self.src_mac).then_some(self.src_mac),
             hop_limit: 64,
             traffic_class: self.traffic_class,
             udp_src_port: None,
         }
     }
+}
+
+fn is_unicast(mac: MacAddr) -> bool {
+    mac.0 != [0; 6] && mac.0[0] & 1 == 0
 }
 
 /// What the GSI counted on its own (the engine's `gsi_*` counters count frames).

@@ -82,8 +82,8 @@ mod srq;
 pub use attr::{DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
 pub use device::{
-    mem_link_config, Device, DeviceConfig, DeviceIdentity, DriverKind, ProgressMode, ProgressStats,
-    TracedFrame, MAX_SHARDS,
+    mem_link_config, Device, DeviceConfig, DeviceIdentity, DeviceRoute, DriverKind, ProgressMode,
+    ProgressStats, TracedFrame, MAX_SHARDS,
 };
 pub use error::{Result, VerbsError};
 pub use gsi::{Gsi, GsiStats, MadAddress, ReceivedMad, MAD_LEN};
