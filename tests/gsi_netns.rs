@@ -132,7 +132,7 @@ fn helper_main(role: &str) -> Result<String, String> {
             }
             let c = dev.counters();
             Ok(format!(
-                "driver={} gsi_sent={} gsi_rcvd={} unreachable_after={took:?}",
+                "if={} gsi_sent={} gsi_rcvd={} unreachable_after={took:?}",
                 dev.driver_info().name,
                 c.gsi_sent,
                 c.gsi_rcvd
