@@ -71,14 +71,24 @@ fn helper_main(role: &str) -> Result<String, String> {
         "lab" => lab_helper(&dev, &gsi),
         "b" => {
             say("READY".into());
-            let got = gsi
-                .recv_timeout(Duration::from_secs(30))
-                .map_err(|e| e.to_string())?;
-            if *got.mad != mad(0x3c) || got.src_qpn != 1 {
-                return Err(format!("unexpected MAD from QPN {}", got.src_qpn));
+            let rounds = if std::env::var_os("XG_PEER6").is_some() {
+                2
+            } else {
+                1
+            };
+            let mut got = None;
+            for _ in 0..rounds {
+                let m = gsi
+                    .recv_timeout(Duration::from_secs(30))
+                    .map_err(|e| e.to_string())?;
+                if *m.mad != mad(0x3c) || m.src_qpn != 1 {
+                    return Err(format!("unexpected MAD from QPN {}", m.src_qpn));
+                }
+                gsi.send(&m.reply_to(), &mad(0xc3))
+                    .map_err(|e| e.to_string())?;
+                got.get_or_insert(m);
             }
-            gsi.send(&got.reply_to(), &mad(0xc3))
-                .map_err(|e| e.to_string())?;
+            let got = got.expect("one round at least");
             // Stay until the answer is out.
             std::thread::sleep(Duration::from_millis(500));
             let c = dev.counters();
@@ -112,6 +122,30 @@ fn helper_main(role: &str) -> Result<String, String> {
             if *answer.mad != mad(0xc3) || answer.src_qpn != 1 || answer.src_gid.to_ip() != peer {
                 return Err(format!("unexpected answer {answer:?}"));
             }
+            // Over IPv6 too: ND for the next hop, an IPv6 source GID.
+            let mut over_v6 = String::new();
+            if let Ok(peer6) = std::env::var("XG_PEER6") {
+                let peer6: IpAddr = peer6.parse().unwrap();
+                // Right after the link comes up the kernel's first solicitation waits for
+                // the link-local address's duplicate address detection (about a second):
+                // one more try then.
+                let route6 = dev
+                    .resolve_route(peer6)
+                    .or_else(|_| dev.resolve_route(peer6))
+                    .map_err(|e| format!("route to {peer6}: {e}"))?;
+                if route6.mac.to_string() != peer_mac || !route6.source.is_ipv6() {
+                    return Err(format!("route to {peer6}: {route6:?}"));
+                }
+                let to6 = MadAddress::gsi(Gid::from_ip(peer6), route6.sgid_index as u8);
+                gsi.send(&to6, &mad(0x3c)).map_err(|e| e.to_string())?;
+                let answer = gsi
+                    .recv_timeout(WAIT)
+                    .map_err(|e| format!("answer v6: {e}"))?;
+                if *answer.mad != mad(0xc3) || answer.src_gid.to_ip() != peer6 {
+                    return Err(format!("unexpected answer over IPv6 {answer:?}"));
+                }
+                over_v6 = format!(" v6_from={}", route6.source);
+            }
             // Nobody has this on-link address: a typed error within the timeout.
             let t = Instant::now();
             let nobody = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 77));
@@ -133,7 +167,7 @@ fn helper_main(role: &str) -> Result<String, String> {
             }
             let c = dev.counters();
             Ok(format!(
-                "if={} gsi_sent={} gsi_rcvd={} unreachable_after={took:?}",
+                "if={} gsi_sent={} gsi_rcvd={} unreachable_after={took:?}{over_v6}",
                 dev.driver_info().name,
                 c.gsi_sent,
                 c.gsi_rcvd
@@ -143,29 +177,38 @@ fn helper_main(role: &str) -> Result<String, String> {
 }
 
 fn run(driver: &str) {
+    // The UDP driver binds one address (one family): IPv6 only over AF_XDP.
+    let v6 = driver == "xdp";
     let link = VethLink::create(&LinkConfig {
-        ipv6: false,
+        ipv6: v6,
         ..LinkConfig::default()
     })
     .expect("creating namespaces and veth");
     let mac = |m: [u8; 6]| MacAddr(m).to_string();
     let env_for = |ifname: &str| {
-        vec![
+        let mut env = vec![
             ("XG_IFNAME", ifname.to_string()),
             ("XG_DRIVER", driver.to_string()),
             ("XG_PEER", link.b_ip.to_string()),
             ("XG_PEER_MAC", mac(link.b_mac)),
-        ]
+        ];
+        if let Some(b6) = link.b_ip6.filter(|_| v6) {
+            env.push(("XG_PEER6", b6.to_string()));
+        }
+        env
     };
     let mut b = Helper::spawn(&link.b, "b", &env_for(&link.b_if));
     b.expect("READY", Duration::from_secs(30));
     let mut a = Helper::spawn(&link.a, "a", &env_for(&link.a_if));
-    // B first: when A's answer does not come, B's line says why.
-    let pb = b.expect("PASS", Duration::from_secs(60));
     let pa = a.expect("PASS", Duration::from_secs(60));
+    let pb = b.expect("PASS", Duration::from_secs(60));
     eprintln!("a: {pa}\nb: {pb}");
-    assert!(pa.contains("gsi_sent=1 gsi_rcvd=1"), "{pa}");
-    assert!(pb.contains("gsi_rcvd=1 gsi_sent=1"), "{pb}");
+    let n = if v6 { 2 } else { 1 };
+    assert!(pa.contains(&format!("gsi_sent={n} gsi_rcvd={n}")), "{pa}");
+    assert!(pb.contains(&format!("gsi_rcvd={n} gsi_sent={n}")), "{pb}");
+    if v6 {
+        assert!(pa.contains("v6_from=2001:2::1"), "{pa}");
+    }
     assert!(pb.contains(&format!("from={} ", link.a_ip)), "{pb}");
     if driver == "xdp" {
         // The UDP driver cannot see Ethernet headers: no MAC to check there.

@@ -8,7 +8,9 @@
 //! against 0x8001_0000, a receive WQE with a 40-byte GRH area); its sends carry source QP 1 in
 //! the DETH. Ordinary QPs cannot impersonate it: a Q_Key with bit 31 set is refused on them
 //! (`modify_qp`), and a UD send WR's Q_Key with bit 31 set means "the QP's own" (IBTA
-//! 3.5.3), so only the GSI ever sends 0x8001_0000.
+//! 3.5.3), so only the GSI ever sends 0x8001_0000. (Linux refuses a controlled Q_Key to
+//! unprivileged users only, CAP_NET_RAW may set one; xroce refuses it to every caller, so a
+//! program that puts e.g. 0xFFFF_FFFF on its UD QPs as root gets EPERM here.)
 use super::types::{EngineError, QpAttr, QpAttrMask, QpInit, QpState, QpType};
 use super::Engine;
 

@@ -31,6 +31,8 @@ fn engine_errno(e: &EngineError) -> c_int {
         EngineError::QueueFull(_) => libc::ENOMEM,
         EngineError::InUse(_) | EngineError::GsiExists => libc::EBUSY,
         EngineError::UnsupportedOperation { .. } => libc::EOPNOTSUPP,
+        // A controlled Q_Key (bit 31) on an ordinary QP: Linux's uverbs says EPERM.
+        EngineError::InvalidAttributeValue { attr: "QKEY", .. } => libc::EPERM,
         _ => libc::EINVAL,
     }
 }
