@@ -123,3 +123,22 @@ fn a_bad_mad_address_is_a_typed_error() {
         Err(VerbsError::Timeout(_))
     ));
 }
+
+#[test]
+fn a_route_in_memory_comes_from_the_static_neighbours() {
+    let (a, b, _link) =
+        Device::mem_pair(&mem_link_config(1500, 0.0, 1), DeviceConfig::default()).unwrap();
+    let gb = b.ipv4_gid_index().unwrap();
+    let b_ip = b.query_gid(gb).unwrap().to_ip();
+    let route = a.resolve_route(b_ip).unwrap();
+    assert_eq!(route.mac, b.netdev().mac);
+    assert_eq!(route.sgid_index, a.ipv4_gid_index().unwrap());
+    assert_eq!(route.source, a.query_gid(route.sgid_index).unwrap().to_ip());
+    assert_eq!(route.gateway, None);
+    // An address nobody declared: a typed error, not a wait.
+    let nobody: std::net::IpAddr = "198.18.0.99".parse().unwrap();
+    assert!(matches!(
+        a.resolve_route(nobody),
+        Err(VerbsError::Netdev(_))
+    ));
+}
