@@ -1004,6 +1004,72 @@ pub fn route_to(ip: IpAddr) -> Result<Route, NetdevError> {
     Rtnl::open()?.route(ip, None)
 }
 
+/// Where frames to a destination go, all the way to the next hop's MAC ([`resolve_route`]):
+/// what an address resolution of the RDMA CM needs (`rdma_resolve_addr` / `rdma_resolve_route`
+/// in librdmacm).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedRoute {
+    /// The destination asked about.
+    pub dest: IpAddr,
+    /// The outgoing interface.
+    pub ifname: String,
+    /// Its index.
+    pub ifindex: u32,
+    /// The source address the kernel picks for it (the route's preferred source, else the
+    /// interface's first address of the destination's family).
+    pub source: IpAddr,
+    /// The router towards `dest`, `None` when it is on-link.
+    pub gateway: Option<IpAddr>,
+    /// The address whose MAC frames carry: the gateway, or `dest` itself.
+    pub next_hop: IpAddr,
+    /// The next hop's MAC (the interface's own for a local destination).
+    pub mac: MacAddr,
+    /// Whether `dest` is an address of this host.
+    pub local: bool,
+}
+
+/// Resolves the route to `dest` (RTM_GETROUTE: outgoing interface, source, gateway) and the
+/// next hop's MAC (the neighbour table, resolved when missing as [`resolve_neighbour`] does).
+/// Typed errors: [`NetdevError::NoRoute`] when the kernel has no route (network
+/// unreachable), [`NetdevError::NeighbourTimeout`] / [`NetdevError::NeighbourFailed`] when
+/// the next hop does not answer within `timeout`.
+pub fn resolve_route(dest: IpAddr, timeout: Duration) -> Result<ResolvedRoute, NetdevError> {
+    let mut rtnl = Rtnl::open()?;
+    let route = rtnl.route(dest, None)?;
+    let ifname = rtnl_name_of(&mut rtnl, route.oif);
+    let info = rtnl.query(&ifname)?;
+    let source = route
+        .pref_source
+        .or_else(|| {
+            info.addrs
+                .iter()
+                .map(|a| a.ip)
+                .find(|ip| ip.is_ipv4() == dest.is_ipv4())
+        })
+        .ok_or_else(|| NetdevError::NoRoute {
+            ip: dest,
+            source: std::io::Error::new(
+                ErrorKind::AddrNotAvailable,
+                format!("{ifname} has no address of the destination's family"),
+            ),
+        })?;
+    let mac = if route.local {
+        info.mac
+    } else {
+        resolve_neighbour(&ifname, dest, timeout)?
+    };
+    Ok(ResolvedRoute {
+        dest,
+        ifname,
+        ifindex: route.oif,
+        source,
+        gateway: route.gateway,
+        next_hop: route.next_hop(dest),
+        mac,
+        local: route.local,
+    })
+}
+
 fn driver_from_sysfs(ifname: &str) -> Option<String> {
     let link = std::fs::read_link(format!("/sys/class/net/{ifname}/device/driver")).ok()?;
     link.file_name().map(|n| n.to_string_lossy().into_owned())

@@ -15,8 +15,12 @@
 //! the slot in bits 16..23 of the 24-bit QPN ([`crate::engine::EngineConfig::qpn_prefix`],
 //! which [`Driver::qpn_prefix`] hands the device). So the BTH destination QP of a frame names
 //! its process:
-//! - from the wire: to the client of slot `dest_qp >> 16`; no such client (QPN 0/1, a QPN
+//! - from the wire: to the client of slot `dest_qp >> 16`; no such client (QPN 0, a QPN
 //!   below 2^16, a slot nobody holds, a frame too short for a BTH): dropped and counted.
+//!   QP1, the GSI (management datagrams, the CM's), is dropped and counted apart
+//!   (`dropped_gsi`): the GSI is one per port, and no client's engine holds QP1 (its QPNs are
+//!   its slot's). Serving it behind a relay would take one designated client (or the relay
+//!   itself) owning QP1 and passing MADs on; not done yet.
 //! - from a client: to one of the interface's own addresses with another client's slot: to
 //!   that client directly (two processes of one host talking to each other: the wire would
 //!   not bring the frame back); to an own address with a slot nobody holds: dropped and
@@ -86,12 +90,15 @@ pub enum DropReason {
     NotRoce,
     /// The destination QPN names no connected client.
     NoClient,
+    /// To QP1, the GSI, which no client holds.
+    Gsi,
 }
 
 /// Where a frame received from the wire goes: `connected(slot)` says which slots are held.
 pub fn steer_from_wire(frame: &[u8], connected: impl Fn(u8) -> bool) -> Steer {
     match crate::wire::frame::frame_dest_qpn(frame) {
         None => Steer::Drop(DropReason::NotRoce),
+        Some(crate::engine::GSI_QPN) => Steer::Drop(DropReason::Gsi),
         Some(qpn) => match slot_of_qpn(qpn) {
             0 => Steer::Drop(DropReason::NoClient),
             s if connected(s) => Steer::Client(s),
@@ -172,6 +179,8 @@ pub struct RelayStats {
     pub dropped_no_client: AtomicU64,
     /// Frames dropped: not RoCEv2.
     pub dropped_not_roce: AtomicU64,
+    /// Frames dropped: to QP1 (the GSI), which no client holds.
+    pub dropped_gsi: AtomicU64,
     /// Frames dropped: the client's socket buffer was full (it does not keep up).
     pub dropped_client_full: AtomicU64,
     /// Frames dropped: the driver refused them (transmit ring full after a flush, ...).
@@ -183,6 +192,7 @@ impl RelayStats {
         match reason {
             DropReason::NoClient => &self.dropped_no_client,
             DropReason::NotRoce => &self.dropped_not_roce,
+            DropReason::Gsi => &self.dropped_gsi,
         }
         .fetch_add(1, Ordering::Relaxed);
     }
@@ -193,7 +203,7 @@ impl RelayStats {
         format!(
             "clients connected {} disconnected {} refused {}; frames wire->client {} \
              client->wire {} client->client {}; dropped: no client {} not RoCE {} \
-             client full {} wire tx {}",
+             QP1 {} client full {} wire tx {}",
             g(&self.connected),
             g(&self.disconnected),
             g(&self.refused),
@@ -202,6 +212,7 @@ impl RelayStats {
             g(&self.client_to_client),
             g(&self.dropped_no_client),
             g(&self.dropped_not_roce),
+            g(&self.dropped_gsi),
             g(&self.dropped_client_full),
             g(&self.dropped_wire_tx),
         )
@@ -795,8 +806,13 @@ mod tests {
             steer_from_wire(&frame_to([198, 18, 0, 1], 0x01_ffff), held),
             Steer::Client(1)
         );
-        // A slot nobody holds, QP1 and the QPNs of an unprefixed engine: no client.
-        for qpn in [0x02_0011, 1, 0x11, 0xffff] {
+        // QP1: dropped as the GSI's.
+        assert_eq!(
+            steer_from_wire(&frame_to([198, 18, 0, 1], 1), held),
+            Steer::Drop(DropReason::Gsi)
+        );
+        // A slot nobody holds, QP0 and the QPNs of an unprefixed engine: no client.
+        for qpn in [0x02_0011, 0, 0x11, 0xffff] {
             assert_eq!(
                 steer_from_wire(&frame_to([198, 18, 0, 1], qpn), held),
                 Steer::Drop(DropReason::NoClient),

@@ -78,6 +78,10 @@ counters! {
         /// UC messages the responder dropped: abandoned part-way (a PSN gap, a FIRST/ONLY
         /// before the LAST) or refused at their start (no receive WQE, R_Key, length).
         uc_messages_dropped,
+        /// MADs the GSI (QP1) sent.
+        gsi_sent,
+        /// MADs the GSI (QP1) received into a receive WQE.
+        gsi_rcvd,
         ;
         /// Incoming frames dropped, by reason.
         drops: DropCounters,
@@ -131,6 +135,10 @@ counters! {
         response_queue_full,
         /// `poll_transmit` got a buffer too small for the next frame.
         tx_buffer_too_small,
+        /// Frames to QP1 while no GSI is open on the device.
+        no_gsi,
+        /// Frames to QP1 whose Q_Key is not the GSI's 0x8001_0000 (IBTA 13.5.1).
+        gsi_bad_qkey,
     }
 }
 
@@ -151,7 +159,7 @@ mod tests {
             ..Counters::default()
         };
         let top: Vec<_> = c.fields().collect();
-        assert_eq!(top.len(), 16);
+        assert_eq!(top.len(), 18);
         assert_eq!(top[0], ("sent_pkts", 1));
         assert_eq!(top[14], ("read_response_faults", 15));
         assert_eq!(
@@ -159,9 +167,9 @@ mod tests {
             top.iter().map(|(n, _)| *n).collect::<Vec<_>>()
         );
         let drops: Vec<_> = c.drops.fields().collect();
-        assert_eq!(drops.len(), 20);
+        assert_eq!(drops.len(), 22);
         assert_eq!(drops[0], ("bad_icrc", 2));
         assert_eq!(drops[19], ("tx_buffer_too_small", 19));
-        assert_eq!(DropCounters::NAMES.len(), 20);
+        assert_eq!(DropCounters::NAMES.len(), 22);
     }
 }

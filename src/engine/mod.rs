@@ -29,6 +29,7 @@
 //! - `mod.rs`: the [`Engine`] and its configuration, the device-wide state, the timer entry
 //!   points ([`Engine::handle_timeout`], [`Engine::poll_timeout`]).
 //! - `objects`: creating, querying and destroying PDs, MRs, CQs and QPs.
+//! - `gsi`: the general services interface, QP1 (its Q_Key rule, [`Engine::create_gsi`]).
 //! - `srq`: shared receive queues (their table, shared by the shards, and the limit event).
 //! - `mw`: memory windows (allocate, bind, deallocate) and the send queue's local
 //!   operations (BIND_MW, LOCAL_INV).
@@ -63,6 +64,7 @@ pub mod av;
 mod completer;
 pub mod counters;
 mod cq;
+mod gsi;
 pub mod limits;
 mod modify;
 mod mr;
@@ -81,6 +83,7 @@ mod transmit;
 pub mod types;
 
 pub use counters::{Counters, DropCounters};
+pub use gsi::{CONTROLLED_QKEY_BIT, GSI_QKEY, GSI_QPN};
 pub use mr::MrMemory;
 pub use mw::MwInfo;
 pub use objects::{check_mr_access, MrChange, MrInfo};

@@ -32,6 +32,14 @@ impl Engine {
         }
         state::check_transition(cur, to, qp.qp_type, mask)?;
         validate_values(attr, mask, cfg)?;
+        if mask.contains(QpAttrMask::QKEY) {
+            if let Some(reason) = super::gsi::qkey_refusal(qpn, attr.qkey) {
+                return Err(EngineError::InvalidAttributeValue {
+                    attr: "QKEY",
+                    reason,
+                });
+            }
+        }
         if mask.contains(QpAttrMask::ALT_PATH) || mask.contains(QpAttrMask::PATH_MIG_STATE) {
             return Err(EngineError::InvalidAttributeValue {
                 attr: "ALT_PATH",

@@ -483,7 +483,11 @@ impl Engine {
         self.create_qp_inner(init, Some(qpn))
     }
 
-    fn create_qp_inner(&mut self, init: QpInit, chosen: Option<u32>) -> Result<u32, EngineError> {
+    pub(super) fn create_qp_inner(
+        &mut self,
+        init: QpInit,
+        chosen: Option<u32>,
+    ) -> Result<u32, EngineError> {
         self.check_pd(init.pd)?;
         for cq in [init.send_cq, init.recv_cq] {
             if !self.sh.cqs.exists(cq) {

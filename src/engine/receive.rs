@@ -63,7 +63,11 @@ impl Engine {
             return;
         };
         let Some(qp) = self.qps.get_mut(&bth.dest_qp) else {
-            drops.unknown_qp += 1;
+            if bth.dest_qp == super::GSI_QPN {
+                drops.no_gsi += 1;
+            } else {
+                drops.unknown_qp += 1;
+            }
             return;
         };
         match qp.qp_type {

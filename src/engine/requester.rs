@@ -598,6 +598,9 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
         qkey,
         src_qp: qp.qpn,
     });
+    if qp.qpn == super::GSI_QPN {
+        sh.counters.gsi_sent += 1;
+    }
     if let WrOp::SendWithImm { imm } = wqe.op {
         pkt.immdt = Some(imm);
     }

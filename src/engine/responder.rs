@@ -1107,8 +1107,13 @@ pub(crate) fn handle_ud(
         sh.counters.drops.malformed += 1;
         return;
     };
+    let gsi = qp.qpn == super::GSI_QPN;
     if deth.qkey != qp.attr.qkey {
-        sh.counters.drops.bad_qkey += 1;
+        if gsi {
+            sh.counters.drops.gsi_bad_qkey += 1;
+        } else {
+            sh.counters.drops.bad_qkey += 1;
+        }
         return;
     }
     let Some(wqe) = take_recv_wqe(qp, sh) else {
@@ -1151,6 +1156,9 @@ pub(crate) fn handle_ud(
     wc.grh_present = true;
     wc.sender_ip = Some(src_ip);
     wc.sender_mac = Some(frame.eth.src);
+    if gsi {
+        sh.counters.gsi_rcvd += 1;
+    }
     let cq = qp.recv_cq;
     super::cq::post(qp, sh, cq, wc, pkt.bth.solicited);
 }

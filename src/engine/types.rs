@@ -851,6 +851,9 @@ pub enum EngineError {
     /// SRQ: `ibv_post_recv` fails the same way on such a QP).
     #[error("QP {0:#x} takes its receives from a shared receive queue: post them to the SRQ")]
     ReceivesFromSrq(u32),
+    /// The engine already holds the GSI (QP1): there is one per device (IBTA 13.5.1).
+    #[error("the GSI (QP1) of this device is open already")]
+    GsiExists,
     /// An object is still used (PD with MRs/QPs/SRQs/windows, CQ with QPs, SRQ with QPs,
     /// MR with bound windows).
     #[error("{0} is still in use")]

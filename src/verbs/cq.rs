@@ -284,6 +284,18 @@ impl Cq {
         Ok(self.inner.poll_with(|e| e.poll_cq_one(self.inner.id))??)
     }
 
+    /// Takes one completion already in the CQ without driving progress (so this thread is
+    /// not taken for a poller: after [`Cq::req_notify`], the background thread keeps the
+    /// driver). For the second look of "poll, arm, poll, sleep".
+    pub(crate) fn take_one_quietly(&self) -> Result<Option<Wc>> {
+        let id = self.inner.id;
+        Ok(self
+            .inner
+            .core
+            .shared
+            .with_engine(self.inner.home, false, |e| e.poll_cq_one(id))??)
+    }
+
     /// Arms the CQ (`ibv_req_notify_cq`): the next completion (with `solicited_only`, the
     /// next solicited or failed one) raises one event on the CQ's completion channel.
     ///

@@ -1292,6 +1292,88 @@ impl Device {
     }
 }
 
+/// The route from a device to a destination ([`Device::resolve_route`]): what an RDMA CM
+/// address resolution fills in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceRoute {
+    /// The destination asked about.
+    pub dest: IpAddr,
+    /// The source address, one of the device's.
+    pub source: IpAddr,
+    /// Its GID index (the `sgid_index` of address vectors and [`super::MadAddress`]).
+    pub sgid_index: u32,
+    /// The router towards `dest`, `None` when it is on-link.
+    pub gateway: Option<IpAddr>,
+    /// The next hop's MAC (the destination MAC of frames to `dest`).
+    pub mac: MacAddr,
+}
+
+impl Device {
+    /// Resolves where frames to `dest` go from this device: the kernel's route (outgoing
+    /// interface, source address, gateway) and the next hop's MAC from the neighbour table,
+    /// resolved when missing within the device's neighbour timeout. Typed errors: no route
+    /// ([`netdev::NetdevError::NoRoute`]), a route through another interface
+    /// ([`netdev::NetdevError::RouteElsewhere`]), no answer from the next hop
+    /// ([`netdev::NetdevError::NeighbourTimeout`] / `NeighbourFailed`), a source address
+    /// that is not in the GID table ([`VerbsError::InvalidArgument`]).
+    ///
+    /// A device without a kernel interface (the in-memory link) takes its first GID of
+    /// `dest`'s family as the source and its static neighbours for the MAC.
+    pub fn resolve_route(&self, dest: IpAddr) -> Result<DeviceRoute> {
+        let shared = self.shared();
+        if shared.netdev.ifindex == 0 {
+            let source = self
+                .gid_table()
+                .iter()
+                .map(|e| e.gid.to_ip())
+                .find(|ip| ip.is_ipv4() == dest.is_ipv4())
+                .ok_or_else(|| {
+                    VerbsError::InvalidArgument(format!(
+                        "{} has no GID of the family of {dest}",
+                        shared.name
+                    ))
+                })?;
+            let sgid_index = self.gid_index_of(source).unwrap_or(0);
+            let mac = self.resolve_mac(dest)?;
+            return Ok(DeviceRoute {
+                dest,
+                source,
+                sgid_index,
+                gateway: None,
+                mac,
+            });
+        }
+        let route = netdev::resolve_route(dest, shared.neighbour_timeout)?;
+        if !route.local && route.ifindex != shared.netdev.ifindex {
+            return Err(netdev::NetdevError::RouteElsewhere {
+                ip: dest,
+                ifname: shared.netdev.name.clone(),
+                via: route.ifname,
+            }
+            .into());
+        }
+        let source = if route.local { dest } else { route.source };
+        let sgid_index = self.gid_index_of(source).ok_or_else(|| {
+            VerbsError::InvalidArgument(format!(
+                "the route to {dest} leaves from {source}, which is not in the GID table of {}",
+                shared.name
+            ))
+        })?;
+        let mac = if route.local {
+            shared.netdev.mac
+        } else {
+            route.mac
+        };
+        Ok(DeviceRoute {
+            dest,
+            source,
+            sgid_index,
+            gateway: route.gateway,
+            mac,
+        })
+    }
+}
+
 impl AsFd for Device {
     /// [`Device::async_fd`].
     fn as_fd(&self) -> BorrowedFd<'_> {

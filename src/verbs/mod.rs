@@ -17,6 +17,7 @@
 //! | `ibv_post_send` with `IBV_SEND_INLINE` | [`Qp::post_send`] with [`SendFlags::INLINE`], or [`Qp::post_send_inline`] from a slice |
 //! | `ibv_create_ah` | [`Pd::create_ah`] → [`AddressHandle`] |
 //! | `ibv_create_srq` / `_modify_srq` / `_query_srq` / `ibv_post_srq_recv` | [`Pd::create_srq`] → [`Srq::modify`], [`Srq::query`], [`Srq::post_recv`]; QPs on it: [`QpInitAttr::srq`] |
+//! | QP1, the GSI (`ib_mad` in the kernel) | [`Device::open_gsi`] → [`Gsi::send`]`(&`[`MadAddress`]`, &[u8; 256])`, [`Gsi::poll_recv`] → [`ReceivedMad`] |
 //! | `ibv_get_async_event`, `ibv_context::async_fd` | [`Device::get_async_event`], [`Device::poll_async_event`], [`Device::async_fd`] ([`Event`]: QP fatal, CQ error, port active/error, ...) |
 //!
 //! Objects are reference-counted handles: a QP keeps its PD, CQs and SRQ alive, an MR its PD,
@@ -72,6 +73,7 @@ mod cq;
 mod device;
 mod error;
 mod events;
+mod gsi;
 mod pd;
 mod progress;
 mod qp;
@@ -80,10 +82,11 @@ mod srq;
 pub use attr::{DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
 pub use device::{
-    mem_link_config, Device, DeviceConfig, DeviceIdentity, DriverKind, ProgressMode, ProgressStats,
-    TracedFrame, MAX_SHARDS,
+    mem_link_config, Device, DeviceConfig, DeviceIdentity, DeviceRoute, DriverKind, ProgressMode,
+    ProgressStats, TracedFrame, MAX_SHARDS,
 };
 pub use error::{Result, VerbsError};
+pub use gsi::{Gsi, GsiStats, MadAddress, ReceivedMad, MAD_LEN};
 pub use pd::{AddressHandle, AhAttr, Mr, MrRereg, Mw, Pd};
 pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
 pub use srq::Srq;

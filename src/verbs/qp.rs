@@ -172,6 +172,22 @@ impl Default for RcOptions {
 
 impl Qp {
     pub(crate) fn create(pd: &Pd, init: &QpInitAttr<'_>) -> Result<Qp> {
+        Qp::create_with(pd, init, |e, engine_init| e.create_qp(engine_init))
+    }
+
+    /// The GSI, QP1, in RTS (see [`crate::engine::Engine::create_gsi`]).
+    pub(crate) fn create_gsi(pd: &Pd, init: &QpInitAttr<'_>) -> Result<Qp> {
+        Qp::create_with(pd, init, |e, engine_init| e.create_gsi(engine_init))
+    }
+
+    fn create_with(
+        pd: &Pd,
+        init: &QpInitAttr<'_>,
+        make: impl FnOnce(
+            &mut crate::engine::Engine,
+            QpInit,
+        ) -> std::result::Result<u32, crate::engine::EngineError>,
+    ) -> Result<Qp> {
         let same = |cq: &Cq| Arc::ptr_eq(&cq.inner.core, &pd.inner.core);
         if !same(init.send_cq) || !same(init.recv_cq) {
             return Err(VerbsError::WrongDevice {
@@ -218,7 +234,7 @@ impl Qp {
             .inner
             .core
             .shared
-            .with_engine(shard, false, |e| e.create_qp(engine_init))??;
+            .with_engine(shard, false, |e| make(e, engine_init))??;
         init.recv_cq.inner.add_shard(shard);
         Ok(Qp {
             inner: Arc::new(QpInner {

@@ -29,8 +29,10 @@ fn engine_errno(e: &EngineError) -> c_int {
     match e {
         // rdma-core's providers say ENOMEM for a full queue: the application retries later.
         EngineError::QueueFull(_) => libc::ENOMEM,
-        EngineError::InUse(_) => libc::EBUSY,
+        EngineError::InUse(_) | EngineError::GsiExists => libc::EBUSY,
         EngineError::UnsupportedOperation { .. } => libc::EOPNOTSUPP,
+        // A controlled Q_Key (bit 31) on an ordinary QP: Linux's uverbs says EPERM.
+        EngineError::InvalidAttributeValue { attr: "QKEY", .. } => libc::EPERM,
         _ => libc::EINVAL,
     }
 }
