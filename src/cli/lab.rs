@@ -24,6 +24,7 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("guest/lab-ctl", include_str!("../../lab/guest/lab-ctl")),
     ("guest/lab-bg", include_str!("../../lab/guest/lab-bg")),
     ("guest/lab-wait", include_str!("../../lab/guest/lab-wait")),
+    ("guest/lab-kill", include_str!("../../lab/guest/lab-kill")),
     ("guest/lab-mr.py", include_str!("../../lab/guest/lab-mr.py")),
     ("guest/lab-mw.py", include_str!("../../lab/guest/lab-mw.py")),
     (
