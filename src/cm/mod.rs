@@ -14,8 +14,7 @@
 //! Every connection is named by its local communication id ([`ConnId`]); an id is not handed
 //! out again while a connection holds it, time wait included (IBTA 12.9.8.3).
 
-mod codec;
-pub mod msg;
+mod msg;
 #[cfg(test)]
 mod tests;
 
@@ -24,17 +23,19 @@ use std::time::Duration;
 
 pub use crate::engine::Instant;
 use crate::netdev::Gid;
-mod stub_reason;
-pub use stub_reason::RejectReason;
-use msg::{
-    private_len, CommIdsAndData, Dreq, Envelope, MessageKind, Mra, Msg, Rej, Rep, Req, SidrRep,
-    SidrReq, TransportType,
+pub use crate::wire::cm::{
+    CmRep, CmReq, PathMtu, RejectReason, SidrStatus, TransportType,
 };
+use crate::wire::cm::{
+    CmDrep, CmDreq, CmMessage, CmMra, CmPath, CmRej, CmRtu, FailoverAccepted,
+    MraedMessage, PrivateData, RejectedMessage, SidrRep, SidrReq, ARI_LEN,
+};
+use msg::Envelope;
 
 /// The unit of every CM timeout field: 4.096 µs × 2^exponent (IBTA 12.6.5, "Remote CM
 /// Response Timeout" and the others). Exponents above 31 count as 31.
 pub fn iba_time(exponent: u8) -> Duration {
-    Duration::from_nanos(4096u64 << exponent.min(31))
+    crate::wire::cm::timeout_duration(exponent)
 }
 
 /// Where a MAD came from or goes to: the peer's port and QP (QP1 for CM MADs).
@@ -137,8 +138,7 @@ pub struct ConnectRequest {
     /// Transport retries (3 bits) and RNR retries (3 bits; 7 means forever).
     pub retry_count: u8,
     pub rnr_retry_count: u8,
-    /// IBTA MTU code: 1 = 256 … 5 = 4096.
-    pub path_mtu: u8,
+    pub path_mtu: PathMtu,
     pub pkey: u16,
     pub traffic_class: u8,
     pub hop_limit: u8,
@@ -173,7 +173,7 @@ impl Default for ConnectRequest {
             initiator_depth: 1,
             retry_count: 7,
             rnr_retry_count: 7,
-            path_mtu: 5,
+            path_mtu: PathMtu::Mtu4096,
             pkey: 0xffff,
             traffic_class: 0,
             hop_limit: 64,
@@ -218,44 +218,6 @@ pub struct SidrRequest {
     pub private_data: Vec<u8>,
 }
 
-/// SIDR_REP status (IBTA 12.11.2, table 119).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SidrStatus {
-    Valid,
-    ServiceIdNotSupported,
-    Rejected,
-    NoQp,
-    Redirect,
-    UnsupportedVersion,
-    Other(u8),
-}
-
-impl SidrStatus {
-    pub fn to_bits(self) -> u8 {
-        match self {
-            SidrStatus::Valid => 0,
-            SidrStatus::ServiceIdNotSupported => 1,
-            SidrStatus::Rejected => 2,
-            SidrStatus::NoQp => 3,
-            SidrStatus::Redirect => 4,
-            SidrStatus::UnsupportedVersion => 5,
-            SidrStatus::Other(bits) => bits,
-        }
-    }
-
-    pub fn from_bits(bits: u8) -> SidrStatus {
-        match bits {
-            0 => SidrStatus::Valid,
-            1 => SidrStatus::ServiceIdNotSupported,
-            2 => SidrStatus::Rejected,
-            3 => SidrStatus::NoQp,
-            4 => SidrStatus::Redirect,
-            5 => SidrStatus::UnsupportedVersion,
-            other => SidrStatus::Other(other),
-        }
-    }
-}
-
 /// What [`CmAgent::sidr_reply`] sends (IBTA 12.11.2).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SidrReply {
@@ -274,10 +236,10 @@ pub enum CmEvent {
         conn: ConnId,
         listen: ListenId,
         from: MadPeer,
-        req: Req,
+        req: CmReq,
     },
     /// Our REQ was answered: move the QP to RTR/RTS, then send_rtu (or reject).
-    RepReceived { conn: ConnId, rep: Rep },
+    RepReceived { conn: ConnId, rep: CmRep },
     /// The peer needs more time; our wait was extended by `service_timeout`.
     MraReceived {
         conn: ConnId,
@@ -390,6 +352,8 @@ pub struct CmStats {
     pub rejects_sent: u64,
     /// MADs that did not parse or are not CM messages.
     pub dropped_malformed: u64,
+    /// LAP and APR (alternate paths, IBTA 12.8), which the agent does not take.
+    pub dropped_unsupported: u64,
     /// Messages for a connection we do not have.
     pub dropped_unknown_connection: u64,
     /// Duplicates needing no answer.
@@ -400,6 +364,8 @@ pub struct CmStats {
     pub dropped_mismatch: u64,
     /// Peer timeout exponents clamped to `max_peer_timeout_exponent`.
     pub clamped_timeouts: u64,
+    /// Messages of ours that could not be encoded (none, unless the agent has a bug).
+    pub unencodable: u64,
 }
 
 /// A message sent until it is answered.
@@ -484,14 +450,42 @@ pub struct CmAgent {
     stats: CmStats,
 }
 
-fn check_private(data: &[u8], max: usize) -> Result<(), CmError> {
-    if data.len() > max {
-        return Err(CmError::PrivateDataTooLong {
-            len: data.len(),
-            max,
-        });
+/// The user's private data as a message's fixed field (zero padded, IBTA 12.6).
+fn private<const N: usize>(data: &[u8]) -> Result<PrivateData<N>, CmError> {
+    PrivateData::from_slice(data).map_err(|_| CmError::PrivateDataTooLong {
+        len: data.len(),
+        max: N,
+    })
+}
+
+/// The user's additional rejection information as REJ's field and its length.
+fn ari_field(ari: &[u8]) -> Result<([u8; ARI_LEN], u8), CmError> {
+    if ari.len() > ARI_LEN {
+        return Err(CmError::AriTooLong { len: ari.len() });
     }
-    Ok(())
+    let mut field = [0u8; ARI_LEN];
+    field[..ari.len()].copy_from_slice(ari);
+    Ok((field, ari.len() as u8))
+}
+
+/// A REJ (IBTA 12.6.7) from the agent itself, with no private data.
+fn agent_rej(
+    local_comm_id: u32,
+    remote_comm_id: u32,
+    message_rejected: RejectedMessage,
+    reason: RejectReason,
+    ari: &[u8],
+) -> CmMessage {
+    let (ari, reject_info_length) = ari_field(ari).unwrap_or(([0; ARI_LEN], 0));
+    CmMessage::Rej(CmRej {
+        local_comm_id,
+        remote_comm_id,
+        message_rejected,
+        reject_info_length,
+        reason,
+        ari,
+        private_data: PrivateData::zeroed(),
+    })
 }
 
 fn check_bits(field: &'static str, value: u32, bits: u32) -> Result<(), CmError> {
@@ -608,7 +602,7 @@ impl CmAgent {
     }
 
     fn send(&mut self, to: MadPeer, env: Envelope) {
-        if matches!(env.msg, Msg::Rej(_)) {
+        if matches!(env.msg, CmMessage::Rej(_)) {
             self.stats.rejects_sent += 1;
         }
         self.transmit.push_back((to, env));
@@ -623,7 +617,7 @@ impl CmAgent {
     /// Send a REQ (IBTA 12.6.5) and wait for REP, resending it every
     /// 2 × packet lifetime + 4.096 µs × 2^cm_response_timeout, `max_cm_retries` times.
     pub fn connect(&mut self, now: Instant, request: ConnectRequest) -> Result<ConnId, CmError> {
-        check_private(&request.private_data, private_len::REQ)?;
+        let private_data = private(&request.private_data)?;
         check_bits("qpn", request.qpn, 24)?;
         check_bits("starting_psn", request.starting_psn, 24)?;
         check_bits("retry_count", request.retry_count.into(), 3)?;
@@ -633,10 +627,16 @@ impl CmAgent {
         check_bits("local_ack_timeout", request.local_ack_timeout.into(), 5)?;
         check_bits("flow_label", request.flow_label, 20)?;
         check_bits("sl", request.sl.into(), 4)?;
-        if !(1..=5).contains(&request.path_mtu) {
+        if request.path_mtu.bytes().is_none() {
             return Err(CmError::OutOfRange {
                 field: "path_mtu",
-                value: request.path_mtu.into(),
+                value: request.path_mtu.code().into(),
+            });
+        }
+        if !matches!(request.transport, TransportType::Rc | TransportType::Uc) {
+            return Err(CmError::OutOfRange {
+                field: "transport",
+                value: request.transport.code().into(),
             });
         }
         if self.conns.len() >= self.config.max_connections {
@@ -644,7 +644,7 @@ impl CmAgent {
         }
         let local_comm_id = self.alloc_comm_id();
         let tid = self.alloc_tid();
-        let req = Req {
+        let req = CmReq {
             local_comm_id,
             service_id: request.service_id,
             local_ca_guid: self.config.local_ca_guid,
@@ -653,29 +653,35 @@ impl CmAgent {
             responder_resources: request.responder_resources,
             initiator_depth: request.initiator_depth,
             remote_cm_response_timeout: request.cm_response_timeout,
-            transport: request.transport.to_bits(),
-            end_to_end_flow_control: false,
+            transport_type: request.transport,
             starting_psn: request.starting_psn,
             local_cm_response_timeout: self.config.local_cm_response_timeout.min(31),
             retry_count: request.retry_count,
-            pkey: request.pkey,
+            partition_key: request.pkey,
             path_mtu: request.path_mtu,
             rnr_retry_count: request.rnr_retry_count,
             max_cm_retries: request.max_cm_retries,
             srq: request.srq,
-            primary_local_gid: request.local_gid,
-            primary_remote_gid: request.remote_gid,
-            primary_flow_label: request.flow_label,
-            primary_traffic_class: request.traffic_class,
-            primary_hop_limit: request.hop_limit,
-            primary_sl: request.sl,
-            primary_local_ack_timeout: request.local_ack_timeout,
-            private_data: request.private_data,
+            primary_path: CmPath {
+                local_lid: 0,
+                remote_lid: 0,
+                local_gid: request.local_gid.0,
+                remote_gid: request.remote_gid.0,
+                flow_label: request.flow_label,
+                packet_rate: 0,
+                traffic_class: request.traffic_class,
+                hop_limit: request.hop_limit,
+                sl: request.sl,
+                subnet_local: false,
+                local_ack_timeout: request.local_ack_timeout,
+            },
+            private_data,
+            ..CmReq::default()
         };
         let response_timeout = self.packet_life() * 2 + iba_time(request.cm_response_timeout);
         let env = Envelope {
             tid,
-            msg: Msg::Req(req),
+            msg: CmMessage::Req(req),
         };
         self.conns.insert(
             local_comm_id,
@@ -711,7 +717,7 @@ impl CmAgent {
         conn: ConnId,
         params: ReplyParams,
     ) -> Result<(), CmError> {
-        check_private(&params.private_data, private_len::REP)?;
+        let private_data = private(&params.private_data)?;
         check_bits("qpn", params.qpn, 24)?;
         check_bits("starting_psn", params.starting_psn, 24)?;
         check_bits("rnr_retry_count", params.rnr_retry_count.into(), 3)?;
@@ -726,7 +732,7 @@ impl CmAgent {
                 state: c.state,
             });
         }
-        let rep = Rep {
+        let rep = CmRep {
             local_comm_id: conn.0,
             remote_comm_id: c.remote_comm_id,
             local_qkey: params.qkey,
@@ -735,16 +741,18 @@ impl CmAgent {
             responder_resources: params.responder_resources,
             initiator_depth: params.initiator_depth,
             target_ack_delay: params.target_ack_delay,
-            failover_accepted: 2, // "alternate path not supported" (IBTA 12.6.8)
+            // RoCE has no alternate path (IBTA 12.6.8).
+            failover_accepted: FailoverAccepted::NotSupported,
             end_to_end_flow_control: params.end_to_end_flow_control,
             rnr_retry_count: params.rnr_retry_count,
             srq: params.srq,
             local_ca_guid,
-            private_data: params.private_data,
+            private_data,
+            ..CmRep::default()
         };
         let env = Envelope {
             tid: c.tid,
-            msg: Msg::Rep(rep),
+            msg: CmMessage::Rep(rep),
         };
         c.state = State::RepSent;
         c.local_qpn = params.qpn;
@@ -769,22 +777,22 @@ impl CmAgent {
         service_timeout: u8,
         private_data: &[u8],
     ) -> Result<(), CmError> {
-        check_private(private_data, private_len::MRA)?;
+        let private_data = private(private_data)?;
         check_bits("service_timeout", service_timeout.into(), 5)?;
         let c = self.conn_mut(conn)?;
         let (kind, next) = match c.state {
-            State::ReqRcvd | State::MraReqSent => (MessageKind::Req, State::MraReqSent),
-            State::RepRcvd | State::MraRepSent => (MessageKind::Rep, State::MraRepSent),
+            State::ReqRcvd | State::MraReqSent => (MraedMessage::Req, State::MraReqSent),
+            State::RepRcvd | State::MraRepSent => (MraedMessage::Rep, State::MraRepSent),
             state => return Err(CmError::WrongState { conn, state }),
         };
         let env = Envelope {
             tid: c.tid,
-            msg: Msg::Mra(Mra {
+            msg: CmMessage::Mra(CmMra {
                 local_comm_id: conn.0,
                 remote_comm_id: c.remote_comm_id,
                 message_mraed: kind,
                 service_timeout,
-                private_data: private_data.to_vec(),
+                private_data,
             }),
         };
         c.state = next;
@@ -802,7 +810,7 @@ impl CmAgent {
         conn: ConnId,
         private_data: &[u8],
     ) -> Result<(), CmError> {
-        check_private(private_data, private_len::RTU)?;
+        let private_data = private(private_data)?;
         let c = self.conn_mut(conn)?;
         if !matches!(c.state, State::RepRcvd | State::MraRepSent) {
             return Err(CmError::WrongState {
@@ -812,10 +820,10 @@ impl CmAgent {
         }
         let env = Envelope {
             tid: c.tid,
-            msg: Msg::Rtu(CommIdsAndData {
+            msg: CmMessage::Rtu(CmRtu {
                 local_comm_id: conn.0,
                 remote_comm_id: c.remote_comm_id,
-                private_data: private_data.to_vec(),
+                private_data,
             }),
         };
         c.state = State::Established;
@@ -854,26 +862,25 @@ impl CmAgent {
         ari: &[u8],
         private_data: &[u8],
     ) -> Result<(), CmError> {
-        check_private(private_data, private_len::REJ)?;
-        if ari.len() > private_len::REJ_ARI {
-            return Err(CmError::AriTooLong { len: ari.len() });
-        }
+        let private_data = private(private_data)?;
+        let (ari, reject_info_length) = ari_field(ari)?;
         let c = self.conn_mut(conn)?;
         let (kind, time_wait) = match c.state {
-            State::ReqRcvd | State::MraReqSent => (MessageKind::Req, false),
-            State::RepRcvd | State::MraRepSent => (MessageKind::Rep, true),
-            State::RepSent | State::MraRepRcvd => (MessageKind::Other, true),
+            State::ReqRcvd | State::MraReqSent => (RejectedMessage::Req, false),
+            State::RepRcvd | State::MraRepSent => (RejectedMessage::Rep, true),
+            State::RepSent | State::MraRepRcvd => (RejectedMessage::Other, true),
             state => return Err(CmError::WrongState { conn, state }),
         };
         let env = Envelope {
             tid: c.tid,
-            msg: Msg::Rej(Rej {
+            msg: CmMessage::Rej(CmRej {
                 local_comm_id: conn.0,
                 remote_comm_id: c.remote_comm_id,
                 message_rejected: kind,
-                reason: reason.into(),
-                ari: ari.to_vec(),
-                private_data: private_data.to_vec(),
+                reject_info_length,
+                reason,
+                ari,
+                private_data,
             }),
         };
         let to = c.peer;
@@ -898,16 +905,16 @@ impl CmAgent {
         let state = self.conn_mut(conn)?.state;
         match state {
             State::Established => {
-                check_private(private_data, private_len::DREQ)?;
+                let private_data = private(private_data)?;
                 let tid = self.alloc_tid();
                 let c = self.conn_mut(conn)?;
                 let env = Envelope {
                     tid,
-                    msg: Msg::Dreq(Dreq {
+                    msg: CmMessage::Dreq(CmDreq {
                         local_comm_id: conn.0,
                         remote_comm_id: c.remote_comm_id,
                         remote_qpn: c.remote_qpn,
-                        private_data: private_data.to_vec(),
+                        private_data,
                     }),
                 };
                 c.tid = tid;
@@ -923,14 +930,14 @@ impl CmAgent {
                 Ok(())
             }
             State::DreqRcvd => {
-                check_private(private_data, private_len::DREP)?;
+                let private_data = private(private_data)?;
                 let c = self.conn_mut(conn)?;
                 let env = Envelope {
                     tid: c.tid,
-                    msg: Msg::Drep(CommIdsAndData {
+                    msg: CmMessage::Drep(CmDrep {
                         local_comm_id: conn.0,
                         remote_comm_id: c.remote_comm_id,
-                        private_data: private_data.to_vec(),
+                        private_data,
                     }),
                 };
                 let to = c.peer;
@@ -954,7 +961,7 @@ impl CmAgent {
         now: Instant,
         request: SidrRequest,
     ) -> Result<SidrId, CmError> {
-        check_private(&request.private_data, private_len::SIDR_REQ)?;
+        let private_data = private(&request.private_data)?;
         check_bits("timeout", request.timeout.into(), 5)?;
         let request_id = loop {
             let id = self.next_sidr_request;
@@ -966,11 +973,11 @@ impl CmAgent {
         let tid = self.alloc_tid();
         let env = Envelope {
             tid,
-            msg: Msg::SidrReq(SidrReq {
+            msg: CmMessage::SidrReq(SidrReq {
                 request_id,
-                pkey: request.pkey,
+                partition_key: request.pkey,
                 service_id: request.service_id,
-                private_data: request.private_data,
+                private_data,
             }),
         };
         let timeout = self.packet_life() * 2 + iba_time(request.timeout);
@@ -995,7 +1002,7 @@ impl CmAgent {
         sidr: SidrId,
         reply: SidrReply,
     ) -> Result<(), CmError> {
-        check_private(&reply.private_data, private_len::SIDR_REP)?;
+        let private_data = private(&reply.private_data)?;
         check_bits("qpn", reply.qpn, 24)?;
         let linger = self.config.sidr_reply_linger;
         let entry = self
@@ -1006,14 +1013,14 @@ impl CmAgent {
         let tid = entry.tid;
         let env = Envelope {
             tid,
-            msg: Msg::SidrRep(SidrRep {
+            msg: CmMessage::SidrRep(SidrRep {
                 request_id: entry.request_id,
-                status: reply.status.to_bits(),
-                additional_info: Vec::new(),
+                status: reply.status,
                 qpn: reply.qpn,
                 service_id: entry.service_id,
                 qkey: reply.qkey,
-                private_data: reply.private_data,
+                private_data,
+                ..SidrRep::default()
             }),
         };
         entry.reply = Some(env.clone());
@@ -1025,12 +1032,17 @@ impl CmAgent {
 
     /// The next MAD to send.
     pub fn poll_transmit(&mut self) -> Option<OutgoingMad> {
-        let (to, env) = self.transmit.pop_front()?;
-        self.stats.sent += 1;
-        Some(OutgoingMad {
-            to,
-            bytes: codec::encode(&env),
-        })
+        loop {
+            let (to, env) = self.transmit.pop_front()?;
+            match env.encode() {
+                Ok(bytes) => {
+                    self.stats.sent += 1;
+                    return Some(OutgoingMad { to, bytes });
+                }
+                // Fields are checked where they enter; a failure here is a bug, counted.
+                Err(_) => self.stats.unencodable += 1,
+            }
+        }
     }
 
     pub fn poll_event(&mut self) -> Option<CmEvent> {
@@ -1117,16 +1129,16 @@ impl CmAgent {
         let conn = ConnId(id);
         match c.state {
             State::ReqSent | State::MraReqRcvd | State::RepSent | State::MraRepRcvd => {
+                // ARI of "timeout": our CA GUID (IBTA 12.6.7.2, table 112).
                 let env = Envelope {
                     tid: c.tid,
-                    msg: Msg::Rej(Rej {
-                        local_comm_id: id,
-                        remote_comm_id: c.remote_comm_id,
-                        message_rejected: MessageKind::Other,
-                        reason: RejectReason::Timeout.into(),
-                        ari: self.config.local_ca_guid.to_be_bytes().to_vec(),
-                        private_data: Vec::new(),
-                    }),
+                    msg: agent_rej(
+                        id,
+                        c.remote_comm_id,
+                        RejectedMessage::Other,
+                        RejectReason::Timeout,
+                        &self.config.local_ca_guid.to_be_bytes(),
+                    ),
                 };
                 let passive = matches!(c.state, State::RepSent | State::MraRepRcvd);
                 let to = c.peer;
@@ -1179,7 +1191,7 @@ impl CmAgent {
     /// message, or that no connection takes, is counted in [`CmAgent::stats`] and dropped.
     pub fn handle_mad(&mut self, now: Instant, from: MadPeer, bytes: &[u8]) {
         self.stats.received += 1;
-        match codec::decode(bytes) {
+        match Envelope::decode(bytes) {
             Ok(env) => self.handle_message(now, from, env),
             Err(_) => self.stats.dropped_malformed += 1,
         }
@@ -1188,15 +1200,17 @@ impl CmAgent {
     fn handle_message(&mut self, now: Instant, from: MadPeer, env: Envelope) {
         let tid = env.tid;
         match env.msg {
-            Msg::Req(req) => self.on_req(from, tid, req),
-            Msg::Mra(mra) => self.on_mra(now, mra),
-            Msg::Rej(rej) => self.on_rej(now, rej),
-            Msg::Rep(rep) => self.on_rep(now, from, tid, rep),
-            Msg::Rtu(rtu) => self.on_rtu(rtu),
-            Msg::Dreq(dreq) => self.on_dreq(now, from, tid, dreq),
-            Msg::Drep(drep) => self.on_drep(now, drep),
-            Msg::SidrReq(req) => self.on_sidr_req(from, tid, req),
-            Msg::SidrRep(rep) => self.on_sidr_rep(rep),
+            CmMessage::Req(req) => self.on_req(from, tid, req),
+            CmMessage::Mra(mra) => self.on_mra(now, mra),
+            CmMessage::Rej(rej) => self.on_rej(now, rej),
+            CmMessage::Rep(rep) => self.on_rep(now, from, tid, rep),
+            CmMessage::Rtu(rtu) => self.on_rtu(rtu),
+            CmMessage::Dreq(dreq) => self.on_dreq(now, from, tid, dreq),
+            CmMessage::Drep(drep) => self.on_drep(now, drep),
+            CmMessage::SidrReq(req) => self.on_sidr_req(from, tid, req),
+            CmMessage::SidrRep(rep) => self.on_sidr_rep(rep),
+            // Alternate paths are not used on RoCE: LAP/APR are dropped (IBTA 12.8 optional).
+            CmMessage::Lap(_) | CmMessage::Apr(_) => self.stats.dropped_unsupported += 1,
         }
     }
 
@@ -1207,24 +1221,17 @@ impl CmAgent {
         to: MadPeer,
         tid: u64,
         remote_comm_id: u32,
-        kind: MessageKind,
+        kind: RejectedMessage,
         reason: RejectReason,
     ) {
         let env = Envelope {
             tid,
-            msg: Msg::Rej(Rej {
-                local_comm_id: 0,
-                remote_comm_id,
-                message_rejected: kind,
-                reason: reason.into(),
-                ari: Vec::new(),
-                private_data: Vec::new(),
-            }),
+            msg: agent_rej(0, remote_comm_id, kind, reason, &[]),
         };
         self.send(to, env);
     }
 
-    fn on_req(&mut self, from: MadPeer, tid: u64, req: Req) {
+    fn on_req(&mut self, from: MadPeer, tid: u64, req: CmReq) {
         // A REQ we have seen (IBTA 12.9.7): answer as the connection's state says.
         if let Some(&id) = self.by_remote_id.get(&(req.local_ca_guid, req.local_comm_id)) {
             self.duplicate_req(id, from, tid, req.local_comm_id);
@@ -1239,30 +1246,27 @@ impl CmAgent {
                 from,
                 tid,
                 req.local_comm_id,
-                MessageKind::Req,
+                RejectedMessage::Req,
                 RejectReason::StaleConnection,
             );
             return;
         }
-        if !matches!(
-            TransportType::from_bits(req.transport),
-            TransportType::Rc | TransportType::Uc
-        ) {
+        if !matches!(req.transport_type, TransportType::Rc | TransportType::Uc) {
             self.reject_unowned(
                 from,
                 tid,
                 req.local_comm_id,
-                MessageKind::Req,
+                RejectedMessage::Req,
                 RejectReason::InvalidTransportType,
             );
             return;
         }
-        if !(1..=5).contains(&req.path_mtu) {
+        if req.path_mtu.bytes().is_none() {
             self.reject_unowned(
                 from,
                 tid,
                 req.local_comm_id,
-                MessageKind::Req,
+                RejectedMessage::Req,
                 RejectReason::InvalidMtu,
             );
             return;
@@ -1272,7 +1276,7 @@ impl CmAgent {
                 from,
                 tid,
                 req.local_comm_id,
-                MessageKind::Req,
+                RejectedMessage::Req,
                 RejectReason::InvalidServiceId,
             );
             return;
@@ -1282,7 +1286,7 @@ impl CmAgent {
                 from,
                 tid,
                 req.local_comm_id,
-                MessageKind::Req,
+                RejectedMessage::Req,
                 RejectReason::NoResources,
             );
             return;
@@ -1333,12 +1337,12 @@ impl CmAgent {
             State::ReqRcvd => {
                 let env = Envelope {
                     tid: c.tid,
-                    msg: Msg::Mra(Mra {
+                    msg: CmMessage::Mra(CmMra {
                         local_comm_id: id,
                         remote_comm_id: c.remote_comm_id,
-                        message_mraed: MessageKind::Req,
+                        message_mraed: MraedMessage::Req,
                         service_timeout: mra_timeout,
-                        private_data: Vec::new(),
+                        private_data: PrivateData::zeroed(),
                     }),
                 };
                 c.state = State::MraReqSent;
@@ -1353,7 +1357,7 @@ impl CmAgent {
                     from,
                     tid,
                     remote_comm_id,
-                    MessageKind::Req,
+                    RejectedMessage::Req,
                     RejectReason::StaleConnection,
                 );
                 return;
@@ -1384,7 +1388,7 @@ impl CmAgent {
         Some(our_id)
     }
 
-    fn on_mra(&mut self, now: Instant, mra: Mra) {
+    fn on_mra(&mut self, now: Instant, mra: CmMra) {
         let Some(id) = self.lookup(mra.remote_comm_id, mra.local_comm_id) else {
             return;
         };
@@ -1393,8 +1397,8 @@ impl CmAgent {
             return;
         };
         let next = match (c.state, mra.message_mraed) {
-            (State::ReqSent | State::MraReqRcvd, MessageKind::Req) => State::MraReqRcvd,
-            (State::RepSent | State::MraRepRcvd, MessageKind::Rep) => State::MraRepRcvd,
+            (State::ReqSent | State::MraReqRcvd, MraedMessage::Req) => State::MraReqRcvd,
+            (State::RepSent | State::MraRepRcvd, MraedMessage::Rep) => State::MraRepRcvd,
             _ => {
                 self.stats.dropped_wrong_state += 1;
                 return;
@@ -1415,14 +1419,14 @@ impl CmAgent {
         }
     }
 
-    fn on_rej(&mut self, now: Instant, rej: Rej) {
+    fn on_rej(&mut self, now: Instant, rej: CmRej) {
         let Some(id) = self.lookup(rej.remote_comm_id, rej.local_comm_id) else {
             return;
         };
         let Some(c) = self.conns.get(&id) else {
             return;
         };
-        let reason = RejectReason::from(rej.reason);
+        let reason = rej.reason;
         let time_wait = match c.state {
             State::ReqSent | State::MraReqRcvd | State::ReqRcvd | State::MraReqSent => {
                 reason == RejectReason::StaleConnection
@@ -1446,13 +1450,13 @@ impl CmAgent {
         self.events.push_back(CmEvent::Rejected {
             conn: ConnId(id),
             reason,
-            ari: rej.ari,
-            private_data: rej.private_data,
+            ari: rej.ari_bytes().to_vec(),
+            private_data: rej.private_data.as_bytes().to_vec(),
             from_peer: true,
         });
     }
 
-    fn on_rep(&mut self, now: Instant, from: MadPeer, tid: u64, rep: Rep) {
+    fn on_rep(&mut self, now: Instant, from: MadPeer, tid: u64, rep: CmRep) {
         let Some(c) = self.conns.get(&rep.remote_comm_id) else {
             self.stats.dropped_unknown_connection += 1;
             // IBTA 12.6.7: a REP for no REQ of ours.
@@ -1460,7 +1464,7 @@ impl CmAgent {
                 from,
                 tid,
                 rep.local_comm_id,
-                MessageKind::Rep,
+                RejectedMessage::Rep,
                 RejectReason::InvalidCommId,
             );
             return;
@@ -1504,14 +1508,13 @@ impl CmAgent {
             let c = &self.conns[&id];
             let env = Envelope {
                 tid: c.tid,
-                msg: Msg::Rej(Rej {
-                    local_comm_id: id,
-                    remote_comm_id: rep.local_comm_id,
-                    message_rejected: MessageKind::Rep,
-                    reason: RejectReason::StaleConnection.into(),
-                    ari: Vec::new(),
-                    private_data: Vec::new(),
-                }),
+                msg: agent_rej(
+                    id,
+                    rep.local_comm_id,
+                    RejectedMessage::Rep,
+                    RejectReason::StaleConnection,
+                    &[],
+                ),
             };
             let to = c.peer;
             self.send(to, env);
@@ -1551,7 +1554,7 @@ impl CmAgent {
         });
     }
 
-    fn on_rtu(&mut self, rtu: CommIdsAndData) {
+    fn on_rtu(&mut self, rtu: CmRtu) {
         let Some(id) = self.lookup(rtu.remote_comm_id, rtu.local_comm_id) else {
             return;
         };
@@ -1574,13 +1577,13 @@ impl CmAgent {
         }
     }
 
-    fn on_dreq(&mut self, now: Instant, from: MadPeer, tid: u64, dreq: Dreq) {
+    fn on_dreq(&mut self, now: Instant, from: MadPeer, tid: u64, dreq: CmDreq) {
         let drep = |local_comm_id: u32, remote_comm_id: u32| Envelope {
             tid,
-            msg: Msg::Drep(CommIdsAndData {
+            msg: CmMessage::Drep(CmDrep {
                 local_comm_id,
                 remote_comm_id,
-                private_data: Vec::new(),
+                private_data: PrivateData::zeroed(),
             }),
         };
         let Some(c) = self.conns.get(&dreq.remote_comm_id) else {
@@ -1608,7 +1611,7 @@ impl CmAgent {
                 c.deadline = None;
                 self.events.push_back(CmEvent::DisconnectRequested {
                     conn,
-                    private_data: dreq.private_data,
+                    private_data: dreq.private_data.as_bytes().to_vec(),
                 });
             }
             // Both sides sent DREQ (IBTA 12.9.6): answer, and close.
@@ -1618,7 +1621,7 @@ impl CmAgent {
                 self.enter_time_wait(now, id);
                 self.events.push_back(CmEvent::Disconnected {
                     conn,
-                    private_data: dreq.private_data,
+                    private_data: dreq.private_data.as_bytes().to_vec(),
                     timed_out: false,
                 });
             }
@@ -1633,7 +1636,7 @@ impl CmAgent {
         }
     }
 
-    fn on_drep(&mut self, now: Instant, drep: CommIdsAndData) {
+    fn on_drep(&mut self, now: Instant, drep: CmDrep) {
         let Some(id) = self.lookup(drep.remote_comm_id, drep.local_comm_id) else {
             return;
         };
@@ -1642,7 +1645,7 @@ impl CmAgent {
                 self.enter_time_wait(now, id);
                 self.events.push_back(CmEvent::Disconnected {
                     conn: ConnId(id),
-                    private_data: drep.private_data,
+                    private_data: drep.private_data.as_bytes().to_vec(),
                     timed_out: false,
                 });
             }
@@ -1665,14 +1668,11 @@ impl CmAgent {
         let Some(listen) = self.find_listener(req.service_id) else {
             let env = Envelope {
                 tid,
-                msg: Msg::SidrRep(SidrRep {
+                msg: CmMessage::SidrRep(SidrRep {
                     request_id: req.request_id,
-                    status: SidrStatus::ServiceIdNotSupported.to_bits(),
-                    additional_info: Vec::new(),
-                    qpn: 0,
+                    status: SidrStatus::Unsupported,
                     service_id: req.service_id,
-                    qkey: 0,
-                    private_data: Vec::new(),
+                    ..SidrRep::default()
                 }),
             };
             self.send(from, env);
@@ -1706,8 +1706,8 @@ impl CmAgent {
             listen,
             from,
             service_id: req.service_id,
-            pkey: req.pkey,
-            private_data: req.private_data,
+            pkey: req.partition_key,
+            private_data: req.private_data.as_bytes().to_vec(),
         });
     }
 
@@ -1718,11 +1718,13 @@ impl CmAgent {
         };
         self.events.push_back(CmEvent::SidrRepReceived {
             sidr: SidrId(rep.request_id),
-            status: SidrStatus::from_bits(rep.status),
+            status: rep.status,
             qpn: rep.qpn,
             qkey: rep.qkey,
-            additional_info: rep.additional_info,
-            private_data: rep.private_data,
+            additional_info: rep.additional_info
+                [..usize::from(rep.additional_info_length).min(ARI_LEN)]
+                .to_vec(),
+            private_data: rep.private_data.as_bytes().to_vec(),
         });
     }
 }
