@@ -23,13 +23,11 @@ use std::time::Duration;
 
 pub use crate::engine::Instant;
 use crate::netdev::Gid;
-pub use crate::wire::cm::{
-    CmRep, CmReq, PathMtu, RejectReason, SidrStatus, TransportType,
-};
 use crate::wire::cm::{
-    CmDrep, CmDreq, CmMessage, CmMra, CmPath, CmRej, CmRtu, FailoverAccepted,
-    MraedMessage, PrivateData, RejectedMessage, SidrRep, SidrReq, ARI_LEN,
+    CmDrep, CmDreq, CmMessage, CmMra, CmPath, CmRej, CmRtu, FailoverAccepted, MraedMessage,
+    PrivateData, RejectedMessage, SidrRep, SidrReq, ARI_LEN,
 };
+pub use crate::wire::cm::{CmRep, CmReq, PathMtu, RejectReason, SidrStatus, TransportType};
 use msg::Envelope;
 
 /// The unit of every CM timeout field: 4.096 µs × 2^exponent (IBTA 12.6.5, "Remote CM
@@ -956,11 +954,7 @@ impl CmAgent {
 
     /// Ask a peer which UD QP serves `service_id` (IBTA 12.11.1); answered by
     /// SidrRepReceived or, after `1 + max_retries` unanswered sends, SidrTimeout.
-    pub fn sidr_request(
-        &mut self,
-        now: Instant,
-        request: SidrRequest,
-    ) -> Result<SidrId, CmError> {
+    pub fn sidr_request(&mut self, now: Instant, request: SidrRequest) -> Result<SidrId, CmError> {
         let private_data = private(&request.private_data)?;
         check_bits("timeout", request.timeout.into(), 5)?;
         let request_id = loop {
@@ -1233,7 +1227,10 @@ impl CmAgent {
 
     fn on_req(&mut self, from: MadPeer, tid: u64, req: CmReq) {
         // A REQ we have seen (IBTA 12.9.7): answer as the connection's state says.
-        if let Some(&id) = self.by_remote_id.get(&(req.local_ca_guid, req.local_comm_id)) {
+        if let Some(&id) = self
+            .by_remote_id
+            .get(&(req.local_ca_guid, req.local_comm_id))
+        {
             self.duplicate_req(id, from, tid, req.local_comm_id);
             return;
         }
@@ -1700,7 +1697,8 @@ impl CmAgent {
                 deadline: None,
             },
         );
-        self.sidr_in_by_request.insert((from.gid, req.request_id), id);
+        self.sidr_in_by_request
+            .insert((from.gid, req.request_id), id);
         self.events.push_back(CmEvent::SidrReqReceived {
             sidr: SidrId(id),
             listen,
