@@ -75,6 +75,9 @@ struct Sent {
 
 type Filter = Box<dyn FnMut(usize, &CmMessage) -> bool>;
 
+/// A MAD on the link: (arrival, sequence for ties, receiving side, bytes).
+type InFlight = Reverse<(Instant, u64, usize, Vec<u8>)>;
+
 struct Sim {
     now: Instant,
     agents: [CmAgent; 2],
@@ -82,7 +85,7 @@ struct Sim {
     duplicate: f64,
     reorder: f64,
     rng: ChaCha8Rng,
-    flight: BinaryHeap<Reverse<(Instant, u64, usize, Vec<u8>)>>,
+    flight: BinaryHeap<InFlight>,
     seq: u64,
     log: Vec<Sent>,
     events: [Vec<(Instant, CmEvent)>; 2],
