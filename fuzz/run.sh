@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one cargo-fuzz target for a while.
-#   fuzz/run.sh [TARGET] [SECONDS]   TARGET: parse_frame (default), engine_frames or
-#                                    engine_sequences; SECONDS default 600
+#   fuzz/run.sh [TARGET] [SECONDS]   TARGET: parse_frame (default), parse_cm_mad,
+#                                    engine_frames or engine_sequences; SECONDS default 600
 # A crash fails the run (non-zero exit) and leaves the input under fuzz/artifacts/TARGET/.
 # cargo-fuzz passes -Zsanitizer and other nightly flags; only stable Rust is installed here,
 # so RUSTC_BOOTSTRAP=1 lets stable accept them.
@@ -15,9 +15,9 @@ if [[ "$target" =~ ^[0-9]+$ && $# -eq 1 ]]; then
     target=parse_frame
 fi
 case "$target" in
-parse_frame | engine_frames | engine_sequences) ;;
+parse_frame | parse_cm_mad | engine_frames | engine_sequences) ;;
 *)
-    echo "fuzz/run.sh: unknown target '$target' (parse_frame, engine_frames, engine_sequences)" >&2
+    echo "fuzz/run.sh: unknown target '$target' (parse_frame, parse_cm_mad, engine_frames, engine_sequences)" >&2
     exit 2
     ;;
 esac
@@ -29,8 +29,8 @@ case "$secs" in
 esac
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 mkdir -p "corpus/$target"
-if [ "$target" = parse_frame ]; then
-    python3 seed_corpus.py
+if [ "$target" = parse_frame ] || [ "$target" = parse_cm_mad ]; then
+    python3 seed_corpus.py "$target"
 fi
 export RUSTC_BOOTSTRAP=1
 # -a: debug assertions and overflow checks, so an overflow on a fuzzed value is a crash.

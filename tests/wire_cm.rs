@@ -15,6 +15,7 @@ use xroce::wire::{parse_frame, IpRepr, Opcode, Transport};
 
 /// One RoCE frame of a capture, with the CM MAD it carries if any.
 struct Frame {
+    time: std::time::Duration,
     src: Ipv4Addr,
     dst: Ipv4Addr,
     udp_src_port: u16,
@@ -40,6 +41,7 @@ fn frames(name: &str) -> Vec<Frame> {
         let roce = &p.repr.roce;
         let mad = gsi_cm_mad(roce).map(|m| (m.unwrap(), roce.payload.to_vec()));
         out.push(Frame {
+            time: f.timestamp,
             src,
             dst,
             udp_src_port: p.repr.udp_src_port,
@@ -237,6 +239,55 @@ fn connecting_to_a_port_nobody_listens_on_is_rejected_invalid_service_id() {
     // No connection was made on the passive side: it has no comm id to give.
     assert_eq!(rej.local_comm_id, 0);
     assert_eq!(rej.reject_info_length, 0);
+}
+
+#[test]
+fn a_lost_req_is_resent_unchanged_after_the_response_timeout() {
+    // g1 dropped everything for the first seconds (netem loss 100% on its link, captured
+    // before the drop): the first REQ never arrived.
+    let all = frames("rxe_cm_lost_req.pcap");
+    check_gsi_and_round_trip(&all);
+    let cm = mads(&all);
+    let names: Vec<_> = cm.iter().map(|f| msg(f).name()).collect();
+    assert_eq!(names, ["REQ", "REQ", "REP", "RTU", "DREQ", "DREP"]);
+    // The resend is the same MAD, transaction id included (IBTA 13.4.6.4); only the GSI
+    // QP's BTH PSN moved on.
+    assert_eq!(cm[0].mad.as_ref().unwrap().1, cm[1].mad.as_ref().unwrap().1);
+    assert_eq!(cm[1].psn, cm[0].psn + 1);
+    // It waited longer than the remote CM response timeout it announced (4.096 µs × 2^20):
+    // Linux adds twice the path's packet lifetime (6.2 s seen).
+    let CmMessage::Req(req) = msg(cm[0]) else {
+        panic!()
+    };
+    let waited = cm[1].time - cm[0].time;
+    assert!(waited > timeout_duration(req.remote_cm_response_timeout));
+    assert!(waited < std::time::Duration::from_secs(8), "{waited:?}");
+}
+
+#[test]
+fn a_req_resent_to_a_busy_listener_gets_an_mra() {
+    // rping -s was stopped (SIGSTOP) when the REQ came and continued 14 s later: the
+    // passive CM answered the duplicate REQ with an MRA, then the REP came once rping
+    // accepted.
+    let all = frames("rxe_cm_slow_accept.pcap");
+    check_gsi_and_round_trip(&all);
+    let cm = mads(&all);
+    let names: Vec<_> = cm.iter().map(|f| msg(f).name()).collect();
+    assert_eq!(names, ["REQ", "REQ", "MRA", "REP", "RTU", "DREQ", "DREP"]);
+    let (CmMessage::Req(req), CmMessage::Mra(mra), CmMessage::Rep(rep)) =
+        (msg(cm[0]), msg(cm[2]), msg(cm[3]))
+    else {
+        panic!()
+    };
+    assert_eq!(mra.message_mraed, MraedMessage::Req);
+    assert_eq!(mra.remote_comm_id, req.local_comm_id);
+    assert_eq!(mra.local_comm_id, rep.local_comm_id);
+    // rdma_cm's MRA asks for 4.096 µs × 2^24 = 68.7 s more, so the REQ's 15 retries wait.
+    assert_eq!(mra.service_timeout, 24);
+    assert!(timeout_duration(mra.service_timeout) > std::time::Duration::from_secs(60));
+    // Sent right after the duplicate REQ, long before the REP.
+    assert!(cm[2].time - cm[1].time < std::time::Duration::from_millis(100));
+    assert!(cm[3].time - cm[2].time > std::time::Duration::from_secs(5));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -45,6 +45,20 @@ pub fn explain_frame(
         );
     }
     t.push_str(&p.explain(ethernet, 0, 1));
+    match crate::wire::cm::gsi_cm_mad(&p.repr.roce) {
+        Some(Ok(mad)) => {
+            let _ = writeln!(
+                t,
+                "  the payload is a CM MAD (a UD SEND to QP1, the GSI: IBTA 13.5.1): {}",
+                super::cm::cm_text(&mad)
+            );
+            t.push_str(&mad.explain(ethernet, p.offsets.payload, 2));
+        }
+        Some(Err(e)) => {
+            let _ = writeln!(t, "  the payload is a CM MAD that does not parse: {e}");
+        }
+        None => {}
+    }
     t.push('\n');
     t
 }

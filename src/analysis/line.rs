@@ -101,8 +101,13 @@ pub fn frame_line(number: usize, rel: Duration, p: &ParsedFrame<'_>) -> String {
     } else {
         String::new()
     };
+    let cm = match crate::wire::cm::gsi_cm_mad(r) {
+        Some(Ok(mad)) => format!("        {}\n", super::cm::cm_text(&mad)),
+        Some(Err(e)) => format!("        CM MAD does not parse: {e}\n"),
+        None => String::new(),
+    };
     format!(
-        "#{:<5} {:>10.6}  {} > {}  {:<28} qp=0x{:x} psn={} flags={}{}{} payload={}  {}\n",
+        "#{:<5} {:>10.6}  {} > {}  {:<28} qp=0x{:x} psn={} flags={}{}{} payload={}  {}\n{cm}",
         number,
         rel.as_secs_f64(),
         src,
@@ -192,6 +197,15 @@ pub fn frame_json(number: usize, rel: Duration, p: &ParsedFrame<'_>) -> Value {
     }
     if let Some(d) = r.deth {
         o.insert("deth".into(), json!({ "qkey": d.qkey, "src_qp": d.src_qp }));
+    }
+    match crate::wire::cm::gsi_cm_mad(r) {
+        Some(Ok(mad)) => {
+            o.insert("cm".into(), super::cm::cm_json(&mad));
+        }
+        Some(Err(e)) => {
+            o.insert("cm".into(), json!({ "error": e.to_string() }));
+        }
+        None => {}
     }
     Value::Object(o)
 }

@@ -3,6 +3,7 @@
 //! and written as a line, a JSON object or a field-by-field explanation
 //! ([`crate::wire::PrettyPrint`]); then a summary. Reading the file is [`crate::capture`]'s.
 
+mod cm;
 mod explain;
 mod line;
 
@@ -15,6 +16,7 @@ use serde_json::{json, Value};
 use crate::capture::{to_ethernet, CapturedFrame};
 use crate::wire::{frame_icrc, parse_frame, NakCode, Opcode, ParsedFrame, Syndrome, WireError};
 
+pub use cm::{cm_json, cm_text, CmConnections};
 pub use explain::explain_frame;
 use line::addresses;
 pub use line::{frame_json, frame_line};
@@ -46,6 +48,8 @@ pub struct CaptureSummary {
     senders: BTreeMap<String, SenderStats>,
     /// Copies seen of each (source, dest QP, PSN, opcode) that is not an acknowledgement.
     copies: std::collections::HashMap<(String, u32, u32, u8), u32>,
+    /// CM MADs (UD SENDs to QP1) and the connections they make.
+    cm: CmConnections,
 }
 
 /// One sender's recovery activity, as the wire shows it.
@@ -137,6 +141,13 @@ fn handle_frame(
             s.roce += 1;
             *s.per_opcode.entry(p.repr.roce.bth.opcode.0).or_default() += 1;
             s.count_sender(&p);
+            if let Some(mad) = crate::wire::cm::gsi_cm_mad(&p.repr.roce) {
+                let (src, dst) = addresses(&p);
+                match mad {
+                    Ok(mad) => s.cm.record(f.number, &src, &dst, &mad),
+                    Err(e) => s.cm.bad.push((f.number, e.to_string())),
+                }
+            }
             if p.icrc_ok() {
                 s.icrc_ok += 1;
             } else {
@@ -356,6 +367,9 @@ fn summary_text(s: &CaptureSummary) -> String {
             let _ = write!(t, " (up to {} copies of one packet)", st.most_copies);
         }
         t.push('\n');
+    }
+    if !s.cm.is_empty() {
+        t.push_str(&s.cm.report());
     }
     t
 }
