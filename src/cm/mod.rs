@@ -75,15 +75,17 @@ pub struct SidrId(pub u32);
 pub struct CmConfig {
     /// This CA's GUID: sent in REQ and REP, and in the ARI of a REJ "timeout".
     pub local_ca_guid: u64,
-    /// The packet lifetime exponent of the paths (4.096 µs × 2^t); RoCE has no SA to ask,
-    /// the kernel's rdma_cm uses 16 for RoCE (about 268 ms). Every wait for an answer adds
-    /// twice this; time wait is twice this plus the target ACK delay.
+    /// The packet lifetime exponent of the paths (4.096 µs × 2^t); RoCE has no SA to ask.
+    /// 18 (1.07 s) as rxe's kernel rdma_cm uses: its REQ is resent after 2 × 2^(18-8) ms +
+    /// 2^(20-8) ms = 6.1 s (tests/fixtures/rxe_cm_lost_req.pcap). Every wait for an answer
+    /// adds twice this; time wait is twice this plus the target ACK delay.
     pub packet_life_time: u8,
     /// What a REQ of ours puts in "Local CM Response Timeout": how long the passive side
     /// should wait for our RTU.
     pub local_cm_response_timeout: u8,
     /// The service timeout exponent of the MRA the agent sends on its own when a duplicate
-    /// REQ arrives while the user has not yet answered the first (IBTA 12.6.6).
+    /// REQ arrives while the user has not yet answered the first (IBTA 12.6.6); 24 (68.7 s)
+    /// as rxe's rdma_cm sends (tests/fixtures/rxe_cm_slow_accept.pcap).
     pub duplicate_req_mra_timeout: u8,
     /// A peer's timeout exponents above this are taken as this (a peer's 31 would make us
     /// wait 2.4 hours); counted in [`CmStats::clamped_timeouts`].
@@ -105,9 +107,9 @@ impl Default for CmConfig {
     fn default() -> CmConfig {
         CmConfig {
             local_ca_guid: 0,
-            packet_life_time: 16,
+            packet_life_time: 18,
             local_cm_response_timeout: 20,
-            duplicate_req_mra_timeout: 20,
+            duplicate_req_mra_timeout: 24,
             max_peer_timeout_exponent: 24,
             first_comm_id: 1,
             first_tid: 1,
