@@ -18,7 +18,7 @@ mod msg;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 pub use crate::engine::Instant;
@@ -292,6 +292,26 @@ pub enum CmEvent {
     SidrTimeout { sidr: SidrId },
 }
 
+impl CmEvent {
+    /// The connection the event is about (`None` for SIDR events).
+    pub fn conn(&self) -> Option<ConnId> {
+        match self {
+            CmEvent::ReqReceived { conn, .. }
+            | CmEvent::RepReceived { conn, .. }
+            | CmEvent::MraReceived { conn, .. }
+            | CmEvent::Established { conn }
+            | CmEvent::Rejected { conn, .. }
+            | CmEvent::Timeout { conn }
+            | CmEvent::DisconnectRequested { conn, .. }
+            | CmEvent::Disconnected { conn, .. }
+            | CmEvent::TimewaitExit { conn } => Some(*conn),
+            CmEvent::SidrReqReceived { .. }
+            | CmEvent::SidrRepReceived { .. }
+            | CmEvent::SidrTimeout { .. } => None,
+        }
+    }
+}
+
 /// A connection's state (IBTA 12.9.5, 12.9.6, figures 158 and 159).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
@@ -447,6 +467,8 @@ pub struct CmAgent {
     next_sidr_in: u32,
     transmit: VecDeque<(MadPeer, Envelope)>,
     events: VecDeque<CmEvent>,
+    /// Connections the user is done with ([`CmAgent::abandon`]): no more events for them.
+    abandoned: HashSet<u32>,
     stats: CmStats,
 }
 
@@ -513,6 +535,7 @@ impl CmAgent {
             next_sidr_in: 1,
             transmit: VecDeque::new(),
             events: VecDeque::new(),
+            abandoned: HashSet::new(),
             stats: CmStats::default(),
         }
     }
@@ -830,7 +853,7 @@ impl CmAgent {
         c.answer = Some(env.clone());
         let to = c.peer;
         self.send(to, env);
-        self.events.push_back(CmEvent::Established { conn });
+        self.emit(CmEvent::Established { conn });
         Ok(())
     }
 
@@ -843,7 +866,7 @@ impl CmAgent {
                 c.state = State::Established;
                 c.pending = None;
                 c.deadline = None;
-                self.events.push_back(CmEvent::Established { conn });
+                self.emit(CmEvent::Established { conn });
                 Ok(())
             }
             State::Established => Ok(()),
@@ -943,7 +966,7 @@ impl CmAgent {
                 let to = c.peer;
                 self.send(to, env);
                 self.enter_time_wait(now, conn.0);
-                self.events.push_back(CmEvent::Disconnected {
+                self.emit(CmEvent::Disconnected {
                     conn,
                     private_data: Vec::new(),
                     timed_out: false,
@@ -952,6 +975,37 @@ impl CmAgent {
             }
             state => Err(CmError::WrongState { conn, state }),
         }
+    }
+
+    /// The user is done with a connection, whatever its state (rdma_destroy_id): the peer
+    /// is told as the state requires, as the kernel's cm.c does on destroy — REJ "timeout"
+    /// for our REQ, REJ "consumer defined" before Established, one DREQ (not resent) when
+    /// established, DREP after a DREQ — and a connection that may still get packets stays in
+    /// time wait. No more events come for it.
+    pub fn abandon(&mut self, now: Instant, conn: ConnId) -> Result<(), CmError> {
+        let state = self.conn_mut(conn)?.state;
+        self.abandoned.insert(conn.0);
+        let consumer = RejectReason::ConsumerDefined;
+        match state {
+            State::ReqSent | State::MraReqRcvd => {
+                self.send_timeout_rej(conn.0);
+                self.remove(conn.0);
+            }
+            State::ReqRcvd
+            | State::MraReqSent
+            | State::RepRcvd
+            | State::MraRepSent
+            | State::RepSent
+            | State::MraRepRcvd => self.reject(now, conn, consumer, &[], &[])?,
+            State::Established => {
+                self.disconnect(now, conn, &[])?;
+                self.enter_time_wait(now, conn.0);
+            }
+            State::DreqSent => self.enter_time_wait(now, conn.0),
+            State::DreqRcvd => self.disconnect(now, conn, &[])?,
+            State::TimeWait => {}
+        }
+        Ok(())
     }
 
     /// Ask a peer which UD QP serves `service_id` (IBTA 12.11.1); answered by
@@ -1076,8 +1130,7 @@ impl CmAgent {
             };
             if s.retries_left == 0 {
                 self.sidr_out.remove(&id);
-                self.events
-                    .push_back(CmEvent::SidrTimeout { sidr: SidrId(id) });
+                self.emit(CmEvent::SidrTimeout { sidr: SidrId(id) });
                 continue;
             }
             s.retries_left -= 1;
@@ -1104,9 +1157,9 @@ impl CmAgent {
             return;
         };
         if c.state == State::TimeWait {
+            // Emitted first: `remove` forgets whether the user abandoned it.
+            self.emit(CmEvent::TimewaitExit { conn: ConnId(id) });
             self.remove(id);
-            self.events
-                .push_back(CmEvent::TimewaitExit { conn: ConnId(id) });
             return;
         }
         let Some(pending) = c.pending.as_mut() else {
@@ -1125,21 +1178,9 @@ impl CmAgent {
         let conn = ConnId(id);
         match c.state {
             State::ReqSent | State::MraReqRcvd | State::RepSent | State::MraRepRcvd => {
-                // ARI of "timeout": our CA GUID (IBTA 12.6.7.2, table 112).
-                let env = Envelope {
-                    tid: c.tid,
-                    msg: agent_rej(
-                        id,
-                        c.remote_comm_id,
-                        RejectedMessage::Other,
-                        RejectReason::Timeout,
-                        &self.config.local_ca_guid.to_be_bytes(),
-                    ),
-                };
                 let passive = matches!(c.state, State::RepSent | State::MraRepRcvd);
-                let to = c.peer;
-                self.send(to, env);
-                self.events.push_back(CmEvent::Timeout { conn });
+                self.send_timeout_rej(id);
+                self.emit(CmEvent::Timeout { conn });
                 if passive {
                     self.enter_time_wait(now, id);
                 } else {
@@ -1148,7 +1189,7 @@ impl CmAgent {
             }
             State::DreqSent => {
                 self.enter_time_wait(now, id);
-                self.events.push_back(CmEvent::Disconnected {
+                self.emit(CmEvent::Disconnected {
                     conn,
                     private_data: Vec::new(),
                     timed_out: true,
@@ -1161,6 +1202,25 @@ impl CmAgent {
         }
     }
 
+    /// REJ "timeout", its ARI our CA GUID (IBTA 12.6.7.2, table 112).
+    fn send_timeout_rej(&mut self, id: u32) {
+        let Some(c) = self.conns.get(&id) else {
+            return;
+        };
+        let env = Envelope {
+            tid: c.tid,
+            msg: agent_rej(
+                id,
+                c.remote_comm_id,
+                RejectedMessage::Other,
+                RejectReason::Timeout,
+                &self.config.local_ca_guid.to_be_bytes(),
+            ),
+        };
+        let to = c.peer;
+        self.send(to, env);
+    }
+
     fn enter_time_wait(&mut self, now: Instant, id: u32) {
         if let Some(c) = self.conns.get_mut(&id) {
             c.state = State::TimeWait;
@@ -1170,7 +1230,15 @@ impl CmAgent {
         }
     }
 
+    fn emit(&mut self, event: CmEvent) {
+        if event.conn().is_some_and(|c| self.abandoned.contains(&c.0)) {
+            return;
+        }
+        self.events.push_back(event);
+    }
+
     fn remove(&mut self, id: u32) {
+        self.abandoned.remove(&id);
         if let Some(c) = self.conns.remove(&id) {
             let key = (c.remote_ca_guid, c.remote_comm_id);
             if self.by_remote_id.get(&key) == Some(&id) {
@@ -1318,7 +1386,7 @@ impl CmAgent {
             .insert((req.local_ca_guid, req.local_comm_id), id);
         self.by_remote_qpn
             .insert((req.local_ca_guid, req.local_qpn), id);
-        self.events.push_back(CmEvent::ReqReceived {
+        self.emit(CmEvent::ReqReceived {
             conn: ConnId(id),
             listen,
             from,
@@ -1411,7 +1479,7 @@ impl CmAgent {
         c.deadline = Some(now + extra);
         if !c.mra_seen {
             c.mra_seen = true;
-            self.events.push_back(CmEvent::MraReceived {
+            self.emit(CmEvent::MraReceived {
                 conn: ConnId(id),
                 service_timeout: extra - self.packet_life(),
             });
@@ -1419,7 +1487,16 @@ impl CmAgent {
     }
 
     fn on_rej(&mut self, now: Instant, rej: CmRej) {
-        let Some(id) = self.lookup(rej.remote_comm_id, rej.local_comm_id) else {
+        let mut our_id = rej.remote_comm_id;
+        // A REJ "timeout" from a side that never learnt our comm id (its REQ unanswered)
+        // names its own comm id and, in the ARI, its CA GUID (IBTA 12.6.7.2).
+        if our_id == 0 && rej.reason == RejectReason::Timeout {
+            if let Ok(guid) = <[u8; 8]>::try_from(rej.ari_bytes()) {
+                let key = (u64::from_be_bytes(guid), rej.local_comm_id);
+                our_id = self.by_remote_id.get(&key).copied().unwrap_or(0);
+            }
+        }
+        let Some(id) = self.lookup(our_id, rej.local_comm_id) else {
             return;
         };
         let Some(c) = self.conns.get(&id) else {
@@ -1441,18 +1518,18 @@ impl CmAgent {
                 return;
             }
         };
-        if time_wait {
-            self.enter_time_wait(now, id);
-        } else {
-            self.remove(id);
-        }
-        self.events.push_back(CmEvent::Rejected {
+        self.emit(CmEvent::Rejected {
             conn: ConnId(id),
             reason,
             ari: rej.ari_bytes().to_vec(),
             private_data: rej.private_data.as_bytes().to_vec(),
             from_peer: true,
         });
+        if time_wait {
+            self.enter_time_wait(now, id);
+        } else {
+            self.remove(id);
+        }
     }
 
     fn on_rep(&mut self, now: Instant, from: MadPeer, tid: u64, rep: CmRep) {
@@ -1518,7 +1595,7 @@ impl CmAgent {
             let to = c.peer;
             self.send(to, env);
             self.enter_time_wait(now, id);
-            self.events.push_back(CmEvent::Rejected {
+            self.emit(CmEvent::Rejected {
                 conn: ConnId(id),
                 reason: RejectReason::StaleConnection,
                 ari: Vec::new(),
@@ -1547,7 +1624,7 @@ impl CmAgent {
             .insert((rep.local_ca_guid, rep.local_comm_id), id);
         self.by_remote_qpn
             .insert((rep.local_ca_guid, rep.local_qpn), id);
-        self.events.push_back(CmEvent::RepReceived {
+        self.emit(CmEvent::RepReceived {
             conn: ConnId(id),
             rep,
         });
@@ -1565,8 +1642,7 @@ impl CmAgent {
                 c.state = State::Established;
                 c.pending = None;
                 c.deadline = None;
-                self.events
-                    .push_back(CmEvent::Established { conn: ConnId(id) });
+                self.emit(CmEvent::Established { conn: ConnId(id) });
             }
             // Already established by `establish`, or a duplicate.
             State::Established | State::DreqSent | State::DreqRcvd | State::TimeWait => {
@@ -1601,14 +1677,14 @@ impl CmAgent {
             State::RepSent | State::MraRepRcvd | State::Established => {
                 if c.state != State::Established {
                     // The RTU was lost; the DREQ proves the peer got our REP.
-                    self.events.push_back(CmEvent::Established { conn });
+                    self.emit(CmEvent::Established { conn });
                 }
                 let c = self.conns.get_mut(&id).expect("looked up above");
                 c.state = State::DreqRcvd;
                 c.tid = tid;
                 c.pending = None;
                 c.deadline = None;
-                self.events.push_back(CmEvent::DisconnectRequested {
+                self.emit(CmEvent::DisconnectRequested {
                     conn,
                     private_data: dreq.private_data.as_bytes().to_vec(),
                 });
@@ -1618,7 +1694,7 @@ impl CmAgent {
                 let to = c.peer;
                 self.send(to, drep(id, dreq.local_comm_id));
                 self.enter_time_wait(now, id);
-                self.events.push_back(CmEvent::Disconnected {
+                self.emit(CmEvent::Disconnected {
                     conn,
                     private_data: dreq.private_data.as_bytes().to_vec(),
                     timed_out: false,
@@ -1642,7 +1718,7 @@ impl CmAgent {
         match self.conns.get(&id).map(|c| c.state) {
             Some(State::DreqSent) => {
                 self.enter_time_wait(now, id);
-                self.events.push_back(CmEvent::Disconnected {
+                self.emit(CmEvent::Disconnected {
                     conn: ConnId(id),
                     private_data: drep.private_data.as_bytes().to_vec(),
                     timed_out: false,
@@ -1701,7 +1777,7 @@ impl CmAgent {
         );
         self.sidr_in_by_request
             .insert((from.gid, req.request_id), id);
-        self.events.push_back(CmEvent::SidrReqReceived {
+        self.emit(CmEvent::SidrReqReceived {
             sidr: SidrId(id),
             listen,
             from,
@@ -1716,7 +1792,7 @@ impl CmAgent {
             self.stats.dropped_unknown_connection += 1;
             return;
         };
-        self.events.push_back(CmEvent::SidrRepReceived {
+        self.emit(CmEvent::SidrRepReceived {
             sidr: SidrId(rep.request_id),
             status: rep.status,
             qpn: rep.qpn,

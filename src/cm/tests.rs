@@ -1450,3 +1450,111 @@ proptest! {
         check_outcomes(&sim, &conns)?;
     }
 }
+
+#[test]
+fn abandon_tells_the_peer_as_the_state_requires() {
+    // Our REQ outstanding: REJ "timeout", gone at once.
+    let mut sim = Sim::new();
+    sim.auto[B].accept = false;
+    let conn = sim.connect();
+    sim.run_until(t(15));
+    sim.agents[A].abandon(t(15), conn).unwrap();
+    assert_eq!(sim.agents[A].state(conn), None);
+    sim.run_until(t(100));
+    let b = sim.passive_conn();
+    assert!(matches!(
+        sim.events_of(B).last(),
+        Some(CmEvent::Rejected { conn: c, reason: RejectReason::Timeout, .. }) if *c == b
+    ));
+    assert_eq!(sim.agents[B].connection_count(), 0);
+
+    // A REQ waiting for the user: REJ "consumer defined".
+    let mut sim = Sim::new();
+    sim.auto[B].accept = false;
+    let conn = sim.connect();
+    sim.run_until(t(15));
+    let b = sim.passive_conn();
+    sim.agents[B].abandon(t(15), b).unwrap();
+    sim.run_until(t(100));
+    assert!(matches!(
+        sim.events_of(A).as_slice(),
+        [CmEvent::Rejected { conn: c, reason: RejectReason::ConsumerDefined, .. }] if *c == conn
+    ));
+
+    // Established: one DREQ, time wait, and no more events for the abandoned side even
+    // though the peer's DREP comes and time wait ends.
+    let mut sim = Sim::new();
+    let conn = sim.connect();
+    sim.run_until(t(100));
+    let before = sim.events[A].len();
+    sim.agents[A].abandon(t(100), conn).unwrap();
+    assert_eq!(sim.agents[A].state(conn), Some(State::TimeWait));
+    sim.run();
+    assert_eq!(sim.events[A].len(), before);
+    assert_eq!(sim.sent_times(A, "DREQ"), vec![t(100)]);
+    assert_eq!(
+        sim.count(B, |e| matches!(e, CmEvent::DisconnectRequested { .. })),
+        1
+    );
+    assert_eq!(
+        sim.agents[A].connection_count() + sim.agents[B].connection_count(),
+        0
+    );
+
+    // After the peer's DREQ: DREP.
+    let mut sim = Sim::new();
+    sim.auto[B].answer_dreq = false;
+    let conn = sim.connect();
+    sim.run_until(t(100));
+    sim.agents[A].disconnect(t(100), conn, &[]).unwrap();
+    sim.run_until(t(200));
+    let b = sim.passive_conn();
+    assert_eq!(sim.agents[B].state(b), Some(State::DreqRcvd));
+    sim.agents[B].abandon(t(200), b).unwrap();
+    sim.run();
+    assert_eq!(sim.sent_times(B, "DREP"), vec![t(200)]);
+    assert!(!sim.events_of(B).iter().any(|e| matches!(
+        e,
+        CmEvent::Disconnected { .. } | CmEvent::TimewaitExit { .. }
+    )));
+    assert_eq!(
+        sim.count(A, |e| matches!(
+            e,
+            CmEvent::Disconnected {
+                timed_out: false,
+                ..
+            }
+        )),
+        1
+    );
+    assert_eq!(sim.agents[B].abandoned.len(), 0);
+}
+
+#[test]
+fn active_timeout_rej_finds_the_passive_by_ca_guid_and_comm_id() {
+    // Every REP lost: A never learns B's comm id; its REJ "timeout" names its own id and
+    // GUID, which is how B finds the connection (and stops resending its REP).
+    let mut sim = Sim::new();
+    sim.drop_when(|_, m| matches!(m, CmMessage::Rep(_)));
+    let mut request = sim.request();
+    request.max_cm_retries = 1;
+    // A gives up (2 × 16.8 ms) before B would (2 × 25.2 ms).
+    request.cm_response_timeout = 11;
+    sim.agents[A].connect(Instant::ZERO, request).unwrap();
+    sim.run();
+    let gave_up = Instant::ZERO + req_interval(11) * 2;
+    let b = sim.passive_conn();
+    assert_eq!(
+        sim.event_time(B, |e| matches!(
+            e,
+            CmEvent::Rejected {
+                reason: RejectReason::Timeout,
+                from_peer: true,
+                ..
+            }
+        )),
+        Some(gave_up + LATENCY)
+    );
+    assert!(!sim.events_of(B).contains(&CmEvent::Timeout { conn: b }));
+    assert_eq!(sim.agents[B].connection_count(), 0);
+}
