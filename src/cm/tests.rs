@@ -1558,3 +1558,25 @@ fn active_timeout_rej_finds_the_passive_by_ca_guid_and_comm_id() {
     assert!(!sim.events_of(B).contains(&CmEvent::Timeout { conn: b }));
     assert_eq!(sim.agents[B].connection_count(), 0);
 }
+
+#[test]
+fn mra_for_the_rep_holds_the_passive_side_and_is_sent_again_for_a_duplicate_rep() {
+    let mut sim = Sim::new();
+    sim.auto[A].rtu = false;
+    let conn = sim.connect();
+    sim.run_until(t(20));
+    sim.agents[A].send_mra(t(20), conn, 13, &[]).unwrap();
+    assert_eq!(sim.agents[A].state(conn), Some(State::MraRepSent));
+    sim.run_until(t(30));
+    let b = sim.passive_conn();
+    assert_eq!(sim.agents[B].state(b), Some(State::MraRepRcvd));
+    // B's REP goes again after the service timeout + packet lifetime, not its usual wait;
+    // A answers the duplicate with its MRA again.
+    let resend = t(30) + iba_time(13) + iba_time(PACKET_LIFE);
+    sim.run_until(resend + LATENCY);
+    assert_eq!(sim.sent_times(B, "REP"), vec![t(10), resend]);
+    assert_eq!(sim.sent_times(A, "MRA"), vec![t(20), resend + LATENCY]);
+    sim.agents[A].send_rtu(sim.now, conn, &[]).unwrap();
+    sim.run_until(sim.now + Duration::from_millis(1));
+    assert_eq!(sim.agents[B].state(b), Some(State::Established));
+}
