@@ -129,7 +129,8 @@ fn rping_connects_and_disconnects_with_req_rep_rtu_dreq_drep() {
         (rtu.local_comm_id, rtu.remote_comm_id),
         (req.local_comm_id, rep.local_comm_id)
     );
-    // One transaction id for the whole exchange (the active side's).
+    // One transaction id for the whole exchange: the active side's, since it also sent the
+    // DREQ (REP, RTU and DREP reuse the id of what they answer).
     for f in &cm {
         assert_eq!(
             f.mad.as_ref().unwrap().0.header.transaction_id,
@@ -288,6 +289,89 @@ fn a_req_resent_to_a_busy_listener_gets_an_mra() {
     // Sent right after the duplicate REQ, long before the REP.
     assert!(cm[2].time - cm[1].time < std::time::Duration::from_millis(100));
     assert!(cm[3].time - cm[2].time > std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn three_ucmatose_connections_interleave_and_the_passive_side_disconnects() {
+    let all = frames("rxe_cm_ucmatose.pcap");
+    check_gsi_and_round_trip(&all);
+    let cm = mads(&all);
+    assert_eq!(cm.len(), 15);
+    let tid = |f: &Frame| f.mad.as_ref().unwrap().0.header.transaction_id;
+    let reqs: Vec<&Frame> = cm
+        .iter()
+        .copied()
+        .filter(|f| matches!(msg(f), CmMessage::Req(_)))
+        .collect();
+    assert_eq!(reqs.len(), 3);
+    for r in reqs {
+        let CmMessage::Req(req) = msg(r) else {
+            unreachable!()
+        };
+        // ucmatose's default port.
+        assert_eq!(req.service_id, service_id(PortSpace::Tcp, 7471));
+        let of_this = |f: &&Frame| {
+            let m = msg(f);
+            m.local_comm_id() == req.local_comm_id || m.remote_comm_id() == Some(req.local_comm_id)
+        };
+        let conn: Vec<&Frame> = cm.iter().copied().filter(of_this).collect();
+        let names: Vec<_> = conn.iter().map(|f| msg(f).name()).collect();
+        assert_eq!(names, ["REQ", "REP", "RTU", "DREQ", "DREP"]);
+        let (CmMessage::Rep(rep), CmMessage::Dreq(dreq)) = (msg(conn[1]), msg(conn[3])) else {
+            panic!()
+        };
+        // The server (g1) disconnects: its DREQ names the client's QP.
+        assert_eq!(conn[3].src, G1);
+        assert_eq!(
+            (dreq.local_comm_id, dreq.remote_comm_id, dreq.remote_qpn),
+            (rep.local_comm_id, req.local_comm_id, req.local_qpn)
+        );
+        // A reply carries the transaction id of what it answers; the DREQ starts its own.
+        assert_eq!(tid(conn[1]), tid(conn[0]));
+        assert_eq!(tid(conn[2]), tid(conn[0]));
+        assert_ne!(tid(conn[3]), tid(conn[0]));
+        assert_eq!(tid(conn[4]), tid(conn[3]));
+        // Linux builds it from the sender's comm id (byte-swapped, little-endian host).
+        assert_eq!(tid(conn[0]) as u32, req.local_comm_id.swap_bytes());
+        assert_eq!(tid(conn[3]) as u32, rep.local_comm_id.swap_bytes());
+    }
+}
+
+#[test]
+fn rping_over_ipv6_link_local_carries_ipv6_gids_and_an_ipv6_rdma_cm_header() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rxe_cm_rping_ipv6.pcap");
+    let mut names = vec![];
+    let mut req = None;
+    for f in read_capture(path).unwrap() {
+        let p = parse_frame(&f.data).unwrap();
+        assert!(p.icrc_ok());
+        let IpRepr::V6 { src, dst, .. } = p.repr.ip else {
+            panic!("IPv4 in the IPv6 capture")
+        };
+        if let Some(m) = gsi_cm_mad(&p.repr.roce) {
+            let m = m.unwrap();
+            assert_eq!(&m.to_bytes().unwrap()[..], p.repr.roce.payload);
+            names.push(m.message.name());
+            if let CmMessage::Req(r) = m.message {
+                req = Some((r, src, dst));
+            }
+        }
+    }
+    assert_eq!(names, ["REQ", "REP", "RTU", "DREQ", "DREP"]);
+    let (req, src, dst) = req.unwrap();
+    // The GIDs are the link-local addresses themselves, not IPv4-mapped.
+    assert_eq!(req.primary_path.local_gid, src.octets());
+    assert_eq!(req.primary_path.remote_gid, dst.octets());
+    assert!(src.is_unicast_link_local());
+    let hdr = CmaHeader::parse(req.private_data.as_bytes()).unwrap();
+    assert_eq!(hdr.ip_version(), 6);
+    assert_eq!(
+        (hdr.src_addr, hdr.dst_addr),
+        (IpAddr::V6(src), IpAddr::V6(dst))
+    );
+    let mut again = [0u8; 36];
+    hdr.emit(&mut again).unwrap();
+    assert_eq!(&again[..], &req.private_data.as_bytes()[..36]);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ pub fn cm_text(mad: &CmMad) -> String {
                 r.max_cm_retries
             );
             if let Ok(h) = CmaHeader::parse(r.private_data.as_bytes()) {
-                let _ = write!(t, " rdma_cm {}:{} > {}", h.src_addr, h.src_port, h.dst_addr);
+                let src = std::net::SocketAddr::new(h.src_addr, h.src_port);
+                let _ = write!(t, " rdma_cm {src} > {}", h.dst_addr);
             }
         }
         CmMessage::Rep(r) => {
@@ -67,7 +68,8 @@ pub fn cm_text(mad: &CmMad) -> String {
         CmMessage::SidrReq(r) => {
             let _ = write!(t, " service={}", service(r.service_id));
             if let Ok(h) = CmaHeader::parse(r.private_data.as_bytes()) {
-                let _ = write!(t, " rdma_cm {}:{} > {}", h.src_addr, h.src_port, h.dst_addr);
+                let src = std::net::SocketAddr::new(h.src_addr, h.src_port);
+                let _ = write!(t, " rdma_cm {src} > {}", h.dst_addr);
             }
         }
         CmMessage::SidrRep(r) => {

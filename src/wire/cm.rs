@@ -474,7 +474,7 @@ impl RejectedMessage {
 
 macro_rules! reject_reasons {
     ($($(#[$doc:meta])* $name:ident = $code:expr, $text:expr;)*) => {
-        /// Reject reason of a REJ (IBTA 12.6.7.2, Table 112).
+        /// Reject reason of a REJ (IBTA 12.6.7, reject reasons).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum RejectReason {
             $($(#[$doc])* $name,)*

@@ -107,8 +107,8 @@ fn explain_header(h: &MadHeader, at: usize, out: &mut Explainer<'_>) -> fmt::Res
         at + 8,
         8,
         format_args!(
-            "transaction id 0x{:016x}: a resend keeps it (IBTA 13.4.6.4); Linux's CM keeps one \
-             for the whole connection",
+            "transaction id 0x{:016x}: a resend keeps it (IBTA 13.4.6.4); in Linux a reply \
+             reuses the id of what it answers (REP, RTU: the REQ's; DREP: the DREQ's)",
             h.transaction_id
         ),
         C,
@@ -490,7 +490,7 @@ fn explain_rej(m: &CmRej, at: usize, out: &mut Explainer<'_>) -> fmt::Result {
         at + 10,
         2,
         format_args!(
-            "reason {}: {} (IBTA 12.6.7.2, Table 112)",
+            "reason {}: {} (IBTA 12.6.7, reject reasons)",
             m.reason.code(),
             m.reason.description()
         ),

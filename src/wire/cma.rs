@@ -11,7 +11,7 @@
 //! ```
 //! An IPv4 address takes the last 4 bytes of its 16 (the first 12 zero).
 //! Service id (RoCE and IB alike): `port_space << 16 | port` (cma.c). The port-space codes
-//! of TCP, UDP and IB start with 0x01, which puts those ids in IBTA Annex A3's IP-based range
+//! of TCP, UDP and IB start with 0x01, which puts those ids in the IBTA's IP-based CM range
 //! `0x0000_0000_01PP_pppp` (protocol PP: 0x06 TCP, 0x11 UDP); IPoIB's 0x0002 does not.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -175,6 +175,34 @@ impl CmaHeader {
     }
 }
 
+impl CmaHeader {
+    /// A REQ's or SIDR_REQ's private data: this header, then the user's `user_data` (at most
+    /// `N - 36` bytes: 56 in a REQ, 180 in a SIDR_REQ), then zeros.
+    pub fn private_data<const N: usize>(
+        &self,
+        user_data: &[u8],
+    ) -> MadResult<super::cm::PrivateData<N>> {
+        let room = N.saturating_sub(CMA_HEADER_LEN);
+        if user_data.len() > room {
+            return Err(MadError::PrivateDataTooLong {
+                len: user_data.len(),
+                max: room,
+            });
+        }
+        let mut out = [0u8; N];
+        check_mad_len("private data", CMA_HEADER_LEN, N)?;
+        self.emit(&mut out[..CMA_HEADER_LEN])?;
+        out[CMA_HEADER_LEN..CMA_HEADER_LEN + user_data.len()].copy_from_slice(user_data);
+        Ok(super::cm::PrivateData(out))
+    }
+
+    /// The user's part of private data that starts with an rdma_cm header (zero padded to the
+    /// message's size; rdma_cm hands all of it to the user).
+    pub fn user_data(private_data: &[u8]) -> &[u8] {
+        private_data.get(CMA_HEADER_LEN..).unwrap_or(&[])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,5 +255,25 @@ mod tests {
         buf[0] = 1;
         assert_eq!(CmaHeader::parse(&buf), Err(MadError::BadCmaVersion(1)));
         assert!(CmaHeader::parse(&buf[..35]).is_err());
+    }
+
+    #[test]
+    fn private_data_is_the_header_then_the_users_bytes() {
+        let h = CmaHeader::new(
+            "198.18.0.12".parse().unwrap(),
+            40909,
+            "198.18.0.11".parse().unwrap(),
+        );
+        let pd = h.private_data::<92>(b"hello").unwrap();
+        assert_eq!(CmaHeader::parse(pd.as_bytes()).unwrap(), h);
+        assert_eq!(&CmaHeader::user_data(pd.as_bytes())[..6], b"hello\0");
+        assert_eq!(CmaHeader::user_data(pd.as_bytes()).len(), 56);
+        assert!(h.private_data::<92>(&[1; 56]).is_ok());
+        assert_eq!(
+            h.private_data::<92>(&[1; 57]),
+            Err(MadError::PrivateDataTooLong { len: 57, max: 56 })
+        );
+        assert!(h.private_data::<20>(&[]).is_err());
+        assert!(CmaHeader::user_data(&[0; 10]).is_empty());
     }
 }
