@@ -368,3 +368,114 @@ fn udaddy_s_sidr_both_ways() {
     expected.vendor_id = 0;
     assert_eq!(unpack!(ours, SidrRep), expected);
 }
+
+#[test]
+fn as_the_ucmatose_server_it_takes_three_interleaved_connections_and_disconnects_them() {
+    // rxe_cm_ucmatose.pcap: three REQ/REP pairs, then the three RTUs; the server sends the
+    // DREQs. Our agent is the server; rxe's client's MADs name rxe's server comm ids, which
+    // are translated to ours before they are fed in.
+    let m = mads("rxe_cm_ucmatose.pcap");
+    let server_guid = m
+        .iter()
+        .find_map(|(_, _, mad)| match mad.message {
+            CmMessage::Rep(rep) => Some(rep.local_ca_guid),
+            _ => None,
+        })
+        .unwrap();
+    let mut agent = CmAgent::new(CmConfig {
+        local_ca_guid: server_guid,
+        ..CmConfig::default()
+    });
+    // rxe's server comm id → ours, and the client's comm id → ours.
+    let mut ours_of: std::collections::HashMap<u32, ConnId> = Default::default();
+    let mut by_client: std::collections::HashMap<u32, ConnId> = Default::default();
+    let mut listening = false;
+    let mut client_peer = None;
+    let mut established = 0;
+    for (from, bytes, mad) in &m {
+        let from_client = match mad.message {
+            CmMessage::Req(_) | CmMessage::Rtu(_) | CmMessage::Drep(_) => true,
+            CmMessage::Rep(_) | CmMessage::Dreq(_) => false,
+            other => panic!("{other:?}"),
+        };
+        if !from_client {
+            // What rxe's server sent: ours must say the same but for comm id and tid.
+            match mad.message {
+                CmMessage::Rep(rep) => {
+                    let conn = by_client[&rep.remote_comm_id];
+                    assert_eq!(agent.state(conn), Some(State::ReqRcvd));
+                    ours_of.insert(rep.local_comm_id, conn);
+                    agent
+                        .accept(
+                            now(),
+                            conn,
+                            ReplyParams {
+                                qpn: rep.local_qpn,
+                                starting_psn: rep.starting_psn,
+                                qkey: rep.local_qkey,
+                                responder_resources: rep.responder_resources,
+                                initiator_depth: rep.initiator_depth,
+                                target_ack_delay: rep.target_ack_delay,
+                                end_to_end_flow_control: rep.end_to_end_flow_control,
+                                rnr_retry_count: rep.rnr_retry_count,
+                                srq: rep.srq,
+                                private_data: rep.private_data.as_bytes().to_vec(),
+                            },
+                        )
+                        .unwrap();
+                    let mut ours = unpack!(one(&mut agent), Rep);
+                    assert_eq!(ours.local_comm_id, conn.0);
+                    ours.local_comm_id = rep.local_comm_id;
+                    ours.vendor_id = rep.vendor_id;
+                    ours.failover_accepted = rep.failover_accepted;
+                    assert_eq!(ours, rep);
+                }
+                CmMessage::Dreq(dreq) => {
+                    let conn = ours_of[&dreq.local_comm_id];
+                    agent
+                        .disconnect(now(), conn, dreq.private_data.as_bytes())
+                        .unwrap();
+                    let mut ours = unpack!(one(&mut agent), Dreq);
+                    ours.local_comm_id = dreq.local_comm_id;
+                    assert_eq!(ours, dreq);
+                }
+                _ => unreachable!(),
+            }
+            continue;
+        }
+        let mut translated = *mad;
+        match &mut translated.message {
+            CmMessage::Req(req) if !listening => {
+                agent.listen(req.service_id, None).unwrap();
+                listening = true;
+            }
+            CmMessage::Rtu(rtu) => rtu.remote_comm_id = ours_of[&rtu.remote_comm_id].0,
+            CmMessage::Drep(drep) => drep.remote_comm_id = ours_of[&drep.remote_comm_id].0,
+            _ => {}
+        }
+        assert_eq!(CmMad::parse(bytes).unwrap(), *mad);
+        client_peer = Some(*from);
+        agent.handle_mad(now(), *from, &translated.to_bytes().unwrap());
+        while let Some(event) = agent.poll_event() {
+            match event {
+                CmEvent::ReqReceived { conn, req, .. } => {
+                    by_client.insert(req.local_comm_id, conn);
+                }
+                CmEvent::Established { .. } => established += 1,
+                CmEvent::Disconnected {
+                    timed_out: false, ..
+                } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(sent(&mut agent).is_empty());
+    }
+    assert_eq!(established, 3);
+    assert!(client_peer.is_some());
+    assert_eq!(agent.connection_count(), 3);
+    for conn in ours_of.values() {
+        assert_eq!(agent.state(*conn), Some(State::TimeWait));
+    }
+    assert_eq!(agent.stats().dropped_unknown_connection, 0);
+    assert_eq!(agent.stats().dropped_mismatch, 0);
+}
