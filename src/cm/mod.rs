@@ -1361,8 +1361,6 @@ impl CmAgent {
         let id = self.alloc_comm_id();
         let response_timeout =
             self.packet_life() * 2 + self.peer_time(req.local_cm_response_timeout);
-        // The active side waits this long for our REP; clamp what we hand the user too.
-        let _ = self.peer_time(req.remote_cm_response_timeout);
         self.conns.insert(
             id,
             Conn {
