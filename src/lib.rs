@@ -4,6 +4,7 @@
 //! - [`wire`]: zero-copy views and `Repr` structs for every RoCEv2 header, ICRC, whole frames.
 //! - [`capture`]: reading and writing pcap/pcapng files around the wire layer.
 //! - [`analysis`]: what `xroce dump` makes of a capture (lines, JSON, explanations, summary).
+//! - [`cm`]: the IB communication manager's protocol (IBTA chapter 12), sans-IO.
 //! - [`engine`]: the sans-IO RC/UD transport (requester, responder, completer); time is an argument.
 //! - [`sim`]: a deterministic simulated network that drives engines on a virtual clock.
 //! - [`driver`]: moving frames: AF_XDP, kernel UDP socket, in-memory. The only module
@@ -18,6 +19,7 @@
 
 pub mod analysis;
 pub mod capture;
+pub mod cm;
 #[allow(unsafe_code)]
 pub mod driver;
 pub mod engine;
