@@ -25,6 +25,7 @@ pub mod driver;
 pub mod engine;
 pub mod netdev;
 pub mod netns;
+pub mod rdmacm;
 pub mod sim;
 pub mod tools;
 pub mod verbs;

@@ -278,6 +278,12 @@ impl Gsi {
         Ok(None)
     }
 
+    /// The next MAD received, without driving the device's progress (the background thread
+    /// does): for a thread that waits on [`Gsi::as_fd`] between polls, like the RDMA CM's.
+    pub fn poll_recv_quietly(&self) -> Result<Option<ReceivedMad>> {
+        self.take_quietly()
+    }
+
     fn take_quietly(&self) -> Result<Option<ReceivedMad>> {
         while let Some(wc) = self.cq.take_one_quietly()? {
             if let Some(mad) = self.take(&wc)? {

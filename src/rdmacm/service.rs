@@ -1,0 +1,740 @@
+//! The per-device CM service: QP1, a [`CmAgent`], and the thread that runs them; and how the
+//! agent's events become rdma_cm events on the ids.
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixDatagram;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::cm::{
+    CmAgent, CmConfig, CmEvent, ConnId, ListenId, MadPeer, RejectReason, SidrId, SidrStatus,
+};
+use crate::netdev::{Gid, MacAddr};
+use crate::verbs::{AhAttr, Device, Gsi, MadAddress, ReceivedMad, MAD_LEN};
+use crate::wire::cma::CmaHeader;
+
+use super::id::{CmId, IdInner};
+use super::{lock, ConnParam, EventKind, EventParam, IdState, RdmaCmError, RdmaCmEvent, Result};
+use super::{UdParam, RDMA_UDP_QKEY};
+
+/// Finds (opening it if needed) the device that owns a local address; `Ok(None)`: no device
+/// has it. What the drop-in librdmacm uses to open its interfaces lazily.
+pub type DeviceOpener = dyn Fn(IpAddr) -> Result<Option<Device>> + Send + Sync;
+
+/// Settings of a [`Cm`].
+#[derive(Clone, Debug)]
+pub struct CmConfigRdma {
+    /// The CM protocol's settings for every device's agent (packet lifetime, retries, ...).
+    pub agent: CmConfig,
+    /// How long address resolution may wait for the next hop's MAC.
+    pub resolve_timeout: Duration,
+    /// The REQ's "Remote/Local CM Response Timeout" exponents (the kernel's
+    /// CMA_CM_RESPONSE_TIMEOUT, 20: 4.3 s).
+    pub cm_response_timeout: u8,
+    /// How often a REQ is sent again (the kernel's CMA_MAX_CM_RETRIES, 15).
+    pub max_cm_retries: u8,
+    /// The local ACK timeout exponent of connections, unless an id sets its own
+    /// (rxe's rdma_cm sends 19 in REQs, 2.1 s: docs/cm.md).
+    pub local_ack_timeout: u8,
+    /// The REP's target ACK delay exponent (rxe's: 15, 134 ms).
+    pub target_ack_delay: u8,
+    /// The RNR NAK timer our QPs advertise: the kernel's rdma_cm leaves it at 0 (655 ms,
+    /// IBTA 9.7.5.2.8 table 45); xroce uses 12 (0.64 ms) unless told otherwise, as its
+    /// pingpong tools do, so that a receiver that is late once does not stall 655 ms.
+    pub min_rnr_timer: u8,
+}
+
+impl Default for CmConfigRdma {
+    fn default() -> CmConfigRdma {
+        CmConfigRdma {
+            agent: CmConfig {
+                first_comm_id: rand::random::<u32>() | 1,
+                first_tid: rand::random::<u32>() as u64,
+                local_ca_guid: 0,
+                ..CmConfig::default()
+            },
+            resolve_timeout: Duration::from_secs(2),
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
+            local_ack_timeout: 19,
+            target_ack_delay: 15,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
+/// The RDMA CM of a process, or of a part of it: ids on a set of devices. Clone to share.
+#[derive(Clone)]
+pub struct Cm {
+    pub(crate) shared: Arc<CmShared>,
+}
+
+impl std::fmt::Debug for Cm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = lock(&self.shared.state);
+        f.debug_struct("Cm")
+            .field(
+                "devices",
+                &state
+                    .ports
+                    .iter()
+                    .map(|p| p.device.name().to_string())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+pub(crate) struct CmShared {
+    pub(crate) state: Mutex<CmState>,
+    pub(crate) config: CmConfigRdma,
+    opener: Option<Box<DeviceOpener>>,
+    /// Cleanups of ids dropped without [`CmId::destroy`], done by a port thread (a drop may
+    /// happen where the state lock is held).
+    pub(crate) graveyard: Mutex<Vec<super::id::Cleanup>>,
+    next_id_key: std::sync::atomic::AtomicU64,
+}
+
+impl CmShared {
+    /// A fresh id key (created and child ids alike).
+    pub(crate) fn next_key(&self) -> u64 {
+        self.next_id_key
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for CmShared {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        for port in &state.ports {
+            let _ = port.wake.send(b"x");
+        }
+    }
+}
+
+pub(crate) struct CmState {
+    pub(crate) ports: Vec<Port>,
+    /// (port space, port, address) bound by ids; the unspecified address binds all.
+    pub(crate) bound: HashSet<(u16, u16, IpAddr)>,
+    next_ephemeral: u16,
+}
+
+/// One device's CM: QP1, its agent, and the ids it serves by connection.
+pub(crate) struct Port {
+    pub(crate) device: Device,
+    pub(crate) gsi: Arc<Gsi>,
+    pub(crate) agent: CmAgent,
+    pub(crate) conns: HashMap<ConnId, Weak<IdInner>>,
+    pub(crate) listens: HashMap<ListenId, Weak<IdInner>>,
+    pub(crate) sidrs: HashMap<SidrId, Weak<IdInner>>,
+    /// Passive SIDR exchanges: the answering side's handle → the child id.
+    pub(crate) sidr_children: HashMap<SidrId, Weak<IdInner>>,
+    wake: UnixDatagram,
+}
+
+impl Cm {
+    /// A CM over `devices` (each gets its GSI, QP1, now: a device whose QP1 is taken is
+    /// [`crate::engine::EngineError::GsiExists`]).
+    pub fn new(devices: &[Device]) -> Result<Cm> {
+        Cm::with_config(devices, CmConfigRdma::default(), None)
+    }
+
+    /// A CM with settings, and an opener for devices not in `devices` yet.
+    pub fn with_config(
+        devices: &[Device],
+        config: CmConfigRdma,
+        opener: Option<Box<DeviceOpener>>,
+    ) -> Result<Cm> {
+        let cm = Cm {
+            shared: Arc::new(CmShared {
+                state: Mutex::new(CmState {
+                    ports: Vec::new(),
+                    bound: HashSet::new(),
+                    next_ephemeral: 32768 + (rand::random::<u16>() % 28000),
+                }),
+                config,
+                opener,
+                graveyard: Mutex::new(Vec::new()),
+                next_id_key: std::sync::atomic::AtomicU64::new(1),
+            }),
+        };
+        for device in devices {
+            cm.add_device(device)?;
+        }
+        Ok(cm)
+    }
+
+    /// Serves one more device; its index. Adding a device twice returns the first index.
+    pub fn add_device(&self, device: &Device) -> Result<usize> {
+        let mut state = lock(&self.shared.state);
+        add_port(&self.shared, &mut state, device)
+    }
+
+    /// The devices served.
+    pub fn devices(&self) -> Vec<Device> {
+        lock(&self.shared.state)
+            .ports
+            .iter()
+            .map(|p| p.device.clone())
+            .collect()
+    }
+
+    /// The CM agent counters of each device (what was sent, resent, dropped and why).
+    pub fn stats(&self) -> Vec<(String, crate::cm::CmStats)> {
+        lock(&self.shared.state)
+            .ports
+            .iter()
+            .map(|p| (p.device.name().to_string(), p.agent.stats().clone()))
+            .collect()
+    }
+
+    /// A new id (`rdma_create_id`) reporting to `channel`, in port space `ps`: TCP for RC,
+    /// UDP for UD (IB and IPoIB have no meaning on RoCE).
+    pub fn create_id(&self, channel: &super::EventChannel, ps: super::PortSpace) -> Result<CmId> {
+        let qp_type = match ps {
+            super::PortSpace::Tcp => crate::engine::QpType::Rc,
+            super::PortSpace::Udp => crate::engine::QpType::Ud,
+            super::PortSpace::Ib => return Err(RdmaCmError::Unsupported("the IB port space")),
+            super::PortSpace::Ipoib => {
+                return Err(RdmaCmError::Unsupported("the IPoIB port space"))
+            }
+        };
+        let key = self.shared.next_key();
+        Ok(CmId::new(
+            self.shared.clone(),
+            key,
+            ps,
+            qp_type,
+            channel.inner().clone(),
+        ))
+    }
+}
+
+fn add_port(shared: &Arc<CmShared>, state: &mut CmState, device: &Device) -> Result<usize> {
+    if let Some(i) = state
+        .ports
+        .iter()
+        .position(|p| Arc::ptr_eq(&p.device.core, &device.core))
+    {
+        return Ok(i);
+    }
+    let gsi = Arc::new(device.open_gsi()?);
+    let (wake_rx, wake_tx) = UnixDatagram::pair()?;
+    wake_rx.set_nonblocking(true)?;
+    wake_tx.set_nonblocking(true)?;
+    let mut config = shared.config.agent.clone();
+    if config.local_ca_guid == 0 {
+        config.local_ca_guid = ca_guid(device);
+    }
+    let index = state.ports.len();
+    state.ports.push(Port {
+        device: device.clone(),
+        gsi: gsi.clone(),
+        agent: CmAgent::new(config),
+        conns: HashMap::new(),
+        listens: HashMap::new(),
+        sidrs: HashMap::new(),
+        sidr_children: HashMap::new(),
+        wake: wake_tx,
+    });
+    let weak = Arc::downgrade(shared);
+    std::thread::Builder::new()
+        .name(format!("xroce-cm-{}", device.name()))
+        .spawn(move || port_thread(weak, index, gsi, wake_rx))?;
+    Ok(index)
+}
+
+impl Port {
+    /// Makes the port's thread look at its timers again.
+    pub(crate) fn kick(&self) {
+        let _ = self.wake.send(b"k");
+    }
+}
+
+/// The CA GUID of a device: EUI-64 from its MAC (what rxe uses, IBTA 13.4.2 "GUID").
+fn ca_guid(device: &Device) -> u64 {
+    let m = device.netdev().mac.0;
+    u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
+}
+
+impl CmShared {
+    /// Finds the port of a device that owns local address `ip` (opening the device through
+    /// the opener when none does yet).
+    pub(crate) fn port_for_local(
+        self: &Arc<Self>,
+        state: &mut CmState,
+        ip: IpAddr,
+    ) -> Result<usize> {
+        if let Some(i) = state
+            .ports
+            .iter()
+            .position(|p| p.device.gid_index_of(ip).is_some())
+        {
+            return Ok(i);
+        }
+        if let Some(open) = &self.opener {
+            if let Some(device) = open(ip)? {
+                return add_port(self, state, &device);
+            }
+        }
+        Err(RdmaCmError::AddressNotAvailable(ip))
+    }
+
+    /// A free ephemeral port of `space` on `ip`.
+    pub(crate) fn ephemeral_port(state: &mut CmState, space: u16, ip: IpAddr) -> u16 {
+        for _ in 0..65536 {
+            let port = state.next_ephemeral;
+            state.next_ephemeral = if port >= 60999 { 32768 } else { port + 1 };
+            if !port_taken(state, space, port, ip) {
+                return port;
+            }
+        }
+        0
+    }
+}
+
+pub(crate) fn port_taken(state: &CmState, space: u16, port: u16, ip: IpAddr) -> bool {
+    state.bound.iter().any(|&(s, p, a)| {
+        s == space && p == port && (a == ip || a.is_unspecified() || ip.is_unspecified())
+    })
+}
+
+/// Sends what the agent of `port` has queued and turns its events into rdma_cm events.
+/// Called with the state lock held; ids whose last handle must not drop under the lock are
+/// returned to be dropped by the caller after unlocking.
+pub(crate) fn pump(
+    shared: &Arc<CmShared>,
+    state: &mut CmState,
+    index: usize,
+    keep: &mut Vec<Arc<IdInner>>,
+) {
+    loop {
+        let port = &mut state.ports[index];
+        let mut sent_any = false;
+        while let Some(out) = port.agent.poll_transmit() {
+            sent_any = true;
+            send_mad(port, &out.to, &out.bytes);
+        }
+        let Some(event) = port.agent.poll_event() else {
+            if !sent_any {
+                return;
+            }
+            continue;
+        };
+        handle_event(shared, state, index, event, keep);
+    }
+}
+
+pub(crate) fn send_mad(port: &Port, to: &MadPeer, bytes: &[u8]) {
+    let Ok(mad) = <&[u8; MAD_LEN]>::try_from(bytes) else {
+        return;
+    };
+    let sgid_index = port
+        .device
+        .gid_table()
+        .iter()
+        .find(|e| e.gid.is_ipv4() == to.gid.is_ipv4())
+        .map_or(0, |e| e.index);
+    let mut addr = MadAddress::gsi(to.gid, sgid_index.min(255) as u8);
+    addr.qpn = to.qpn;
+    addr.mac = to
+        .mac
+        .filter(|m| *m != [0; 6] && m[0] & 1 == 0)
+        .map(MacAddr);
+    if let Err(e) = port.gsi.send(&addr, mad) {
+        tracing::debug!(device = port.device.name(), error = %e, "CM MAD not sent");
+    }
+}
+
+fn handle_event(
+    shared: &Arc<CmShared>,
+    state: &mut CmState,
+    index: usize,
+    event: CmEvent,
+    keep: &mut Vec<Arc<IdInner>>,
+) {
+    let device = state.ports[index].device.clone();
+    let now = device.shared().now();
+    match event {
+        CmEvent::ReqReceived {
+            conn,
+            listen,
+            from,
+            req,
+        } => {
+            let listener = state.ports[index]
+                .listens
+                .get(&listen)
+                .and_then(Weak::upgrade);
+            let Some(listener) = listener else {
+                let _ = state.ports[index].agent.reject(
+                    now,
+                    conn,
+                    RejectReason::InvalidServiceId,
+                    &[],
+                    &[],
+                );
+                return;
+            };
+            keep.push(listener.clone());
+            match IdInner::child_for_req(shared, &listener, &device, index, conn, from, &req) {
+                Ok((child, param)) => {
+                    state.ports[index]
+                        .conns
+                        .insert(conn, Arc::downgrade(&child.inner));
+                    let channel = lock(&listener.data).channel.clone();
+                    channel.push(RdmaCmEvent {
+                        id: child,
+                        listen_id: Some(CmId::from_inner(listener.clone())),
+                        kind: EventKind::ConnectRequest,
+                        status: 0,
+                        param: EventParam::Conn(param),
+                    });
+                }
+                Err(reason) => {
+                    let _ = state.ports[index].agent.reject(now, conn, reason, &[], &[]);
+                }
+            }
+        }
+        CmEvent::RepReceived { conn, rep } => {
+            let Some(id) = state.ports[index].conns.get(&conn).and_then(Weak::upgrade) else {
+                let _ = state.ports[index].agent.abandon(now, conn);
+                return;
+            };
+            keep.push(id.clone());
+            let param = ConnParam {
+                private_data: rep.private_data.0.to_vec(),
+                responder_resources: rep.initiator_depth,
+                initiator_depth: rep.responder_resources,
+                flow_control: rep.end_to_end_flow_control,
+                retry_count: 0,
+                rnr_retry_count: rep.rnr_retry_count,
+                srq: rep.srq,
+                qp_num: rep.local_qpn,
+            };
+            let outcome = id.on_rep(&rep);
+            let port = &mut state.ports[index];
+            match outcome {
+                Ok(true) => {
+                    // The QP is at RTS: RTU, then Established (IBTA 12.6.9).
+                    let _ = port.agent.send_rtu(now, conn, &[]);
+                    id.set_state(IdState::Established);
+                    id.push(EventKind::Established, 0, EventParam::Conn(param));
+                    // The agent's own Established event follows; it is not reported twice.
+                    id.mark_established_reported();
+                }
+                Ok(false) => {
+                    id.set_state(IdState::ConnectResponse);
+                    id.push(EventKind::ConnectResponse, 0, EventParam::Conn(param));
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "QP could not take the REP's attributes");
+                    let _ = port
+                        .agent
+                        .reject(now, conn, RejectReason::ConsumerDefined, &[], &[]);
+                    id.qp_to_error();
+                    id.set_state(IdState::Closed);
+                    id.push(EventKind::ConnectError, -e.errno(), EventParam::None);
+                }
+            }
+        }
+        CmEvent::MraReceived { .. } => {}
+        CmEvent::Established { conn } => {
+            let Some(id) = state.ports[index].conns.get(&conn).and_then(Weak::upgrade) else {
+                return;
+            };
+            keep.push(id.clone());
+            if id.take_established_reported() {
+                return;
+            }
+            id.set_state(IdState::Established);
+            id.push(
+                EventKind::Established,
+                0,
+                EventParam::Conn(id.accepted_param()),
+            );
+        }
+        CmEvent::Rejected {
+            conn,
+            reason,
+            private_data,
+            ..
+        } => {
+            let Some(id) = state.ports[index]
+                .conns
+                .remove(&conn)
+                .and_then(|w| w.upgrade())
+            else {
+                return;
+            };
+            keep.push(id.clone());
+            id.qp_to_error();
+            id.set_state(IdState::Closed);
+            id.push(
+                EventKind::Rejected,
+                reason.code() as i32,
+                EventParam::Conn(ConnParam {
+                    private_data,
+                    ..ConnParam::default()
+                }),
+            );
+        }
+        CmEvent::Timeout { conn } => {
+            let Some(id) = state.ports[index]
+                .conns
+                .remove(&conn)
+                .and_then(|w| w.upgrade())
+            else {
+                return;
+            };
+            keep.push(id.clone());
+            id.qp_to_error();
+            id.set_state(IdState::Closed);
+            id.push(EventKind::Unreachable, -libc::ETIMEDOUT, EventParam::None);
+        }
+        CmEvent::DisconnectRequested { conn, private_data } => {
+            let Some(id) = state.ports[index].conns.get(&conn).and_then(Weak::upgrade) else {
+                return;
+            };
+            keep.push(id.clone());
+            id.set_state(IdState::Disconnecting);
+            id.mark_disconnect_reported();
+            id.push(
+                EventKind::Disconnected,
+                0,
+                EventParam::Conn(ConnParam {
+                    private_data,
+                    ..ConnParam::default()
+                }),
+            );
+        }
+        CmEvent::Disconnected { conn, .. } => {
+            let Some(id) = state.ports[index].conns.get(&conn).and_then(Weak::upgrade) else {
+                return;
+            };
+            keep.push(id.clone());
+            id.set_state(IdState::Closed);
+            if !id.take_disconnect_reported() {
+                id.push(EventKind::Disconnected, 0, EventParam::None);
+            }
+        }
+        CmEvent::TimewaitExit { conn } => {
+            let Some(id) = state.ports[index]
+                .conns
+                .remove(&conn)
+                .and_then(|w| w.upgrade())
+            else {
+                return;
+            };
+            keep.push(id.clone());
+            id.push(EventKind::TimewaitExit, 0, EventParam::None);
+        }
+        CmEvent::SidrReqReceived {
+            sidr,
+            listen,
+            from,
+            private_data,
+            ..
+        } => {
+            let listener = state.ports[index]
+                .listens
+                .get(&listen)
+                .and_then(Weak::upgrade);
+            let reply_refused = |state: &mut CmState, status| {
+                let _ = state.ports[index].agent.sidr_reply(
+                    now,
+                    sidr,
+                    crate::cm::SidrReply {
+                        status,
+                        qpn: 0,
+                        qkey: 0,
+                        private_data: Vec::new(),
+                    },
+                );
+            };
+            let Some(listener) = listener else {
+                reply_refused(state, SidrStatus::Unsupported);
+                return;
+            };
+            keep.push(listener.clone());
+            match IdInner::child_for_sidr(
+                shared,
+                &listener,
+                &device,
+                index,
+                sidr,
+                from,
+                &private_data,
+            ) {
+                Ok((child, param)) => {
+                    state.ports[index]
+                        .sidr_children
+                        .insert(sidr, Arc::downgrade(&child.inner));
+                    let channel = lock(&listener.data).channel.clone();
+                    channel.push(RdmaCmEvent {
+                        id: child,
+                        listen_id: Some(CmId::from_inner(listener.clone())),
+                        kind: EventKind::ConnectRequest,
+                        status: 0,
+                        param: EventParam::Ud(param),
+                    });
+                }
+                Err(status) => reply_refused(state, status),
+            }
+        }
+        CmEvent::SidrRepReceived {
+            sidr,
+            status,
+            qpn,
+            qkey,
+            private_data,
+            ..
+        } => {
+            let Some(id) = state.ports[index]
+                .sidrs
+                .remove(&sidr)
+                .and_then(|w| w.upgrade())
+            else {
+                return;
+            };
+            keep.push(id.clone());
+            if status == SidrStatus::Success {
+                let ah_attr = id
+                    .peer_ah()
+                    .unwrap_or_else(|| AhAttr::new(Gid::default(), 0));
+                id.set_state(IdState::Established);
+                id.push(
+                    EventKind::Established,
+                    0,
+                    EventParam::Ud(UdParam {
+                        private_data,
+                        ah_attr,
+                        qp_num: qpn,
+                        qkey,
+                    }),
+                );
+            } else {
+                id.set_state(IdState::Closed);
+                id.push(
+                    EventKind::Unreachable,
+                    status.code() as i32,
+                    EventParam::Ud(UdParam {
+                        private_data,
+                        ah_attr: AhAttr::new(Gid::default(), 0),
+                        qp_num: 0,
+                        qkey: 0,
+                    }),
+                );
+            }
+        }
+        CmEvent::SidrTimeout { sidr } => {
+            let Some(id) = state.ports[index]
+                .sidrs
+                .remove(&sidr)
+                .and_then(|w| w.upgrade())
+            else {
+                return;
+            };
+            keep.push(id.clone());
+            id.set_state(IdState::Closed);
+            id.push(EventKind::Unreachable, -libc::ETIMEDOUT, EventParam::None);
+        }
+    }
+}
+
+/// The peer of a received MAD, as the agent takes it.
+fn mad_peer(mad: &ReceivedMad) -> MadPeer {
+    MadPeer {
+        gid: mad.src_gid,
+        qpn: mad.src_qpn,
+        pkey_index: mad.pkey_index,
+        mac: (mad.src_mac.0 != [0; 6]).then_some(mad.src_mac.0),
+    }
+}
+
+/// Runs one device's CM: MADs in, timers, cleanups of dropped ids. Ends when the [`Cm`] is
+/// gone.
+fn port_thread(weak: Weak<CmShared>, index: usize, gsi: Arc<Gsi>, wake: UnixDatagram) {
+    let mut received: Vec<ReceivedMad> = Vec::new();
+    loop {
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        loop {
+            match gsi.poll_recv_quietly() {
+                Ok(Some(mad)) => received.push(mad),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "GSI receive failed; CM thread ends");
+                    return;
+                }
+            }
+        }
+        let mut keep = Vec::new();
+        let next = {
+            let mut state = lock(&shared.state);
+            let graves: Vec<_> = std::mem::take(&mut *lock(&shared.graveyard));
+            for grave in graves {
+                super::id::bury(&mut state, grave);
+            }
+            let port = &mut state.ports[index];
+            let now = port.device.shared().now();
+            for mad in received.drain(..) {
+                port.agent.handle_mad(now, mad_peer(&mad), &mad.mad[..]);
+            }
+            if port.agent.poll_timeout().is_some_and(|t| t <= now) {
+                port.agent.handle_timeout(now);
+            }
+            for i in 0..state.ports.len() {
+                pump(&shared, &mut state, i, &mut keep);
+            }
+            let port = &state.ports[index];
+            port.agent
+                .poll_timeout()
+                .map(|t| t.saturating_duration_since(port.device.shared().now()))
+        };
+        drop(keep);
+        drop(shared);
+        if gsi.arm().is_err() {
+            return;
+        }
+        // A MAD that came before the arming raised no event.
+        match gsi.poll_recv_quietly() {
+            Ok(Some(mad)) => {
+                received.push(mad);
+                continue;
+            }
+            Ok(None) => {}
+            Err(_) => return,
+        }
+        // Wake at least once a second: a Cm dropped while this thread sleeps ends it.
+        let timeout = next
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
+        let _ = crate::driver::wait::wait_readable(&[gsi.as_fd(), wake.as_fd()], Some(timeout));
+        let mut byte = [0u8; 16];
+        while wake.recv(&mut byte).is_ok() {}
+    }
+}
+
+/// Runs the agent of `index` after a user call changed it: sends, events, and makes the
+/// port's thread take the new timers.
+pub(crate) fn after_call(
+    shared: &Arc<CmShared>,
+    state: &mut CmState,
+    index: usize,
+) -> Vec<Arc<IdInner>> {
+    let mut keep = Vec::new();
+    pump(shared, state, index, &mut keep);
+    state.ports[index].kick();
+    keep
+}
+
+/// The rdma_cm header a REQ or SIDR_REQ of `id` starts its private data with.
+pub(crate) fn cma_header(local: SocketAddr, remote: SocketAddr) -> CmaHeader {
+    CmaHeader::new(local.ip(), local.port(), remote.ip())
+}
+
+/// The Q_Key of UD ids: RDMA_UDP_QKEY.
+pub(crate) const UD_QKEY: u32 = RDMA_UDP_QKEY;
