@@ -73,7 +73,10 @@ fn resolved(s: &Side, ps: PortSpace, port: u16) -> CmId {
 fn conn_param(event: &RdmaCmEvent) -> &ConnParam {
     match &event.param {
         EventParam::Conn(p) => p,
-        other => panic!("{:?}: expected connection parameters, got {other:?}", event.kind),
+        other => panic!(
+            "{:?}: expected connection parameters, got {other:?}",
+            event.kind
+        ),
     }
 }
 
@@ -174,7 +177,10 @@ fn rc_connect_exchange_and_disconnect() {
     let e = client.ch.expect(EventKind::Disconnected, WAIT).unwrap();
     assert_eq!(e.id, id);
     // A second disconnect is refused, not sent.
-    assert!(matches!(id.disconnect(), Err(RdmaCmError::WrongState { .. })));
+    assert!(matches!(
+        id.disconnect(),
+        Err(RdmaCmError::WrongState { .. })
+    ));
     // Time wait ends on both sides (2 × packet lifetime + ACK delay: well under WAIT).
     client.ch.expect(EventKind::TimewaitExit, WAIT).unwrap();
     server.ch.expect(EventKind::TimewaitExit, WAIT).unwrap();
@@ -195,7 +201,10 @@ fn reject_carries_reason_and_private_data() {
     assert_eq!(e.status, 28, "consumer defined (IBTA 12.6.7)");
     assert_eq!(&conn_param(&e).private_data[..7], b"go away");
     assert_eq!(qp.state().unwrap(), QpState::Err);
-    assert!(matches!(req.id.accept(&ConnParam::default()), Err(RdmaCmError::WrongState { .. })));
+    assert!(matches!(
+        req.id.accept(&ConnParam::default()),
+        Err(RdmaCmError::WrongState { .. })
+    ));
 }
 
 #[test]
@@ -227,7 +236,11 @@ fn unanswered_req_is_unreachable() {
     let e = client.ch.expect(EventKind::Unreachable, WAIT).unwrap();
     assert_eq!(e.status, -libc::ETIMEDOUT);
     // Three sends, each waiting 2 × 2^8 + 2^12 × 4.096 µs ≈ 19 ms.
-    assert!(started.elapsed() >= Duration::from_millis(50), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(50),
+        "{:?}",
+        started.elapsed()
+    );
     let stats = &client.cm.stats()[0].1;
     assert_eq!(stats.retransmits, 2);
 }
@@ -250,7 +263,10 @@ fn connections_survive_mad_loss() {
         listener.destroy();
     }
     let resent = client.cm.stats()[0].1.retransmits + server.cm.stats()[0].1.retransmits;
-    assert!(resent > 0, "no MAD was resent: the loss did not hit the handshake");
+    assert!(
+        resent > 0,
+        "no MAD was resent: the loss did not hit the handshake"
+    );
     assert!(link.stats().lost.load(std::sync::atomic::Ordering::Relaxed) > 0);
 }
 
@@ -333,7 +349,8 @@ fn many_connections_at_once() {
         let e = server.ch.get_event(Some(WAIT)).unwrap();
         if e.kind == EventKind::ConnectRequest {
             let cq = b.create_cq(4, None).unwrap();
-            e.id.create_qp(&server.pd, &QpInitAttr::rc(&cq, &cq)).unwrap();
+            e.id.create_qp(&server.pd, &QpInitAttr::rc(&cq, &cq))
+                .unwrap();
             e.id.accept(&ConnParam::default()).unwrap();
             children.push(e.id);
             server_cqs.push(cq);
@@ -345,8 +362,10 @@ fn many_connections_at_once() {
         assert_eq!(e.kind, EventKind::Established, "status {}", e.status);
         established += 1;
     }
-    let ports: std::collections::HashSet<_> =
-        ids.iter().map(|(id, _)| id.local_addr().unwrap().port()).collect();
+    let ports: std::collections::HashSet<_> = ids
+        .iter()
+        .map(|(id, _)| id.local_addr().unwrap().port())
+        .collect();
     assert_eq!(ports.len(), N, "each active id has its own source port");
 }
 

@@ -287,8 +287,8 @@ impl IdInner {
         let Some(qp) = d.qp.clone() else {
             return Ok(false);
         };
-        let (rtr, rtr_mask) = qp_attr_for(&d, QpState::Rtr)?;
-        let (rts, rts_mask) = qp_attr_for(&d, QpState::Rts)?;
+        let (rtr, rtr_mask) = qp_attr_for(&d, QpState::Rtr, &self.cm.config)?;
+        let (rts, rts_mask) = qp_attr_for(&d, QpState::Rts, &self.cm.config)?;
         drop(d);
         qp.modify(&rtr, rtr_mask)?;
         qp.modify(&rts, rts_mask)?;
@@ -360,7 +360,7 @@ impl IdInner {
             conn: Some(conn),
             listens: Vec::new(),
             sidr: None,
-            req: Some(req.clone()),
+            req: Some(*req),
             peer: Some(from),
             tos: l.tos,
             ack_timeout: l.ack_timeout,
@@ -470,7 +470,11 @@ fn same_ip(a: IpAddr, b: IpAddr) -> bool {
 /// The attributes that move an id's QP to `target` (rdma_init_qp_attr), from the path and
 /// what the CM exchange agreed (IBTA 12.6.5, 12.6.8: each side's RTR takes the peer's PSN
 /// and QPN; the responder depth is what the peer may have outstanding).
-fn qp_attr_for(d: &IdData, target: QpState) -> Result<(QpAttr, QpAttrMask)> {
+fn qp_attr_for(
+    d: &IdData,
+    target: QpState,
+    config: &super::CmConfigRdma,
+) -> Result<(QpAttr, QpAttrMask)> {
     let path = d.path.as_ref().ok_or(RdmaCmError::WrongState {
         call: "init_qp_attr",
         state: d.state,
@@ -509,7 +513,7 @@ fn qp_attr_for(d: &IdData, target: QpState) -> Result<(QpAttr, QpAttrMask)> {
                 dest_qp_num: d.remote_qpn,
                 rq_psn: d.remote_psn,
                 max_dest_rd_atomic: d.agreed.responder_resources.max(1),
-                min_rnr_timer: 12,
+                min_rnr_timer: config.min_rnr_timer,
                 ah_attr: Some(av),
                 ..QpAttr::default()
             };
@@ -525,7 +529,7 @@ fn qp_attr_for(d: &IdData, target: QpState) -> Result<(QpAttr, QpAttrMask)> {
         QpState::Rts => {
             let timeout = match d.role {
                 Role::Passive => d.remote_ack_timeout,
-                _ => d.ack_timeout.unwrap_or(19),
+                _ => d.ack_timeout.unwrap_or(config.local_ack_timeout),
             };
             let attr = QpAttr {
                 qp_state: QpState::Rts,
@@ -1010,7 +1014,7 @@ impl CmId {
     /// The attributes that move a QP to `state` for this connection (`rdma_init_qp_attr`).
     pub fn init_qp_attr(&self, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
         let d = lock(&self.inner.data);
-        qp_attr_for(&d, state)
+        qp_attr_for(&d, state, &self.inner.cm.config)
     }
 
     /// Starts listening (`rdma_listen`) on the bound address: on its device, or on every
@@ -1219,8 +1223,8 @@ impl CmId {
         let qpn = match &d.qp {
             Some(qp) => {
                 let qp = qp.clone();
-                let (rtr, rtr_mask) = qp_attr_for(&d, QpState::Rtr)?;
-                let (rts, rts_mask) = qp_attr_for(&d, QpState::Rts)?;
+                let (rtr, rtr_mask) = qp_attr_for(&d, QpState::Rtr, &cm.config)?;
+                let (rts, rts_mask) = qp_attr_for(&d, QpState::Rts, &cm.config)?;
                 qp.modify(&rtr, rtr_mask)?;
                 qp.modify(&rts, rts_mask)?;
                 qp.qp_num()

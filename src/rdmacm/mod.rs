@@ -23,8 +23,6 @@
 //! disconnect).
 mod id;
 mod service;
-#[cfg(test)]
-mod tests;
 mod types;
 
 use std::collections::VecDeque;
