@@ -96,6 +96,7 @@ pub(crate) struct IdData {
 
 /// What is left to undo of an id dropped without [`CmId::destroy`].
 pub(crate) struct Cleanup {
+    key: u64,
     port: Option<usize>,
     conn: Option<ConnId>,
     listens: Vec<(usize, ListenId)>,
@@ -122,8 +123,16 @@ pub(crate) fn bury(state: &mut CmState, c: Cleanup) {
     };
     let now = p.device.shared().now();
     if let Some(conn) = c.conn {
-        p.conns.remove(&conn);
-        let _ = p.agent.abandon(now, conn);
+        // Only while the connection is still this id's: a comm id is handed out again once
+        // its time wait is over (an entry whose id is gone is this one's).
+        let mine = p
+            .conns
+            .get(&conn)
+            .is_some_and(|w| w.upgrade().is_none_or(|id| id.key == c.key));
+        if mine {
+            p.conns.remove(&conn);
+            let _ = p.agent.abandon(now, conn);
+        }
     }
     if let Some(sidr) = c.sidr {
         match c.role {
@@ -161,14 +170,15 @@ impl Drop for IdInner {
         }
         // A drop may run where the state lock is held: a port thread does the cleanup
         // (it looks at the graveyard at least once a second).
-        let cleanup = take_cleanup(d);
+        let cleanup = take_cleanup(self.key, d);
         lock(&self.cm.graveyard).push(cleanup);
     }
 }
 
-fn take_cleanup(d: &mut IdData) -> Cleanup {
+fn take_cleanup(key: u64, d: &mut IdData) -> Cleanup {
     d.state = IdState::Destroyed;
     Cleanup {
+        key,
         port: d.port,
         conn: d.conn.take(),
         listens: std::mem::take(&mut d.listens),
@@ -223,6 +233,12 @@ impl IdInner {
             status,
             param,
         });
+    }
+
+    /// The agent is done with the id's connection (rejected, timed out, out of time wait):
+    /// its comm id may name another connection later.
+    pub(crate) fn forget_conn(&self) {
+        lock(&self.data).conn = None;
     }
 
     pub(crate) fn mark_established_reported(&self) {
@@ -1390,7 +1406,7 @@ impl CmId {
             if d.state == IdState::Destroyed {
                 return;
             }
-            take_cleanup(&mut d)
+            take_cleanup(self.inner.key, &mut d)
         };
         bury(&mut state, cleanup);
     }

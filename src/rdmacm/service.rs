@@ -469,6 +469,7 @@ fn handle_event(
                 return;
             };
             keep.push(id.clone());
+            id.forget_conn();
             id.qp_to_error();
             id.set_state(IdState::Closed);
             id.push(
@@ -489,6 +490,7 @@ fn handle_event(
                 return;
             };
             keep.push(id.clone());
+            id.forget_conn();
             id.qp_to_error();
             id.set_state(IdState::Closed);
             id.push(EventKind::Unreachable, -libc::ETIMEDOUT, EventParam::None);
@@ -528,6 +530,7 @@ fn handle_event(
                 return;
             };
             keep.push(id.clone());
+            id.forget_conn();
             id.push(EventKind::TimewaitExit, 0, EventParam::None);
         }
         CmEvent::SidrReqReceived {
