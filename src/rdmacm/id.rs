@@ -13,9 +13,11 @@ use crate::netdev::{Gid, MacAddr};
 use crate::verbs::{Access, AhAttr, Pd, Qp, QpInitAttr};
 use crate::wire::cma::{service_id, CmaHeader};
 
-use super::service::{after_call, cma_header, port_taken, CmShared, CmState, UD_QKEY};
+use super::service::{after_call, cma_header, port_taken, CmShared, CmState, Port, UD_QKEY};
 use super::{lock, ChannelInner, ConnParam, EventChannel, EventKind, EventParam, IdState};
 use super::{PathInfo, PortSpace, RdmaCmError, RdmaCmEvent, Result, UdParam};
+use crate::cm::State as AgentState;
+use crate::engine::Instant;
 
 /// Which side of a connection an id is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1086,313 +1088,286 @@ impl CmId {
         Ok(())
     }
 
-    /// Sends the REQ (`rdma_connect`; UD ids: SIDR_REQ). Events follow: Established (or
-    /// ConnectResponse without a QP), Rejected, Unreachable, ConnectError.
-    pub fn connect(&self, param: &ConnParam) -> Result<()> {
+    /// Runs a call that changes the id's connection: with the `Cm` and the id locked and the
+    /// id in one of `allowed`, runs `f` on the id's port; then sends what the agent queued,
+    /// delivers its events, and has the port's thread take the new timers.
+    fn agent_call<R>(
+        &self,
+        call: &'static str,
+        allowed: &[IdState],
+        expected: &'static str,
+        f: impl FnOnce(&CmShared, &mut Port, &mut IdData, Instant) -> Result<R>,
+    ) -> Result<R> {
         let cm = self.inner.cm.clone();
         let mut state = lock(&cm.state);
         let mut d = lock(&self.inner.data);
-        if d.state != IdState::RouteResolved {
-            return Err(RdmaCmError::WrongState {
-                call: "connect",
-                state: d.state,
-                expected: "route resolved",
-            });
-        }
-        let index = d.port.expect("resolved ids have a device");
-        let path = d.path.clone().expect("resolved ids have a path");
-        let header = cma_header(path.local, path.remote);
-        let to = MadPeer {
-            gid: path.dgid,
-            qpn: 1,
-            pkey_index: 0,
-            mac: Some(path.next_hop_mac.0),
+        let wrong = |state| RdmaCmError::WrongState {
+            call,
+            state,
+            expected,
         };
-        let sid = service_id(self.inner.ps, path.remote.port());
-        let now = state.ports[index].device.shared().now();
-        if self.inner.qp_type == QpType::Ud {
-            let private_data = header
-                .private_data::<216>(&param.private_data)
-                .map_err(|e| RdmaCmError::InvalidArgument(e.to_string()))?;
-            let sidr = state.ports[index].agent.sidr_request(
-                now,
-                SidrRequest {
-                    to,
-                    service_id: sid,
-                    pkey: 0xffff,
-                    timeout: cm.config.cm_response_timeout,
-                    max_retries: cm.config.max_cm_retries.min(15),
-                    private_data: private_data.0.to_vec(),
-                },
-            )?;
-            state.ports[index]
-                .sidrs
-                .insert(sidr, Arc::downgrade(&self.inner));
-            d.sidr = Some(sidr);
-        } else {
-            let qpn = match &d.qp {
-                Some(qp) => qp.qp_num(),
-                None if param.qp_num != 0 => param.qp_num,
-                None => {
-                    return Err(RdmaCmError::InvalidArgument(
-                        "connect without a QP on the id needs conn_param.qp_num".into(),
-                    ))
-                }
-            };
-            let private_data = header
-                .private_data::<92>(&param.private_data)
-                .map_err(|e| RdmaCmError::InvalidArgument(e.to_string()))?;
-            let ack_timeout = d.ack_timeout.unwrap_or(cm.config.local_ack_timeout);
-            let request = ConnectRequest {
-                to,
-                service_id: sid,
-                local_gid: path.sgid,
-                remote_gid: path.dgid,
-                qpn,
-                starting_psn: d.psn,
-                qkey: 0,
-                transport: TransportType::Rc,
-                responder_resources: param.responder_resources,
-                initiator_depth: param.initiator_depth,
-                retry_count: param.retry_count.min(7),
-                rnr_retry_count: param.rnr_retry_count.min(7),
-                path_mtu: path_mtu(d.mtu),
-                pkey: 0xffff,
-                traffic_class: d.tos,
-                hop_limit: path.hop_limit,
-                flow_label: 0,
-                sl: 0,
-                local_ack_timeout: ack_timeout,
-                cm_response_timeout: cm.config.cm_response_timeout,
-                max_cm_retries: cm.config.max_cm_retries.min(15),
-                srq: param.srq,
-                private_data: private_data.0.to_vec(),
-            };
-            let conn = state.ports[index].agent.connect(now, request)?;
-            state.ports[index]
-                .conns
-                .insert(conn, Arc::downgrade(&self.inner));
-            d.conn = Some(conn);
-            d.agreed = ConnParam {
-                private_data: Vec::new(),
-                qp_num: 0,
-                ..param.clone()
-            };
-            d.ack_timeout = Some(ack_timeout);
+        if !allowed.contains(&d.state) {
+            return Err(wrong(d.state));
         }
-        d.role = Role::Active;
-        d.peer = Some(to);
-        d.state = IdState::Connecting;
+        let index = d.port.ok_or(wrong(d.state))?;
+        let port = &mut state.ports[index];
+        let now = port.device.shared().now();
+        let outcome = f(&cm, port, &mut d, now)?;
         drop(d);
         let keep = after_call(&cm, &mut state, index);
         drop(state);
         drop(keep);
-        Ok(())
+        Ok(outcome)
+    }
+
+    /// Sends the REQ (`rdma_connect`; UD ids: SIDR_REQ). Events follow: Established (or
+    /// ConnectResponse without a QP), Rejected, Unreachable, ConnectError.
+    pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        let me = Arc::downgrade(&self.inner);
+        let ud = self.inner.qp_type == QpType::Ud;
+        let ps = self.inner.ps;
+        self.agent_call(
+            "connect",
+            &[IdState::RouteResolved],
+            "route resolved",
+            |cm, port, d, now| {
+                let path = d.path.clone().expect("resolved ids have a path");
+                let header = cma_header(path.local, path.remote);
+                let to = MadPeer {
+                    gid: path.dgid,
+                    qpn: 1,
+                    pkey_index: 0,
+                    mac: Some(path.next_hop_mac.0),
+                };
+                let sid = service_id(ps, path.remote.port());
+                let bad =
+                    |e: crate::wire::mad::MadError| RdmaCmError::InvalidArgument(e.to_string());
+                if ud {
+                    let private_data = header
+                        .private_data::<216>(&param.private_data)
+                        .map_err(bad)?;
+                    let sidr = port.agent.sidr_request(
+                        now,
+                        SidrRequest {
+                            to,
+                            service_id: sid,
+                            pkey: 0xffff,
+                            timeout: cm.config.cm_response_timeout,
+                            max_retries: cm.config.max_cm_retries.min(15),
+                            private_data: private_data.0.to_vec(),
+                        },
+                    )?;
+                    port.sidrs.insert(sidr, me);
+                    d.sidr = Some(sidr);
+                } else {
+                    let qpn = match &d.qp {
+                        Some(qp) => qp.qp_num(),
+                        None if param.qp_num != 0 => param.qp_num,
+                        None => {
+                            return Err(RdmaCmError::InvalidArgument(
+                                "connect without a QP on the id needs conn_param.qp_num".into(),
+                            ))
+                        }
+                    };
+                    let private_data = header
+                        .private_data::<92>(&param.private_data)
+                        .map_err(bad)?;
+                    let ack_timeout = d.ack_timeout.unwrap_or(cm.config.local_ack_timeout);
+                    let request = ConnectRequest {
+                        to,
+                        service_id: sid,
+                        local_gid: path.sgid,
+                        remote_gid: path.dgid,
+                        qpn,
+                        starting_psn: d.psn,
+                        qkey: 0,
+                        transport: TransportType::Rc,
+                        responder_resources: param.responder_resources,
+                        initiator_depth: param.initiator_depth,
+                        retry_count: param.retry_count.min(7),
+                        rnr_retry_count: param.rnr_retry_count.min(7),
+                        path_mtu: path_mtu(d.mtu),
+                        pkey: 0xffff,
+                        traffic_class: d.tos,
+                        hop_limit: path.hop_limit,
+                        flow_label: 0,
+                        sl: 0,
+                        local_ack_timeout: ack_timeout,
+                        cm_response_timeout: cm.config.cm_response_timeout,
+                        max_cm_retries: cm.config.max_cm_retries.min(15),
+                        srq: param.srq,
+                        private_data: private_data.0.to_vec(),
+                    };
+                    let conn = port.agent.connect(now, request)?;
+                    port.conns.insert(conn, me);
+                    d.conn = Some(conn);
+                    d.agreed = ConnParam {
+                        private_data: Vec::new(),
+                        qp_num: 0,
+                        ..param.clone()
+                    };
+                    d.ack_timeout = Some(ack_timeout);
+                }
+                d.role = Role::Active;
+                d.peer = Some(to);
+                d.state = IdState::Connecting;
+                Ok(())
+            },
+        )
     }
 
     /// Accepts a ConnectRequest (`rdma_accept`): moves the id's QP to RTR and RTS, sends
     /// the REP (UD: the SIDR_REP with the QP and RDMA_UDP_QKEY). Established follows the
     /// peer's RTU.
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
-        let cm = self.inner.cm.clone();
-        let mut state = lock(&cm.state);
-        let mut d = lock(&self.inner.data);
-        if d.state != IdState::ConnectRequest {
-            return Err(RdmaCmError::WrongState {
-                call: "accept",
-                state: d.state,
-                expected: "a connect request",
-            });
-        }
-        let index = d.port.expect("requests come on a device");
-        let now = state.ports[index].device.shared().now();
-        if self.inner.qp_type == QpType::Ud {
-            let sidr = d.sidr.expect("UD requests are SIDR");
-            let qpn = match &d.qp {
-                Some(qp) => qp.qp_num(),
-                None => param.qp_num,
-            };
-            state.ports[index].agent.sidr_reply(
-                now,
-                sidr,
-                SidrReply {
-                    status: SidrStatus::Success,
-                    qpn,
-                    qkey: UD_QKEY,
-                    private_data: param.private_data.clone(),
-                },
-            )?;
-            state.ports[index].sidr_children.remove(&sidr);
-            d.sidr = None;
-            d.state = IdState::Established;
-            drop(d);
-            let keep = after_call(&cm, &mut state, index);
-            drop(state);
-            drop(keep);
-            return Ok(());
-        }
-        let conn = d.conn.expect("RC requests have a connection");
-        // What this side agreed to: no more than the peer asked for (IBTA 12.6.8).
-        d.agreed.responder_resources = param.responder_resources.min(d.agreed.responder_resources);
-        d.agreed.initiator_depth = param.initiator_depth.min(d.agreed.initiator_depth);
-        let rnr = param.rnr_retry_count.min(7);
-        let qpn = match &d.qp {
-            Some(qp) => {
-                let qp = qp.clone();
-                let (rtr, rtr_mask) = qp_attr_for(&d, QpState::Rtr, &cm.config)?;
-                let (rts, rts_mask) = qp_attr_for(&d, QpState::Rts, &cm.config)?;
-                qp.modify(&rtr, rtr_mask)?;
-                qp.modify(&rts, rts_mask)?;
-                qp.qp_num()
-            }
-            None => param.qp_num,
-        };
-        state.ports[index].agent.accept(
-            now,
-            conn,
-            ReplyParams {
-                qpn,
-                starting_psn: d.psn,
-                qkey: 0,
-                responder_resources: d.agreed.responder_resources,
-                initiator_depth: d.agreed.initiator_depth,
-                target_ack_delay: cm.config.target_ack_delay,
-                end_to_end_flow_control: param.flow_control,
-                rnr_retry_count: rnr,
-                srq: param.srq || d.qp.as_ref().is_some_and(|_| param.srq),
-                private_data: param.private_data.clone(),
+        let ud = self.inner.qp_type == QpType::Ud;
+        self.agent_call(
+            "accept",
+            &[IdState::ConnectRequest],
+            "a connect request",
+            |cm, port, d, now| {
+                let qpn = d.qp.as_ref().map_or(param.qp_num, Qp::qp_num);
+                if ud {
+                    let sidr = d.sidr.take().expect("UD requests are SIDR");
+                    port.sidr_children.remove(&sidr);
+                    port.agent.sidr_reply(
+                        now,
+                        sidr,
+                        SidrReply {
+                            status: SidrStatus::Success,
+                            qpn,
+                            qkey: UD_QKEY,
+                            private_data: param.private_data.clone(),
+                        },
+                    )?;
+                    d.state = IdState::Established;
+                    return Ok(());
+                }
+                let conn = d.conn.expect("RC requests have a connection");
+                // What this side agrees to: no more than the peer asked for (IBTA 12.6.8).
+                d.agreed.responder_resources =
+                    param.responder_resources.min(d.agreed.responder_resources);
+                d.agreed.initiator_depth = param.initiator_depth.min(d.agreed.initiator_depth);
+                if let Some(qp) = d.qp.clone() {
+                    let (rtr, rtr_mask) = qp_attr_for(d, QpState::Rtr, &cm.config)?;
+                    let (rts, rts_mask) = qp_attr_for(d, QpState::Rts, &cm.config)?;
+                    qp.modify(&rtr, rtr_mask)?;
+                    qp.modify(&rts, rts_mask)?;
+                }
+                port.agent.accept(
+                    now,
+                    conn,
+                    ReplyParams {
+                        qpn,
+                        starting_psn: d.psn,
+                        qkey: 0,
+                        responder_resources: d.agreed.responder_resources,
+                        initiator_depth: d.agreed.initiator_depth,
+                        target_ack_delay: cm.config.target_ack_delay,
+                        end_to_end_flow_control: param.flow_control,
+                        rnr_retry_count: param.rnr_retry_count.min(7),
+                        srq: param.srq,
+                        private_data: param.private_data.clone(),
+                    },
+                )?;
+                d.state = IdState::Connecting;
+                Ok(())
             },
-        )?;
-        d.state = IdState::Connecting;
-        drop(d);
-        let keep = after_call(&cm, &mut state, index);
-        drop(state);
-        drop(keep);
-        Ok(())
+        )
     }
 
     /// Refuses a ConnectRequest (`rdma_reject`): REJ "consumer defined" with
     /// `private_data` (UD: SIDR_REP "rejected").
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
-        let cm = self.inner.cm.clone();
-        let mut state = lock(&cm.state);
-        let mut d = lock(&self.inner.data);
-        if d.state != IdState::ConnectRequest {
-            return Err(RdmaCmError::WrongState {
-                call: "reject",
-                state: d.state,
-                expected: "a connect request",
-            });
-        }
-        let index = d.port.expect("requests come on a device");
-        let now = state.ports[index].device.shared().now();
-        if let Some(sidr) = d.sidr.take() {
-            state.ports[index].sidr_children.remove(&sidr);
-            state.ports[index].agent.sidr_reply(
-                now,
-                sidr,
-                SidrReply {
-                    status: SidrStatus::Reject,
-                    qpn: 0,
-                    qkey: 0,
-                    private_data: private_data.to_vec(),
-                },
-            )?;
-        } else if let Some(conn) = d.conn.take() {
-            state.ports[index].conns.remove(&conn);
-            state.ports[index].agent.reject(
-                now,
-                conn,
-                RejectReason::ConsumerDefined,
-                &[],
-                private_data,
-            )?;
-        }
-        d.state = IdState::Closed;
-        drop(d);
-        let keep = after_call(&cm, &mut state, index);
-        drop(state);
-        drop(keep);
-        Ok(())
+        self.agent_call(
+            "reject",
+            &[IdState::ConnectRequest],
+            "a connect request",
+            |_, port, d, now| {
+                if let Some(sidr) = d.sidr.take() {
+                    port.sidr_children.remove(&sidr);
+                    let reply = SidrReply {
+                        status: SidrStatus::Reject,
+                        qpn: 0,
+                        qkey: 0,
+                        private_data: private_data.to_vec(),
+                    };
+                    port.agent.sidr_reply(now, sidr, reply)?;
+                } else if let Some(conn) = d.conn.take() {
+                    port.conns.remove(&conn);
+                    let reason = RejectReason::ConsumerDefined;
+                    port.agent.reject(now, conn, reason, &[], private_data)?;
+                }
+                d.state = IdState::Closed;
+                Ok(())
+            },
+        )
     }
 
     /// Active side without a QP on the id, after ConnectResponse: sends the RTU
     /// (`rdma_establish`).
     pub fn establish(&self) -> Result<()> {
-        let cm = self.inner.cm.clone();
-        let mut state = lock(&cm.state);
-        let mut d = lock(&self.inner.data);
-        if d.state != IdState::ConnectResponse {
-            return Err(RdmaCmError::WrongState {
-                call: "establish",
-                state: d.state,
-                expected: "connect response",
-            });
-        }
-        let index = d.port.expect("connections have a device");
-        let conn = d.conn.expect("connect response has a connection");
-        let now = state.ports[index].device.shared().now();
-        state.ports[index].agent.send_rtu(now, conn, &[])?;
-        d.state = IdState::Established;
-        d.established_reported = true;
-        drop(d);
-        let keep = after_call(&cm, &mut state, index);
-        drop(state);
-        drop(keep);
-        self.inner.push(
-            EventKind::Established,
-            0,
-            EventParam::Conn(self.inner.accepted_param()),
-        );
+        self.agent_call(
+            "establish",
+            &[IdState::ConnectResponse],
+            "connect response",
+            |_, port, d, now| {
+                let conn = d.conn.expect("connect response has a connection");
+                port.agent.send_rtu(now, conn, &[])?;
+                d.state = IdState::Established;
+                d.established_reported = true;
+                Ok(())
+            },
+        )?;
+        let param = EventParam::Conn(self.inner.accepted_param());
+        self.inner.push(EventKind::Established, 0, param);
         Ok(())
     }
 
     /// Ends the connection (`rdma_disconnect`): the QP to ERR, then DREQ (or, after the
-    /// peer's DREQ, DREP). Disconnected follows the DREP (or comes at once after a DREQ).
+    /// peer's DREQ, DREP; a REP not yet answered by RTU: REJ). Disconnected follows the DREP
+    /// (or came already with the peer's DREQ).
     pub fn disconnect(&self) -> Result<()> {
         self.inner.qp_to_error();
-        let cm = self.inner.cm.clone();
-        let mut state = lock(&cm.state);
-        let mut d = lock(&self.inner.data);
-        let (Some(index), Some(conn)) = (d.port, d.conn) else {
+        {
+            let mut d = lock(&self.inner.data);
             if self.inner.qp_type == QpType::Ud && d.state == IdState::Established {
                 d.state = IdState::Closed;
                 return Ok(());
             }
-            return Err(RdmaCmError::WrongState {
+        }
+        let connected = [
+            IdState::Connecting,
+            IdState::ConnectResponse,
+            IdState::Established,
+            IdState::Disconnecting,
+        ];
+        self.agent_call("disconnect", &connected, "connected", |_, port, d, now| {
+            let wrong = RdmaCmError::WrongState {
                 call: "disconnect",
                 state: d.state,
                 expected: "connected",
-            });
-        };
-        let now = state.ports[index].device.shared().now();
-        match state.ports[index].agent.state(conn) {
-            Some(crate::cm::State::Established) | Some(crate::cm::State::DreqRcvd) => {
-                state.ports[index].agent.disconnect(now, conn, &[])?;
+            };
+            let conn = d.conn.ok_or(wrong)?;
+            match port.agent.state(conn) {
+                Some(AgentState::Established | AgentState::DreqRcvd) => {
+                    port.agent.disconnect(now, conn, &[])?;
+                }
+                Some(AgentState::RepSent | AgentState::MraRepRcvd) => {
+                    let reason = RejectReason::ConsumerDefined;
+                    port.agent.reject(now, conn, reason, &[], &[])?;
+                }
+                _ => {
+                    return Err(RdmaCmError::WrongState {
+                        call: "disconnect",
+                        state: d.state,
+                        expected: "connected",
+                    })
+                }
             }
-            Some(crate::cm::State::RepSent) | Some(crate::cm::State::MraRepRcvd) => {
-                state.ports[index].agent.reject(
-                    now,
-                    conn,
-                    RejectReason::ConsumerDefined,
-                    &[],
-                    &[],
-                )?;
-            }
-            _ => {
-                return Err(RdmaCmError::WrongState {
-                    call: "disconnect",
-                    state: d.state,
-                    expected: "connected",
-                })
-            }
-        }
-        d.state = IdState::Disconnecting;
-        drop(d);
-        let keep = after_call(&cm, &mut state, index);
-        drop(state);
-        drop(keep);
-        Ok(())
+            d.state = IdState::Disconnecting;
+            Ok(())
+        })
     }
 
     /// Destroys the id (`rdma_destroy_id`): its connection ends as its state requires (REJ,

@@ -398,11 +398,10 @@ fn handle_event(
             }
         }
         CmEvent::RepReceived { conn, rep } => {
-            let Some(id) = state.ports[index].conns.get(&conn).and_then(Weak::upgrade) else {
+            let Some(id) = live(&mut state.ports[index].conns, &conn, false, keep) else {
                 let _ = state.ports[index].agent.abandon(now, conn);
                 return;
             };
-            keep.push(id.clone());
             let param = ConnParam {
                 private_data: rep.private_data.0.to_vec(),
                 responder_resources: rep.initiator_depth,
@@ -441,10 +440,9 @@ fn handle_event(
         }
         CmEvent::MraReceived { .. } => {}
         CmEvent::Established { conn } => {
-            let Some(id) = state.ports[index].conns.get(&conn).and_then(Weak::upgrade) else {
+            let Some(id) = live(&mut state.ports[index].conns, &conn, false, keep) else {
                 return;
             };
-            keep.push(id.clone());
             if id.take_established_reported() {
                 return;
             }
@@ -461,14 +459,9 @@ fn handle_event(
             private_data,
             ..
         } => {
-            let Some(id) = state.ports[index]
-                .conns
-                .remove(&conn)
-                .and_then(|w| w.upgrade())
-            else {
+            let Some(id) = live(&mut state.ports[index].conns, &conn, true, keep) else {
                 return;
             };
-            keep.push(id.clone());
             id.forget_conn();
             id.qp_to_error();
             id.set_state(IdState::Closed);
@@ -482,24 +475,18 @@ fn handle_event(
             );
         }
         CmEvent::Timeout { conn } => {
-            let Some(id) = state.ports[index]
-                .conns
-                .remove(&conn)
-                .and_then(|w| w.upgrade())
-            else {
+            let Some(id) = live(&mut state.ports[index].conns, &conn, true, keep) else {
                 return;
             };
-            keep.push(id.clone());
             id.forget_conn();
             id.qp_to_error();
             id.set_state(IdState::Closed);
             id.push(EventKind::Unreachable, -libc::ETIMEDOUT, EventParam::None);
         }
         CmEvent::DisconnectRequested { conn, private_data } => {
-            let Some(id) = state.ports[index].conns.get(&conn).and_then(Weak::upgrade) else {
+            let Some(id) = live(&mut state.ports[index].conns, &conn, false, keep) else {
                 return;
             };
-            keep.push(id.clone());
             id.set_state(IdState::Disconnecting);
             id.mark_disconnect_reported();
             id.push(
@@ -512,24 +499,18 @@ fn handle_event(
             );
         }
         CmEvent::Disconnected { conn, .. } => {
-            let Some(id) = state.ports[index].conns.get(&conn).and_then(Weak::upgrade) else {
+            let Some(id) = live(&mut state.ports[index].conns, &conn, false, keep) else {
                 return;
             };
-            keep.push(id.clone());
             id.set_state(IdState::Closed);
             if !id.take_disconnect_reported() {
                 id.push(EventKind::Disconnected, 0, EventParam::None);
             }
         }
         CmEvent::TimewaitExit { conn } => {
-            let Some(id) = state.ports[index]
-                .conns
-                .remove(&conn)
-                .and_then(|w| w.upgrade())
-            else {
+            let Some(id) = live(&mut state.ports[index].conns, &conn, true, keep) else {
                 return;
             };
-            keep.push(id.clone());
             id.forget_conn();
             id.push(EventKind::TimewaitExit, 0, EventParam::None);
         }
@@ -594,14 +575,9 @@ fn handle_event(
             private_data,
             ..
         } => {
-            let Some(id) = state.ports[index]
-                .sidrs
-                .remove(&sidr)
-                .and_then(|w| w.upgrade())
-            else {
+            let Some(id) = live(&mut state.ports[index].sidrs, &sidr, true, keep) else {
                 return;
             };
-            keep.push(id.clone());
             if status == SidrStatus::Success {
                 let ah_attr = id
                     .peer_ah()
@@ -632,18 +608,31 @@ fn handle_event(
             }
         }
         CmEvent::SidrTimeout { sidr } => {
-            let Some(id) = state.ports[index]
-                .sidrs
-                .remove(&sidr)
-                .and_then(|w| w.upgrade())
-            else {
+            let Some(id) = live(&mut state.ports[index].sidrs, &sidr, true, keep) else {
                 return;
             };
-            keep.push(id.clone());
             id.set_state(IdState::Closed);
             id.push(EventKind::Unreachable, -libc::ETIMEDOUT, EventParam::None);
         }
     }
+}
+
+/// The live id `map` names for `key` (`remove`: the agent is done with it), kept alive in
+/// `keep` so that its last handle is not dropped under the lock.
+fn live<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<K, Weak<IdInner>>,
+    key: &K,
+    remove: bool,
+    keep: &mut Vec<Arc<IdInner>>,
+) -> Option<Arc<IdInner>> {
+    let weak = if remove {
+        map.remove(key)?
+    } else {
+        map.get(key)?.clone()
+    };
+    let id = weak.upgrade()?;
+    keep.push(id.clone());
+    Some(id)
 }
 
 /// The peer of a received MAD, as the agent takes it.
