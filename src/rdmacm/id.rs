@@ -208,6 +208,86 @@ fn random_psn() -> u32 {
     rand::random::<u32>() & 0xff_ffff
 }
 
+impl IdData {
+    /// A new id's data: nothing bound, nothing asked.
+    fn new(channel: Arc<ChannelInner>, qp_type: QpType) -> IdData {
+        IdData {
+            state: IdState::Idle,
+            channel,
+            role: Role::None,
+            port: None,
+            local: None,
+            remote: None,
+            bound: None,
+            path: None,
+            qp: None,
+            conn: None,
+            listens: Vec::new(),
+            sidr: None,
+            req: None,
+            peer: None,
+            tos: 0,
+            ack_timeout: None,
+            reuse_addr: false,
+            psn: random_psn(),
+            agreed: ConnParam::default(),
+            remote_qpn: 0,
+            remote_psn: 0,
+            remote_ack_timeout: 0,
+            remote_qkey: if qp_type == QpType::Ud { UD_QKEY } else { 0 },
+            mtu: Mtu::Mtu1024,
+            established_reported: false,
+            disconnect_reported: false,
+        }
+    }
+}
+
+/// What every request to `listener` tells about both ends: a child id's data, with the path
+/// from the rdma_cm header and the MAD's sender; `None` when the listener does not take a
+/// request to that address (bound to another, or not one of the device's).
+fn passive_data(
+    cm: &CmShared,
+    listener: &IdInner,
+    l: &IdData,
+    device: &crate::verbs::Device,
+    port: usize,
+    from: MadPeer,
+    header: &CmaHeader,
+) -> Option<IdData> {
+    let listen_addr = l.local?;
+    if !listen_addr.ip().is_unspecified() && !same_ip(listen_addr.ip(), header.dst_addr) {
+        return None;
+    }
+    let local_ip = header.dst_addr;
+    let sgid_index = device.gid_index_of(local_ip)? as u8;
+    let local = SocketAddr::new(local_ip, listen_addr.port());
+    let remote = SocketAddr::new(header.src_addr, header.src_port);
+    let mut d = IdData::new(l.channel.clone(), listener.qp_type);
+    d.state = IdState::ConnectRequest;
+    d.role = Role::Passive;
+    d.port = Some(port);
+    d.local = Some(local);
+    d.remote = Some(remote);
+    d.peer = Some(from);
+    d.tos = l.tos;
+    d.ack_timeout = l.ack_timeout;
+    d.mtu = device.active_mtu();
+    d.path = Some(PathInfo {
+        local,
+        remote,
+        sgid: Gid::from_ip(local_ip),
+        dgid: Gid::from_ip(header.src_addr),
+        sgid_index,
+        next_hop_mac: MacAddr(from.mac.unwrap_or([0; 6])),
+        gateway: None,
+        mtu: d.mtu,
+        hop_limit: 64,
+        traffic_class: l.tos,
+        packet_life_time: cm.config.agent.packet_life_time,
+    });
+    Some(d)
+}
+
 impl IdInner {
     fn space(&self) -> u16 {
         self.ps.code()
@@ -326,22 +406,13 @@ impl IdInner {
     ) -> std::result::Result<(CmId, ConnParam), RejectReason> {
         let header =
             CmaHeader::parse(&req.private_data.0).map_err(|_| RejectReason::ConsumerDefined)?;
-        let l = lock(&listener.data);
-        let listen_addr = l.local.ok_or(RejectReason::InvalidServiceId)?;
-        if !listen_addr.ip().is_unspecified() && !same_ip(listen_addr.ip(), header.dst_addr) {
-            return Err(RejectReason::InvalidServiceId);
-        }
         if listener.qp_type != QpType::Rc || req.transport_type != TransportType::Rc {
             return Err(RejectReason::InvalidTransportType);
         }
-        let local_ip = header.dst_addr;
-        let sgid_index = device
-            .gid_index_of(local_ip)
-            .ok_or(RejectReason::InvalidServiceId)? as u8;
-        let local = SocketAddr::new(local_ip, listen_addr.port());
-        let remote = SocketAddr::new(header.src_addr, header.src_port);
-        let port_mtu = device.active_mtu();
-        let mtu = mtu_of(req.path_mtu).map_or(port_mtu, |m| m.min(port_mtu));
+        let l = lock(&listener.data);
+        let mut data = passive_data(cm, listener, &l, device, port, from, &header)
+            .ok_or(RejectReason::InvalidServiceId)?;
+        drop(l);
         let received = ConnParam {
             private_data: CmaHeader::user_data(&req.private_data.0).to_vec(),
             responder_resources: req.initiator_depth,
@@ -352,48 +423,20 @@ impl IdInner {
             srq: req.srq,
             qp_num: req.local_qpn,
         };
-        let path = PathInfo {
-            local,
-            remote,
-            sgid: Gid::from_ip(local_ip),
-            dgid: Gid::from_ip(header.src_addr),
-            sgid_index,
-            next_hop_mac: MacAddr(from.mac.unwrap_or([0; 6])),
-            gateway: None,
-            mtu,
-            hop_limit: req.primary_path.hop_limit.max(1),
-            traffic_class: req.primary_path.traffic_class,
-            packet_life_time: cm.config.agent.packet_life_time,
-        };
-        let data = IdData {
-            state: IdState::ConnectRequest,
-            channel: l.channel.clone(),
-            role: Role::Passive,
-            port: Some(port),
-            local: Some(local),
-            remote: Some(remote),
-            bound: None,
-            path: Some(path),
-            qp: None,
-            conn: Some(conn),
-            listens: Vec::new(),
-            sidr: None,
-            req: Some(*req),
-            peer: Some(from),
-            tos: l.tos,
-            ack_timeout: l.ack_timeout,
-            reuse_addr: false,
-            psn: random_psn(),
-            agreed: received.clone(),
-            remote_qpn: req.local_qpn,
-            remote_psn: req.starting_psn,
-            remote_ack_timeout: req.primary_path.local_ack_timeout,
-            remote_qkey: req.local_qkey,
-            mtu,
-            established_reported: false,
-            disconnect_reported: false,
-        };
-        drop(l);
+        // The REQ's path: no larger MTU than ours, its hop limit and class (IBTA 12.6.5).
+        data.mtu = mtu_of(req.path_mtu).map_or(data.mtu, |m| m.min(data.mtu));
+        if let Some(path) = data.path.as_mut() {
+            path.mtu = data.mtu;
+            path.hop_limit = req.primary_path.hop_limit.max(1);
+            path.traffic_class = req.primary_path.traffic_class;
+        }
+        data.conn = Some(conn);
+        data.req = Some(*req);
+        data.agreed = received.clone();
+        data.remote_qpn = req.local_qpn;
+        data.remote_psn = req.starting_psn;
+        data.remote_ack_timeout = req.primary_path.local_ack_timeout;
+        data.remote_qkey = req.local_qkey;
         let child = CmId::from_data(cm.clone(), listener, data);
         Ok((child, received))
     }
@@ -409,34 +452,16 @@ impl IdInner {
         private_data: &[u8],
     ) -> std::result::Result<(CmId, UdParam), SidrStatus> {
         let header = CmaHeader::parse(private_data).map_err(|_| SidrStatus::Reject)?;
-        let l = lock(&listener.data);
-        let listen_addr = l.local.ok_or(SidrStatus::Unsupported)?;
-        if !listen_addr.ip().is_unspecified() && !same_ip(listen_addr.ip(), header.dst_addr) {
-            return Err(SidrStatus::Unsupported);
-        }
         if listener.qp_type != QpType::Ud {
             return Err(SidrStatus::Unsupported);
         }
-        let local_ip = header.dst_addr;
-        let sgid_index = device
-            .gid_index_of(local_ip)
-            .ok_or(SidrStatus::Unsupported)? as u8;
-        let local = SocketAddr::new(local_ip, listen_addr.port());
-        let remote = SocketAddr::new(header.src_addr, header.src_port);
-        let path = PathInfo {
-            local,
-            remote,
-            sgid: Gid::from_ip(local_ip),
-            dgid: Gid::from_ip(header.src_addr),
-            sgid_index,
-            next_hop_mac: MacAddr(from.mac.unwrap_or([0; 6])),
-            gateway: None,
-            mtu: device.active_mtu(),
-            hop_limit: 64,
-            traffic_class: l.tos,
-            packet_life_time: cm.config.agent.packet_life_time,
-        };
-        let mut ah_attr = AhAttr::new(path.dgid, sgid_index);
+        let l = lock(&listener.data);
+        let mut data = passive_data(cm, listener, &l, device, port, from, &header)
+            .ok_or(SidrStatus::Unsupported)?;
+        drop(l);
+        data.sidr = Some(sidr);
+        let path = data.path.as_ref().expect("passive_data makes the path");
+        let mut ah_attr = AhAttr::new(path.dgid, path.sgid_index);
         ah_attr.traffic_class = path.traffic_class;
         let param = UdParam {
             private_data: CmaHeader::user_data(private_data).to_vec(),
@@ -444,35 +469,6 @@ impl IdInner {
             qp_num: 0,
             qkey: UD_QKEY,
         };
-        let data = IdData {
-            state: IdState::ConnectRequest,
-            channel: l.channel.clone(),
-            role: Role::Passive,
-            port: Some(port),
-            local: Some(local),
-            remote: Some(remote),
-            bound: None,
-            path: Some(path),
-            qp: None,
-            conn: None,
-            listens: Vec::new(),
-            sidr: Some(sidr),
-            req: None,
-            peer: Some(from),
-            tos: l.tos,
-            ack_timeout: None,
-            reuse_addr: false,
-            psn: 0,
-            agreed: ConnParam::default(),
-            remote_qpn: 0,
-            remote_psn: 0,
-            remote_ack_timeout: 0,
-            remote_qkey: UD_QKEY,
-            mtu: device.active_mtu(),
-            established_reported: false,
-            disconnect_reported: false,
-        };
-        drop(l);
         Ok((CmId::from_data(cm.clone(), listener, data), param))
     }
 }
@@ -580,34 +576,7 @@ impl CmId {
         qp_type: QpType,
         channel: Arc<ChannelInner>,
     ) -> CmId {
-        let data = IdData {
-            state: IdState::Idle,
-            channel,
-            role: Role::None,
-            port: None,
-            local: None,
-            remote: None,
-            bound: None,
-            path: None,
-            qp: None,
-            conn: None,
-            listens: Vec::new(),
-            sidr: None,
-            req: None,
-            peer: None,
-            tos: 0,
-            ack_timeout: None,
-            reuse_addr: false,
-            psn: random_psn(),
-            agreed: ConnParam::default(),
-            remote_qpn: 0,
-            remote_psn: 0,
-            remote_ack_timeout: 0,
-            remote_qkey: if qp_type == QpType::Ud { UD_QKEY } else { 0 },
-            mtu: Mtu::Mtu1024,
-            established_reported: false,
-            disconnect_reported: false,
-        };
+        let data = IdData::new(channel, qp_type);
         CmId {
             inner: Arc::new(IdInner {
                 cm,
