@@ -380,17 +380,9 @@ fn handle_event(
             keep.push(listener.clone());
             match IdInner::child_for_req(shared, &listener, &device, index, conn, from, &req) {
                 Ok((child, param)) => {
-                    state.ports[index]
-                        .conns
-                        .insert(conn, Arc::downgrade(&child.inner));
-                    let channel = lock(&listener.data).channel.clone();
-                    channel.push(RdmaCmEvent {
-                        id: child,
-                        listen_id: Some(CmId::from_inner(listener.clone())),
-                        kind: EventKind::ConnectRequest,
-                        status: 0,
-                        param: EventParam::Conn(param),
-                    });
+                    let children = &mut state.ports[index].conns;
+                    children.insert(conn, Arc::downgrade(&child.inner));
+                    report_request(&listener, child, EventParam::Conn(param));
                 }
                 Err(reason) => {
                     let _ = state.ports[index].agent.reject(now, conn, reason, &[], &[]);
@@ -552,17 +544,9 @@ fn handle_event(
                 &private_data,
             ) {
                 Ok((child, param)) => {
-                    state.ports[index]
-                        .sidr_children
-                        .insert(sidr, Arc::downgrade(&child.inner));
-                    let channel = lock(&listener.data).channel.clone();
-                    channel.push(RdmaCmEvent {
-                        id: child,
-                        listen_id: Some(CmId::from_inner(listener.clone())),
-                        kind: EventKind::ConnectRequest,
-                        status: 0,
-                        param: EventParam::Ud(param),
-                    });
+                    let children = &mut state.ports[index].sidr_children;
+                    children.insert(sidr, Arc::downgrade(&child.inner));
+                    report_request(&listener, child, EventParam::Ud(param));
                 }
                 Err(status) => reply_refused(state, status),
             }
@@ -615,6 +599,18 @@ fn handle_event(
             id.push(EventKind::Unreachable, -libc::ETIMEDOUT, EventParam::None);
         }
     }
+}
+
+/// ConnectRequest on the listener's channel, about its new child id.
+fn report_request(listener: &Arc<IdInner>, child: CmId, param: EventParam) {
+    let channel = lock(&listener.data).channel.clone();
+    channel.push(RdmaCmEvent {
+        id: child,
+        listen_id: Some(CmId::from_inner(listener.clone())),
+        kind: EventKind::ConnectRequest,
+        status: 0,
+        param,
+    });
 }
 
 /// The live id `map` names for `key` (`remove`: the agent is done with it), kept alive in
