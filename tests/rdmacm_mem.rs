@@ -457,3 +457,41 @@ fn event_names_are_librdmacm_s() {
     assert_eq!(EventKind::TimewaitExit.code(), 15);
     assert_eq!(EventKind::Established.name(), "RDMA_CM_EVENT_ESTABLISHED");
 }
+
+/// An id without a QP: ConnectResponse, the application moves its QP with init_qp_attr. Its
+/// data reaches the passive side before any RTU, which is then established all the same
+/// (IBTA 12.9.6); the RTU sent later by `establish` does not report it twice.
+#[test]
+fn data_before_the_rtu_establishes_the_passive_side() {
+    let (a, b, _link) = pair(0.0);
+    let (client, server) = (side(&a, quick()), side(&b, quick()));
+    let _listener = listen(&server, PortSpace::Tcp, 7300);
+    let id = resolved(&client, PortSpace::Tcp, 7300);
+    let cqp = client
+        .pd
+        .create_qp(&QpInitAttr::rc(&client.cq, &client.cq))
+        .unwrap();
+    id.connect(&ConnParam {
+        qp_num: cqp.qp_num(),
+        ..ConnParam::default()
+    })
+    .unwrap();
+    let req = server.ch.expect(EventKind::ConnectRequest, WAIT).unwrap();
+    let sqp = rc_qp(&server, &req.id);
+    req.id.accept(&ConnParam::default()).unwrap();
+    let resp = client.ch.expect(EventKind::ConnectResponse, WAIT).unwrap();
+    assert_eq!(conn_param(&resp).qp_num, sqp.qp_num());
+    for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        let (attr, mask) = id.init_qp_attr(state).unwrap();
+        cqp.modify(&attr, mask).unwrap();
+    }
+    assert!(server.ch.try_get_event().is_none(), "established without RTU or data");
+    send_one(&client, &cqp, &server, &sqp, b"early");
+    let est = server.ch.expect(EventKind::Established, WAIT).unwrap();
+    assert_eq!(est.id, req.id);
+    id.establish().unwrap();
+    client.ch.expect(EventKind::Established, WAIT).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(server.ch.try_get_event().is_none(), "established reported twice");
+    assert!(matches!(id.establish(), Err(RdmaCmError::WrongState { .. })));
+}

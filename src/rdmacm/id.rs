@@ -317,6 +317,18 @@ impl IdInner {
         });
     }
 
+    /// For a passive id whose REP is sent and whose QP is on the id: whether the QP has
+    /// received from the peer (`Some(true)`), or not yet (`Some(false)`); `None` otherwise.
+    pub(crate) fn awaiting_rtu(&self) -> Option<bool> {
+        let d = lock(&self.data);
+        if d.role != Role::Passive || d.state != IdState::Connecting {
+            return None;
+        }
+        let qp = d.qp.as_ref()?;
+        let expected = qp.query().ok()?.0.rq_psn;
+        Some(expected != d.remote_psn)
+    }
+
     /// The agent is done with the id's connection (rejected, timed out, out of time wait):
     /// its comm id may name another connection later.
     pub(crate) fn forget_conn(&self) {

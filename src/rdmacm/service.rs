@@ -674,13 +674,20 @@ fn port_thread(weak: Weak<CmShared>, index: usize, gsi: Arc<Gsi>, wake: UnixData
             if port.agent.poll_timeout().is_some_and(|t| t <= now) {
                 port.agent.handle_timeout(now);
             }
+            let waiting_for_rtu = establish_on_data(port, now);
             for i in 0..state.ports.len() {
                 pump(&shared, &mut state, i, &mut keep);
             }
             let port = &state.ports[index];
-            port.agent
+            let timer = port
+                .agent
                 .poll_timeout()
-                .map(|t| t.saturating_duration_since(port.device.shared().now()))
+                .map(|t| t.saturating_duration_since(port.device.shared().now()));
+            // While a REP waits for its RTU, look for data on the QP often.
+            match waiting_for_rtu {
+                true => Some(timer.map_or(RTU_WATCH, |t| t.min(RTU_WATCH))),
+                false => timer,
+            }
         };
         drop(keep);
         drop(shared);
@@ -704,6 +711,30 @@ fn port_thread(weak: Weak<CmShared>, index: usize, gsi: Arc<Gsi>, wake: UnixData
         let mut byte = [0u8; 16];
         while wake.recv(&mut byte).is_ok() {}
     }
+}
+
+/// How often a passive side whose REP is not answered yet looks for data on its QP.
+const RTU_WATCH: Duration = Duration::from_millis(5);
+
+/// The passive side of a connection whose RTU is lost or late but whose QP already
+/// received from the peer is established (IBTA 12.9.6: the "communication established"
+/// event stands in for the RTU). The QP's expected PSN tells: it moved past the peer's
+/// starting PSN. Returns whether some REP still waits.
+fn establish_on_data(port: &mut Port, now: crate::engine::Instant) -> bool {
+    let mut waiting = false;
+    let mut arrived = Vec::new();
+    for (conn, weak) in &port.conns {
+        let Some(id) = weak.upgrade() else { continue };
+        match id.awaiting_rtu() {
+            Some(true) => arrived.push(*conn),
+            Some(false) => waiting = true,
+            None => {}
+        }
+    }
+    for conn in arrived {
+        let _ = port.agent.establish(now, conn);
+    }
+    waiting
 }
 
 /// Runs the agent of `index` after a user call changed it: sends, events, and makes the
