@@ -485,13 +485,36 @@ fn data_before_the_rtu_establishes_the_passive_side() {
         let (attr, mask) = id.init_qp_attr(state).unwrap();
         cqp.modify(&attr, mask).unwrap();
     }
-    assert!(server.ch.try_get_event().is_none(), "established without RTU or data");
+    assert!(
+        server.ch.try_get_event().is_none(),
+        "established without RTU or data"
+    );
     send_one(&client, &cqp, &server, &sqp, b"early");
     let est = server.ch.expect(EventKind::Established, WAIT).unwrap();
     assert_eq!(est.id, req.id);
     id.establish().unwrap();
     client.ch.expect(EventKind::Established, WAIT).unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    assert!(server.ch.try_get_event().is_none(), "established reported twice");
-    assert!(matches!(id.establish(), Err(RdmaCmError::WrongState { .. })));
+    assert!(
+        server.ch.try_get_event().is_none(),
+        "established reported twice"
+    );
+    assert!(matches!(
+        id.establish(),
+        Err(RdmaCmError::WrongState { .. })
+    ));
+}
+
+/// A dropped Cm closes QP1 before the drop returns: another Cm opens it at once.
+#[test]
+fn dropping_the_cm_frees_qp1() {
+    let (a, _b, _link) = pair(0.0);
+    for _ in 0..20 {
+        let cm = Cm::new(std::slice::from_ref(&a)).unwrap();
+        let ch = EventChannel::new().unwrap();
+        let id = cm.create_id(&ch, PortSpace::Tcp).unwrap();
+        id.bind_addr(addr("198.18.0.1", 0)).unwrap();
+        drop(id);
+        drop(cm);
+    }
 }

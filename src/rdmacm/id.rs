@@ -1017,8 +1017,8 @@ impl CmId {
     }
 
     /// Starts listening (`rdma_listen`) on the bound address: on its device, or on every
-    /// device of the [`super::Cm`] for the unspecified address. `backlog` is not enforced
-    /// beyond the agent's connection limit.
+    /// device of the [`super::Cm`] for the unspecified address. `backlog` is taken and not
+    /// used, as the kernel's rdma_cm does on IB and RoCE (only iWARP passes it on).
     pub fn listen(&self, _backlog: i32) -> Result<()> {
         let cm = self.inner.cm.clone();
         let mut state = lock(&cm.state);

@@ -105,10 +105,21 @@ impl CmShared {
 }
 
 impl Drop for CmShared {
+    /// Stops the port threads and waits for them, so that QP1 of each device is closed
+    /// when the last handle is gone (a new `Cm` on the device may open it at once).
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         for port in &state.ports {
             let _ = port.wake.send(b"x");
+        }
+        let me = std::thread::current().id();
+        for port in &mut state.ports {
+            if let Some(thread) = port.thread.take() {
+                // The last handle may be dropped by a port thread itself.
+                if thread.thread().id() != me {
+                    let _ = thread.join();
+                }
+            }
         }
     }
 }
@@ -131,6 +142,7 @@ pub(crate) struct Port {
     /// Passive SIDR exchanges: the answering side's handle → the child id.
     pub(crate) sidr_children: HashMap<SidrId, Weak<IdInner>>,
     wake: UnixDatagram,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Cm {
@@ -237,11 +249,19 @@ fn add_port(shared: &Arc<CmShared>, state: &mut CmState, device: &Device) -> Res
         sidrs: HashMap::new(),
         sidr_children: HashMap::new(),
         wake: wake_tx,
+        thread: None,
     });
     let weak = Arc::downgrade(shared);
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name(format!("xroce-cm-{}", device.name()))
-        .spawn(move || port_thread(weak, index, gsi, wake_rx))?;
+        .spawn(move || port_thread(weak, index, gsi, wake_rx));
+    match thread {
+        Ok(t) => state.ports[index].thread = Some(t),
+        Err(e) => {
+            state.ports.pop();
+            return Err(e.into());
+        }
+    }
     Ok(index)
 }
 
