@@ -518,3 +518,32 @@ fn dropping_the_cm_frees_qp1() {
         drop(cm);
     }
 }
+
+/// Both ends on one device (a client and a server in one process): the CM's MADs and the
+/// data loop back inside the device.
+#[test]
+fn both_ends_on_one_device() {
+    let (a, _b, _link) = pair(0.0);
+    let server = side(&a, quick());
+    let client = Side {
+        cm: server.cm.clone(),
+        ch: EventChannel::new().unwrap(),
+        pd: a.alloc_pd().unwrap(),
+        cq: a.create_cq(64, None).unwrap(),
+    };
+    let _listener = listen(&server, PortSpace::Tcp, 7400);
+    let id = client.cm.create_id(&client.ch, PortSpace::Tcp).unwrap();
+    id.resolve_addr(None, addr("198.18.0.1", 7400), WAIT)
+        .unwrap();
+    client.ch.expect(EventKind::AddrResolved, WAIT).unwrap();
+    id.resolve_route(WAIT).unwrap();
+    client.ch.expect(EventKind::RouteResolved, WAIT).unwrap();
+    let qp = rc_qp(&client, &id);
+    id.connect(&ConnParam::default()).unwrap();
+    let req = server.ch.expect(EventKind::ConnectRequest, WAIT).unwrap();
+    let peer_qp = rc_qp(&server, &req.id);
+    req.id.accept(&ConnParam::default()).unwrap();
+    client.ch.expect(EventKind::Established, WAIT).unwrap();
+    server.ch.expect(EventKind::Established, WAIT).unwrap();
+    send_one(&client, &qp, &server, &peer_qp, b"to myself");
+}
