@@ -340,7 +340,7 @@ impl IdInner {
             sgid: Gid::from_ip(local_ip),
             dgid: Gid::from_ip(header.src_addr),
             sgid_index,
-            next_hop_mac: MacAddr(from.mac.unwrap_or([0; 6])),
+            next_hop_mac: peer_mac(device, &from, header.src_addr),
             gateway: None,
             mtu,
             hop_limit: req.primary_path.hop_limit.max(1),
@@ -411,7 +411,7 @@ impl IdInner {
             sgid: Gid::from_ip(local_ip),
             dgid: Gid::from_ip(header.src_addr),
             sgid_index,
-            next_hop_mac: MacAddr(from.mac.unwrap_or([0; 6])),
+            next_hop_mac: peer_mac(device, &from, header.src_addr),
             gateway: None,
             mtu: device.active_mtu(),
             hop_limit: 64,
@@ -470,6 +470,18 @@ fn same_ip(a: IpAddr, b: IpAddr) -> bool {
 /// The attributes that move an id's QP to `target` (rdma_init_qp_attr), from the path and
 /// what the CM exchange agreed (IBTA 12.6.5, 12.6.8: each side's RTR takes the peer's PSN
 /// and QPN; the responder depth is what the peer may have outstanding).
+/// The MAC frames to the peer of a request go to: the request's source MAC, or, where the
+/// driver sees no Ethernet header (the UDP driver), the neighbour table's entry for it.
+fn peer_mac(device: &crate::verbs::Device, from: &MadPeer, peer: std::net::IpAddr) -> MacAddr {
+    match from.mac {
+        Some(mac) => MacAddr(mac),
+        None => device
+            .resolve_route(peer)
+            .map(|route| route.mac)
+            .unwrap_or(MacAddr([0; 6])),
+    }
+}
+
 fn qp_attr_for(d: &IdData, target: QpState) -> Result<(QpAttr, QpAttrMask)> {
     let path = d.path.as_ref().ok_or(RdmaCmError::WrongState {
         call: "init_qp_attr",
