@@ -44,9 +44,13 @@ const INFO_LEN: usize = 16;
 const DEFAULT_PORT: u16 = 7174;
 /// rping's timeout of rdma_resolve_addr and rdma_resolve_route.
 const RESOLVE_TIMEOUT: Duration = Duration::from_millis(2000);
-/// How long the client waits for the DREP (or the server's DREQ) after its DREQ: the CM
-/// resends an unanswered DREQ (IBTA 12.9.6), and a server that never sees one waits forever.
-const DISCONNECT_WAIT: Duration = Duration::from_secs(10);
+/// At most how long the client waits for the DREP after its DREQ: the CM resends an
+/// unanswered DREQ (IBTA 12.9.6) and reports DISCONNECTED when it gives up; a process that
+/// exited at once would take the resends with it, and a server that never sees the DREQ
+/// waits forever (the kernel's CM goes on resending after rping exits; ours cannot).
+const DISCONNECT_WAIT: Duration = Duration::from_secs(60);
+/// How long the server stays after its DREP: the frame is posted, not yet on the wire.
+const LINGER: Duration = Duration::from_millis(200);
 
 const EXAMPLES: &str = "\
 Examples:
@@ -161,7 +165,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let addr = args.addr.as_deref().map(resolve_host).transpose()?;
     let source = args.source.as_deref().map(resolve_host).transpose()?;
     let info = if args.server {
-        pick_interface(args.ib_dev.as_deref(), addr.filter(|a| !a.is_unspecified()), None)?
+        pick_interface(
+            args.ib_dev.as_deref(),
+            addr.filter(|a| !a.is_unspecified()),
+            None,
+        )?
     } else {
         let Some(dst) = addr else {
             bail!("the client needs the server's address: -a ADDR");
@@ -267,71 +275,69 @@ impl Pump {
 
     fn events(&mut self, channel: &EventChannel) -> anyhow::Result<()> {
         let (tx, stop, channel) = (self.tx.clone(), self.stop.clone(), channel.clone());
-        self.threads.push(
-            std::thread::Builder::new()
-                .name("rping-cm".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        match channel.get_event(Some(PUMP_TICK)) {
-                            Ok(e) => {
-                                if tx.send(Happening::Cm(e)).is_err() {
+        self.threads
+            .push(
+                std::thread::Builder::new()
+                    .name("rping-cm".into())
+                    .spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            match channel.get_event(Some(PUMP_TICK)) {
+                                Ok(e) => {
+                                    if tx.send(Happening::Cm(e)).is_err() {
+                                        return;
+                                    }
+                                }
+                                Err(RdmaCmError::Timeout(_)) => {}
+                                Err(e) => {
+                                    let _ = tx
+                                        .send(Happening::Failed(format!("rdma_get_cm_event: {e}")));
                                     return;
                                 }
                             }
-                            Err(RdmaCmError::Timeout(_)) => {}
-                            Err(e) => {
-                                let _ = tx.send(Happening::Failed(format!("rdma_get_cm_event: {e}")));
-                                return;
-                            }
                         }
-                    }
-                })?,
-        );
+                    })?,
+            );
         Ok(())
     }
 
     /// rping's cq_thread: arm, poll everything, sleep on the channel.
     fn completions(&mut self, cq: &Cq, comp: &CompletionChannel) -> anyhow::Result<()> {
-        let (tx, stop, cq, comp) = (
-            self.tx.clone(),
-            self.stop.clone(),
-            cq.clone(),
-            comp.clone(),
-        );
-        self.threads.push(
-            std::thread::Builder::new()
-                .name("rping-cq".into())
-                .spawn(move || {
-                    let fail = |e: VerbsError| {
-                        let _ = tx.send(Happening::Failed(format!("CQ: {e}")));
-                    };
-                    if let Err(e) = cq.req_notify(false) {
-                        return fail(e);
-                    }
-                    while !stop.load(Ordering::Relaxed) {
-                        loop {
-                            match cq.poll_one() {
-                                Ok(Some(wc)) => {
-                                    if tx.send(Happening::Wc(wc)).is_err() {
-                                        return;
+        let (tx, stop, cq, comp) = (self.tx.clone(), self.stop.clone(), cq.clone(), comp.clone());
+        self.threads
+            .push(
+                std::thread::Builder::new()
+                    .name("rping-cq".into())
+                    .spawn(move || {
+                        let fail = |e: VerbsError| {
+                            let _ = tx.send(Happening::Failed(format!("CQ: {e}")));
+                        };
+                        if let Err(e) = cq.req_notify(false) {
+                            return fail(e);
+                        }
+                        while !stop.load(Ordering::Relaxed) {
+                            loop {
+                                match cq.poll_one() {
+                                    Ok(Some(wc)) => {
+                                        if tx.send(Happening::Wc(wc)).is_err() {
+                                            return;
+                                        }
+                                    }
+                                    Ok(None) => break,
+                                    Err(e) => return fail(e),
+                                }
+                            }
+                            match comp.get_cq_event(Some(PUMP_TICK)) {
+                                Ok(_) => {
+                                    if let Err(e) = cq.req_notify(false) {
+                                        return fail(e);
                                     }
                                 }
-                                Ok(None) => break,
+                                Err(VerbsError::Timeout(_)) => {}
                                 Err(e) => return fail(e),
                             }
                         }
-                        match comp.get_cq_event(Some(PUMP_TICK)) {
-                            Ok(_) => {
-                                if let Err(e) = cq.req_notify(false) {
-                                    return fail(e);
-                                }
-                            }
-                            Err(VerbsError::Timeout(_)) => {}
-                            Err(e) => return fail(e),
-                        }
-                    }
-                })?,
-        );
+                    })?,
+            );
         Ok(())
     }
 
@@ -509,10 +515,7 @@ impl Waiter<'_> {
                         continue;
                     }
                     if wc.status != WcStatus::Success {
-                        eprintln!(
-                            "cq completion failed status {}",
-                            wc_status_code(wc.status)
-                        );
+                        eprintln!("cq completion failed status {}", wc_status_code(wc.status));
                         return Err(Stop::Error(anyhow!(
                             "{:?} completion: {}",
                             wc.opcode,
@@ -577,9 +580,7 @@ const WR_RDMA: u64 = 3;
 
 impl Resources {
     fn new(id: &CmId, opts: &Opts, server: bool) -> anyhow::Result<Resources> {
-        let device = id
-            .device()
-            .ok_or_else(|| anyhow!("the id has no device"))?;
+        let device = id.device().ok_or_else(|| anyhow!("the id has no device"))?;
         let pd = device.alloc_pd()?;
         let comp = device.create_comp_channel()?;
         let cq = device.create_cq(RPING_SQ_DEPTH * 2, Some(&comp))?;
@@ -837,8 +838,10 @@ fn serve(child: &CmId, channel: &EventChannel, opts: &Opts) -> anyhow::Result<()
         Ok(()) | Err(Stop::Disconnected) => Ok(()),
         Err(Stop::Error(e)) => Err(e),
     };
-    // After DISCONNECTED this answers nothing new (the DREP went out already).
+    // After the client's DREQ this sends the DREP (IBTA 12.9.6), as rping's
+    // rping_disconnect does; then a moment for the frame to leave.
     let _ = res.disconnect(child, opts);
+    std::thread::sleep(LINGER);
     result
 }
 
@@ -970,8 +973,7 @@ fn client(
     let connected = if opts.self_create_qp {
         w.wait_event(EventKind::ConnectResponse).and_then(|_| {
             res.self_modify(id)?;
-            id.establish()
-                .map_err(|e| anyhow!("rdma_establish: {e}"))?;
+            id.establish().map_err(|e| anyhow!("rdma_establish: {e}"))?;
             Ok(())
         })
     } else {
@@ -1010,7 +1012,10 @@ fn wait_disconnected(w: &mut Waiter<'_>) {
 
 /// rping_test_client.
 fn client_loop(w: &mut Waiter<'_>, res: &Resources, opts: &Opts) -> Result<(), Stop> {
-    let start_mr = res.start_mr.as_ref().expect("the client has a start buffer");
+    let start_mr = res
+        .start_mr
+        .as_ref()
+        .expect("the client has a start buffer");
     let mut start = 65u8;
     let mut ping = 0u64;
     while opts.count == 0 || ping < opts.count {
