@@ -519,7 +519,9 @@ fn qp_attr_for(d: &IdData, target: QpState) -> Result<(QpAttr, QpAttrMask)> {
                 qp_state: QpState::Rtr,
                 path_mtu: d.mtu,
                 dest_qp_num: d.remote_qpn,
-                rq_psn: d.remote_psn,
+                // Each side's advertised starting PSN is the one it receives first (what
+                // Linux's CM does, docs/cm.md "Starting PSNs"): ours here, the peer's on RTS.
+                rq_psn: d.psn,
                 max_dest_rd_atomic: d.agreed.responder_resources.max(1),
                 min_rnr_timer: 12,
                 ah_attr: Some(av),
@@ -541,7 +543,7 @@ fn qp_attr_for(d: &IdData, target: QpState) -> Result<(QpAttr, QpAttrMask)> {
             };
             let attr = QpAttr {
                 qp_state: QpState::Rts,
-                sq_psn: d.psn,
+                sq_psn: d.remote_psn,
                 timeout,
                 retry_cnt: d.agreed.retry_count.min(7),
                 rnr_retry: d.agreed.rnr_retry_count.min(7),
