@@ -2254,7 +2254,9 @@ fn rping_lines_are_checked_through_spliced_stderr() {
         s
     };
     let cmd = "timeout 150 rping -c -v -V -C 2 -S 4096 -a {srv}";
-    let client: String = (0..2).map(|n| format!("ping data: {}\n", ping(n))).collect();
+    let client: String = (0..2)
+        .map(|n| format!("ping data: {}\n", ping(n)))
+        .collect();
     let mut server: String = (0..2)
         .map(|n| format!("server ping data: {}\n", ping(n)))
         .collect();
@@ -2263,7 +2265,10 @@ fn rping_lines_are_checked_through_spliced_stderr() {
         server.len() - 100,
         "server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n",
     );
-    assert_eq!(check_rping_output(cmd, &client, &server), Vec::<String>::new());
+    assert_eq!(
+        check_rping_output(cmd, &client, &server),
+        Vec::<String>::new()
+    );
     // A wrong ping, or a missing one, is reported.
     let bad = client.replace("rdma-ping-1: B", "rdma-ping-1: C");
     assert_eq!(check_rping_output(cmd, &bad, &server).len(), 1);

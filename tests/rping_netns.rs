@@ -87,17 +87,26 @@ fn ten_pings(driver: &str) {
         &link.a,
         &strings(&["rping", "-s", "-v", "-a", &a_ip, "--driver", driver]),
     );
-    // The server listens once its device is open: give it a moment, then connect (a REQ
-    // before the listen would be refused, which the refusal test shows).
-    std::thread::sleep(Duration::from_millis(1500));
-    let client = spawn(
-        &link.b,
-        &strings(&[
-            "rping", "-c", "-v", "-V", "-C", "10", "-a", &a_ip, "--driver", driver,
-        ]),
-    );
+    // The server listens once its device is open; a REQ before that is refused (REJ 8,
+    // which the refusal test shows): then the client tries again, a few times.
+    std::thread::sleep(Duration::from_millis(1000));
     let deadline = Instant::now() + Duration::from_secs(60);
-    let c = wait(client, deadline, "client");
+    let mut tries = 0;
+    let c = loop {
+        tries += 1;
+        let client = spawn(
+            &link.b,
+            &strings(&[
+                "rping", "-c", "-v", "-V", "-C", "10", "-a", &a_ip, "--driver", driver,
+            ]),
+        );
+        let c = wait(client, deadline, "client");
+        let early = String::from_utf8_lossy(&c.stderr).contains("RDMA_CM_EVENT_REJECTED, error 8");
+        if !early || tries == 10 {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     let s = wait(server, deadline + Duration::from_secs(10), "server");
     assert!(
         c.status.success(),
