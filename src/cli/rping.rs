@@ -532,13 +532,11 @@ impl Waiter<'_> {
                         }
                     }
                 }
-                Some(Happening::Cm(e)) => {
-                    if self.id.as_ref().is_none_or(|id| *id == e.id) {
-                        self.other_event(&e)?;
-                    }
+                Some(Happening::Cm(e)) if self.id.as_ref().is_none_or(|id| *id == e.id) => {
+                    self.other_event(&e)?;
                 }
                 Some(Happening::Failed(why)) => return Err(Stop::Error(anyhow!(why))),
-                None => {}
+                Some(Happening::Cm(_)) | None => {}
             }
         }
     }
