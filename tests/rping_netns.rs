@@ -79,14 +79,14 @@ fn ping_text(n: usize, size: usize) -> String {
     s
 }
 
-/// Server in A, client in B, over `driver`; checks both outputs line by line.
-fn ten_pings(driver: &str) {
+/// Server in A, client in B, over `driver`, both with `extra`; checks both outputs line by
+/// line.
+fn ten_pings(driver: &str, extra: &[&str]) {
     let link = link();
     let a_ip = link.a_ip.to_string();
-    let server = spawn(
-        &link.a,
-        &strings(&["rping", "-s", "-v", "-a", &a_ip, "--driver", driver]),
-    );
+    let mut server_args = strings(&["rping", "-s", "-v", "-a", &a_ip, "--driver", driver]);
+    server_args.extend(strings(extra));
+    let server = spawn(&link.a, &server_args);
     // The server listens once its device is open; a REQ before that is refused (REJ 8,
     // which the refusal test shows): then the client tries again, a few times.
     std::thread::sleep(Duration::from_millis(1000));
@@ -94,12 +94,11 @@ fn ten_pings(driver: &str) {
     let mut tries = 0;
     let c = loop {
         tries += 1;
-        let client = spawn(
-            &link.b,
-            &strings(&[
-                "rping", "-c", "-v", "-V", "-C", "10", "-a", &a_ip, "--driver", driver,
-            ]),
-        );
+        let mut client_args = strings(&[
+            "rping", "-c", "-v", "-V", "-C", "10", "-a", &a_ip, "--driver", driver,
+        ]);
+        client_args.extend(strings(extra));
+        let client = spawn(&link.b, &client_args);
         let c = wait(client, deadline, "client");
         let early = String::from_utf8_lossy(&c.stderr).contains("RDMA_CM_EVENT_REJECTED, error 8");
         if !early || tries == 10 {
@@ -153,7 +152,7 @@ fn rping_ten_pings_over_af_xdp() {
     if !common::privileged_or_skip("rping_ten_pings_over_af_xdp") {
         return;
     }
-    ten_pings("xdp");
+    ten_pings("xdp", &[]);
 }
 
 #[test]
@@ -161,7 +160,21 @@ fn rping_ten_pings_over_udp() {
     if !common::privileged_or_skip("rping_ten_pings_over_udp") {
         return;
     }
-    ten_pings("udp");
+    ten_pings("udp", &[]);
+}
+
+/// rping -q: both programs create their QPs and move them with rdma_init_qp_attr; the
+/// client sends the RTU itself (rdma_establish) after CONNECT_RESPONSE.
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn rping_self_created_qps_over_af_xdp() {
+    if !common::privileged_or_skip("rping_self_created_qps_over_af_xdp") {
+        return;
+    }
+    ten_pings("xdp", &["-q"]);
 }
 
 /// The line rping prints for the refusal, and a non-zero exit, within `limit`.
