@@ -743,6 +743,12 @@ const CASES: &[Case] = &[
         server: (HOST, "{xroce} rping -s -v -C 10 -a {srv}"),
         client: (G1, "timeout 120 rping -c -v -V -C 10 -a {srv}"),
         opcodes: RPING_ALL, loss_evidence: None, state: State::Runs },
+    // rping -q on both sides: the programs move their own QPs (rdma_init_qp_attr), xroce's
+    // client sends the RTU itself (rdma_establish) after CONNECT_RESPONSE.
+    Case { name: "xroce_cli_rping_q", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 rping -s -q -v -C 10 -a {srv}"),
+        client: (HOST, "{xroce} rping -c -q -v -V -C 10 -a {srv}"),
+        opcodes: RPING_ALL, loss_evidence: None, state: State::Runs },
     // Under loss: 50 pings of 4 KiB (about 850 frames), so some are lost for certain; a lost
     // MAD is resent by the CM (IBTA 12.9.6), a lost packet by the QP.
     Case { name: "xroce_cli_loss_rping", mtu: 1500, netem: Some(LOSS),
