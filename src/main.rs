@@ -32,6 +32,8 @@ enum Command {
     Lab(cli::lab::Args),
     /// ibv_rc_pingpong / ibv_ud_pingpong: RC (or --ud) SEND ping-pong, same options and TCP exchange.
     Pingpong(cli::pingpong::Args),
+    /// rping (librdmacm): an RDMA CM connection, then RDMA READ/WRITE pings, same options and wire.
+    Rping(cli::rping::Args),
     /// perftest: ib_{send,write,read,atomic}_{bw,lat} with perftest's options and TCP exchange.
     Perf(cli::perf::Args),
     /// Own an interface's AF_XDP driver and share it with every local process on it.
@@ -67,6 +69,7 @@ fn main() {
         Command::DemoPeer(args) => cli::demo::run_peer(args),
         Command::Lab(args) => cli::lab::run(args),
         Command::Pingpong(args) => cli::pingpong::run(args),
+        Command::Rping(args) => cli::rping::run(args),
         Command::Perf(args) => cli::perf::run(args),
         Command::Relay(args) => cli::relay::run(args),
         Command::File(args) => cli::file::run(args),

@@ -291,6 +291,30 @@ fn pingpong_options_are_bounded() {
 /// `--driver` is parsed in the CLI from the library's driver names: a bad value gets clap's
 /// message listing the names, `--help` lists each with its help line, and a good one passes.
 #[test]
+fn rping_options_are_checked_as_rpings() {
+    // rping's own words (its usage and size range), before any device is opened.
+    assert_refused(&["rping", "-v"], "give -s (server) or -c (client)");
+    assert_refused(
+        &["rping", "-s", "-S", "1"],
+        "Invalid size 1 (valid range is 23 to 65536)",
+    );
+    assert_refused(&["rping", "-c", "-S", "65536"], "Invalid size 65536");
+    assert_refused(
+        &["rping", "-c", "-C", "3000000000"],
+        "Invalid count 3000000000",
+    );
+    assert_refused(&["rping", "-c", "-C", "1"], "-a ADDR");
+    assert_refused(
+        &["rping", "-c", "-a", "no.such.host.invalid"],
+        "invalid hostname or IP address",
+    );
+    assert_refused(
+        &["rping", "-c", "-a", "198.18.0.9", "-D", "xrnosuchif0"],
+        "xrnosuchif0",
+    );
+}
+
+#[test]
 fn driver_values_come_from_the_library() {
     for command in [
         &["pingpong"][..],

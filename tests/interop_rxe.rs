@@ -183,6 +183,30 @@ const MW_ALL: &[u8] = &[
     SEND_ONLY_WITH_INVALIDATE,
     ACK,
 ];
+/// rping's exchange at -S 64: the RDMA CM's MADs (REQ, REP, RTU, DREQ, DREP: UD SEND_ONLY
+/// to QP1, IBTA 12.11 and 16.2), then per ping the four 16-byte SENDs, the server's READ of
+/// the client's ping and its WRITE of it back.
+const RPING_ALL: &[u8] = &[
+    UD_SEND_ONLY,
+    SEND_ONLY,
+    READ_REQUEST,
+    READ_RESPONSE_ONLY,
+    WRITE_ONLY,
+    ACK,
+];
+/// rping at -S 4096 (path MTU 1024): the READ and the WRITE take four packets each.
+const RPING_4K: &[u8] = &[
+    UD_SEND_ONLY,
+    SEND_ONLY,
+    READ_REQUEST,
+    READ_RESPONSE_FIRST,
+    READ_RESPONSE_MIDDLE,
+    READ_RESPONSE_LAST,
+    WRITE_FIRST,
+    WRITE_MIDDLE,
+    WRITE_LAST,
+    ACK,
+];
 /// tests/c/verbs_tutorial.c's exchange at path MTU 1024: SENDs with immediate, a 4000-byte
 /// WRITE and READ (four packets each), fetch-and-add, compare-and-swap, and the one-packet
 /// WRITE with a wrong rkey (refused by a NAK, see [`REMOTE_ACCESS_NAK_FROM_SERVER`]).
@@ -707,6 +731,34 @@ const CASES: &[Case] = &[
         server: (G1, "timeout 120 lab-mr.py server --mtu 4096 --size 4194304"),
         client: (HOST, "{xroce} mr-check client -d eth0 -g 1 -m 4096 --size 4194304 {srv}"),
         opcodes: MR_ALL, loss_evidence: None, state: State::Runs },
+    // --- rping (librdmacm) against `xroce rping` (xroce::rdmacm): the connection is made by
+    // the RDMA CM on QP1 (rdma_cm's REQ with its IP header in the private data, REP, RTU;
+    // DREQ and DREP at the end), then each ping READs, SENDs and WRITEs. Both sides print
+    // rping's `-v` lines (`check_rping_output`).
+    Case { name: "xroce_cli_rping", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 rping -s -v -C 10 -a {srv}"),
+        client: (HOST, "{xroce} rping -c -v -V -C 10 -a {srv}"),
+        opcodes: RPING_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_srv_rping", mtu: 1500, netem: None,
+        server: (HOST, "{xroce} rping -s -v -C 10 -a {srv}"),
+        client: (G1, "timeout 120 rping -c -v -V -C 10 -a {srv}"),
+        opcodes: RPING_ALL, loss_evidence: None, state: State::Runs },
+    // rping -q on both sides: the programs move their own QPs (rdma_init_qp_attr), xroce's
+    // client sends the RTU itself (rdma_establish) after CONNECT_RESPONSE.
+    Case { name: "xroce_cli_rping_q", mtu: 1500, netem: None,
+        server: (G1, "timeout 120 rping -s -q -v -C 10 -a {srv}"),
+        client: (HOST, "{xroce} rping -c -q -v -V -C 10 -a {srv}"),
+        opcodes: RPING_ALL, loss_evidence: None, state: State::Runs },
+    // Under loss: 50 pings of 4 KiB (about 850 frames), so some are lost for certain; a lost
+    // MAD is resent by the CM (IBTA 12.9.6), a lost packet by the QP.
+    Case { name: "xroce_cli_loss_rping", mtu: 1500, netem: Some(LOSS),
+        server: (G1, "timeout 150 rping -s -v -C 50 -S 4096 -a {srv}"),
+        client: (HOST, "{xroce} rping -c -v -V -C 50 -S 4096 -a {srv}"),
+        opcodes: RPING_4K, loss_evidence: Some(Retransmits), state: State::Runs },
+    Case { name: "xroce_srv_loss_rping", mtu: 1500, netem: Some(LOSS),
+        server: (HOST, "{xroce} rping -s -v -C 50 -S 4096 -a {srv}"),
+        client: (G1, "timeout 150 rping -c -v -V -C 50 -S 4096 -a {srv}"),
+        opcodes: RPING_4K, loss_evidence: Some(Retransmits), state: State::Runs },
     // --- xroce behind a router (`xroce lab attach --routed`) against rxe (g1): the route's
     // next hop gives the destination MAC, both ways. perftest's hop limit (0xFF) and UD
     // pingpong's cross a router; ibv_rc_pingpong's hop limit 1 does not (rdma-core sets it).
@@ -879,6 +931,8 @@ fn ip_of(at: At) -> String {
 }
 /// The tools' out-of-band TCP port.
 const OOB_PORT: u16 = 18515;
+/// rping's RDMA CM port (TCP port space).
+const RPING_PORT: u16 = 7174;
 
 fn guest_ip(g: u8) -> String {
     format!("198.18.0.{}", 10 + g)
@@ -1023,9 +1077,19 @@ impl Lab {
             .expect("cannot start host command")
     }
 
-    /// Waits until something listens on the out-of-band port where `at` runs.
-    fn wait_listening(&self, at: At, limit: Duration) -> bool {
-        let probe = format!("ss -Hltn 'sport = :{OOB_PORT}' | grep -q LISTEN");
+    /// Waits until something listens on the out-of-band port where `at` runs; for rping,
+    /// until the RDMA CM listens on rping's port (rxe: `rdma resource show cm_id`; xroce's CM
+    /// is invisible to the kernel, so a host-side rping gets a fixed moment).
+    fn wait_listening(&self, at: At, cmd: &str, limit: Duration) -> bool {
+        let probe = if cmd.contains("rping") {
+            if !matches!(at, At::Guest(_)) {
+                std::thread::sleep(Duration::from_secs(2));
+                return true;
+            }
+            format!("rdma resource show cm_id | grep LISTEN | grep -q ':{RPING_PORT}'")
+        } else {
+            format!("ss -Hltn 'sport = :{OOB_PORT}' | grep -q LISTEN")
+        };
         let t0 = Instant::now();
         while t0.elapsed() < limit {
             let ok = match at {
@@ -1493,6 +1557,75 @@ fn check_tool_output(cmd: &str, server: bool, out: &str) -> Vec<String> {
     problems
 }
 
+/// rping's `-v` lines, the same from rdma-core's rping and `xroce rping`: the client's
+/// `ping data: rdma-ping-N: ...` for N = 0..C and the server's `server ping data: ...` for
+/// the same pings, each the ping's text as rping makes it (letters from 'A' + N, wrapping
+/// after 'z', `-S` - 1 characters).
+fn check_rping_output(client_cmd: &str, client_out: &str, server_out: &str) -> Vec<String> {
+    let num = |flag: &str, default: usize| {
+        flag_value(client_cmd, flag)
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(default)
+    };
+    let (count, size) = (num("-C", 0), num("-S", 64));
+    let ping = |n: usize| {
+        let mut s = format!("rdma-ping-{n}: ");
+        let mut c = b'A' + (n % 58) as u8;
+        while s.len() < size - 1 {
+            s.push(c as char);
+            c = if c == b'z' { b'A' } else { c + 1 };
+        }
+        s
+    };
+    let mut problems = Vec::new();
+    for (who, out, prefix) in [
+        ("client", client_out, "ping data: "),
+        ("server", server_out, "server ping data: "),
+    ] {
+        let out = without_rping_stderr(out);
+        let got: Vec<&str> = out.lines().filter(|l| l.starts_with(prefix)).collect();
+        let want: Vec<String> = (0..count).map(|n| format!("{prefix}{}", ping(n))).collect();
+        if got != want {
+            let first_bad = got
+                .iter()
+                .zip(&want)
+                .position(|(g, w)| g != w)
+                .unwrap_or(got.len().min(want.len()));
+            problems.push(format!(
+                "the {who} printed {} `{prefix}` lines, want {count}; first difference at line {first_bad}: {:?}",
+                got.len(),
+                got.get(first_bad).map(|l| l.chars().take(100).collect::<String>())
+            ));
+        }
+    }
+    problems
+}
+
+/// `out` without rping's stderr lines ("server DISCONNECT EVENT...", "wait for
+/// RDMA_READ_ADV state 10"): in a guest, stdout (fully buffered) and stderr share one log,
+/// so they land between two 4 KiB pieces of stdout, inside a long ping line.
+fn without_rping_stderr(out: &str) -> String {
+    let mut out = out
+        .replace("server DISCONNECT EVENT...\n", "")
+        .replace("client DISCONNECT EVENT...\n", "");
+    let mut from = 0;
+    while let Some(i) = out[from..].find("wait for ").map(|i| i + from) {
+        let end = out[i..].find('\n').map_or(out.len(), |j| i + j + 1);
+        let line = &out[i..end];
+        let is_rping_state = line
+            .trim_end()
+            .rsplit_once(" state ")
+            .is_some_and(|(_, n)| n.parse::<u32>().is_ok());
+        if is_rping_state {
+            out.replace_range(i..end, "");
+            from = i;
+        } else {
+            from = end;
+        }
+    }
+    out
+}
+
 fn run_case(lab: &Lab, case: &Case) -> Outcome {
     let t0 = Instant::now();
     let mut problems = Vec::new();
@@ -1540,8 +1673,10 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
             ))
         }
     }
-    if problems.is_empty() && !lab.wait_listening(case.server.0, Duration::from_secs(30)) {
-        problems.push("server never listened on TCP 18515".into());
+    if problems.is_empty()
+        && !lab.wait_listening(case.server.0, case.server.1, Duration::from_secs(30))
+    {
+        problems.push(format!("server never listened ({})", case.server.1));
     }
 
     // Client in the foreground.
@@ -1588,6 +1723,9 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
     if problems.is_empty() && [case.server, case.client].into_iter().any(runs_on_lib) {
         problems.extend(check_tool_output(case.server.1, true, &server_out));
         problems.extend(check_tool_output(case.client.1, false, &client_out));
+    }
+    if problems.is_empty() && case.server.1.contains("rping") {
+        problems.extend(check_rping_output(case.client.1, &client_out, &server_out));
     }
     let stop = lab.lab(&["capture", "stop", case.name]);
     if !stop.status.success() {
@@ -2108,4 +2246,38 @@ fn skip_without_opt_in_is_visible() {
         stderr.contains("SKIPPED: interop_with_rxe: it boots two QEMU guests"),
         "the skip line is hidden: {stderr:?}"
     );
+}
+
+#[test]
+fn rping_lines_are_checked_through_spliced_stderr() {
+    let ping = |n: usize| {
+        let mut s = format!("rdma-ping-{n}: ");
+        let mut c = b'A' + n as u8;
+        while s.len() < 4095 {
+            s.push(c as char);
+            c = if c == b'z' { b'A' } else { c + 1 };
+        }
+        s
+    };
+    let cmd = "timeout 150 rping -c -v -V -C 2 -S 4096 -a {srv}";
+    let client: String = (0..2)
+        .map(|n| format!("ping data: {}\n", ping(n)))
+        .collect();
+    let mut server: String = (0..2)
+        .map(|n| format!("server ping data: {}\n", ping(n)))
+        .collect();
+    // The guest's log: rping's stderr inside the last line, where a 4 KiB flush ended.
+    server.insert_str(
+        server.len() - 100,
+        "server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n",
+    );
+    assert_eq!(
+        check_rping_output(cmd, &client, &server),
+        Vec::<String>::new()
+    );
+    // A wrong ping, or a missing one, is reported.
+    let bad = client.replace("rdma-ping-1: B", "rdma-ping-1: C");
+    assert_eq!(check_rping_output(cmd, &bad, &server).len(), 1);
+    let short: String = client.lines().take(1).map(|l| format!("{l}\n")).collect();
+    assert_eq!(check_rping_output(cmd, &short, &server).len(), 1);
 }

@@ -11,6 +11,7 @@ pub mod mw_check;
 pub mod perf;
 pub mod pingpong;
 pub mod relay;
+pub mod rping;
 pub mod run;
 pub mod sim;
 pub mod values;

@@ -278,7 +278,7 @@ fn passive_data(
         sgid: Gid::from_ip(local_ip),
         dgid: Gid::from_ip(header.src_addr),
         sgid_index,
-        next_hop_mac: MacAddr(from.mac.unwrap_or([0; 6])),
+        next_hop_mac: peer_mac(device, &from, header.src_addr),
         gateway: None,
         mtu: d.mtu,
         hop_limit: 64,
@@ -325,8 +325,9 @@ impl IdInner {
             return None;
         }
         let qp = d.qp.as_ref()?;
+        // Its receive PSN starts at ours (the PSN we announced is the one we receive first).
         let expected = qp.query().ok()?.0.rq_psn;
-        Some(expected != d.remote_psn)
+        Some(expected != d.psn)
     }
 
     /// The agent is done with the id's connection (rejected, timed out, out of time wait):
@@ -493,9 +494,22 @@ fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     canon(a) == canon(b)
 }
 
+/// The MAC frames to the peer of a request go to: the request's source MAC, or, where the
+/// driver sees no Ethernet header (the UDP driver), the neighbour table's entry for it.
+fn peer_mac(device: &crate::verbs::Device, from: &MadPeer, peer: std::net::IpAddr) -> MacAddr {
+    match from.mac {
+        Some(mac) => MacAddr(mac),
+        None => device
+            .resolve_route(peer)
+            .map(|route| route.mac)
+            .unwrap_or(MacAddr([0; 6])),
+    }
+}
+
 /// The attributes that move an id's QP to `target` (rdma_init_qp_attr), from the path and
-/// what the CM exchange agreed (IBTA 12.6.5, 12.6.8: each side's RTR takes the peer's PSN
-/// and QPN; the responder depth is what the peer may have outstanding).
+/// what the CM exchange agreed (IBTA 12.6.5, 12.6.8): a starting PSN is the first PSN its
+/// sender receives, as Linux's CM uses it (RTR takes ours, RTS the peer's); the responder
+/// depth is what the peer may have outstanding.
 fn qp_attr_for(
     d: &IdData,
     target: QpState,
@@ -537,7 +551,9 @@ fn qp_attr_for(
                 qp_state: QpState::Rtr,
                 path_mtu: d.mtu,
                 dest_qp_num: d.remote_qpn,
-                rq_psn: d.remote_psn,
+                // Each side's advertised starting PSN is the one it receives first (what
+                // Linux's CM does, docs/cm.md "Starting PSNs"): ours here, the peer's on RTS.
+                rq_psn: d.psn,
                 max_dest_rd_atomic: d.agreed.responder_resources.max(1),
                 min_rnr_timer: config.min_rnr_timer,
                 ah_attr: Some(av),
@@ -559,7 +575,7 @@ fn qp_attr_for(
             };
             let attr = QpAttr {
                 qp_state: QpState::Rts,
-                sq_psn: d.psn,
+                sq_psn: d.remote_psn,
                 timeout,
                 retry_cnt: d.agreed.retry_count.min(7),
                 rnr_retry: d.agreed.rnr_retry_count.min(7),

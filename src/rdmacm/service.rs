@@ -231,7 +231,7 @@ fn add_port(shared: &Arc<CmShared>, state: &mut CmState, device: &Device) -> Res
     {
         return Ok(i);
     }
-    let gsi = Arc::new(device.open_gsi()?);
+    let gsi = Arc::new(open_gsi(device)?);
     let (wake_rx, wake_tx) = UnixDatagram::pair()?;
     wake_rx.set_nonblocking(true)?;
     wake_tx.set_nonblocking(true)?;
@@ -263,6 +263,23 @@ fn add_port(shared: &Arc<CmShared>, state: &mut CmState, device: &Device) -> Res
         }
     }
     Ok(index)
+}
+
+/// Opens the device's QP1. A `Cm` dropped while its port thread held it for a moment
+/// frees QP1 when that thread ends, which is at once: wait that long before calling QP1
+/// taken.
+fn open_gsi(device: &Device) -> Result<Gsi> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match device.open_gsi() {
+            Err(crate::verbs::VerbsError::Engine(crate::engine::EngineError::GsiExists))
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            other => return Ok(other?),
+        }
+    }
 }
 
 impl Port {
@@ -711,6 +728,10 @@ fn port_thread(weak: Weak<CmShared>, index: usize, gsi: Arc<Gsi>, wake: UnixData
         };
         drop(keep);
         drop(shared);
+        if weak.strong_count() == 0 {
+            // The Cm went away while this thread held it: QP1 is freed with `gsi` now.
+            return;
+        }
         if gsi.arm().is_err() {
             return;
         }
