@@ -81,7 +81,7 @@ pub(crate) struct IdData {
     tos: u8,
     ack_timeout: Option<u8>,
     reuse_addr: bool,
-    /// Our first PSN.
+    /// The starting PSN we announce: the first PSN we receive.
     psn: u32,
     /// What was agreed, seen from this side (for init_qp_attr and the Established event).
     agreed: ConnParam,
@@ -527,7 +527,9 @@ fn qp_attr_for(
                 qp_state: QpState::Rtr,
                 path_mtu: d.mtu,
                 dest_qp_num: d.remote_qpn,
-                rq_psn: d.remote_psn,
+                // Each side's starting PSN (REQ, REP: IBTA 12.6.5, 12.6.8) is the PSN it
+                // receives first: the peer starts sending with it, as rxe does (docs/cm.md).
+                rq_psn: d.psn,
                 max_dest_rd_atomic: d.agreed.responder_resources.max(1),
                 min_rnr_timer: config.min_rnr_timer,
                 ah_attr: Some(av),
@@ -549,7 +551,7 @@ fn qp_attr_for(
             };
             let attr = QpAttr {
                 qp_state: QpState::Rts,
-                sq_psn: d.psn,
+                sq_psn: d.remote_psn,
                 timeout,
                 retry_cnt: d.agreed.retry_count.min(7),
                 rnr_retry: d.agreed.rnr_retry_count.min(7),
