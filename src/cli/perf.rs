@@ -398,7 +398,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             None => perftest_cm::CmStream::accept(&cm, args.port, || wait_banner(text.as_mut()))?,
         };
         let out_reads = kind.is_read_like().then_some(opts.out_reads.min(255) as u8);
-        let qps = perftest_cm::CmQps::new(&cm, role, args.host.as_deref(), args.port, out_reads)?;
+        let qps = perftest_cm::CmQps::new(&cm, role, args.host.as_deref(), args.port, out_reads)?
+            .with_ack_timeout(opts.qp_timeout);
         let mut comm = PerftestComm::new(
             stream,
             role,

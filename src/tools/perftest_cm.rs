@@ -336,6 +336,7 @@ pub struct CmQps {
     server: Option<IpAddr>,
     port: u16,
     param: ConnParam,
+    ack_timeout: Option<u8>,
     ids: Vec<CmId>,
 }
 
@@ -367,8 +368,17 @@ impl CmQps {
                 rnr_retry_count: 7,
                 ..ConnParam::default()
             },
+            ack_timeout: None,
             ids: Vec::new(),
         })
+    }
+
+    /// The local ACK timeout exponent of the client's connections (`-u`, as newer perftest
+    /// sets `RDMA_OPTION_ID_ACK_TIMEOUT`; without it the Cm's 19, 2.1 s: a READ whose last
+    /// responses are lost then waits 2.1 s per retry). The server's QPs take the client's.
+    pub fn with_ack_timeout(mut self, exponent: u8) -> Self {
+        self.ack_timeout = Some(exponent);
+        self
     }
 
     /// Connects `qps` (in RESET or INIT), in the order the ids get their routes (client)
@@ -395,6 +405,8 @@ impl CmQps {
                                     QpAttrMask::STATE,
                                 )?;
                             }
+                            // Events of the destroyed ids stay behind with the old channel.
+                            self.channel = EventChannel::new()?;
                             std::thread::sleep(Duration::from_millis(100));
                         }
                         false => anyhow::bail!(
@@ -419,7 +431,12 @@ impl CmQps {
         while left > 0 {
             let e = wait_event(&self.channel, CM_STEP_TIMEOUT)?;
             match e.kind {
-                EventKind::AddrResolved => e.id.resolve_route(RESOLVE_TIMEOUT)?,
+                EventKind::AddrResolved => {
+                    if let Some(t) = self.ack_timeout {
+                        e.id.set_ack_timeout(t)?;
+                    }
+                    e.id.resolve_route(RESOLVE_TIMEOUT)?
+                }
                 EventKind::RouteResolved => {
                     e.id.attach_qp(qps[next_qp].clone())?;
                     next_qp += 1;
