@@ -784,13 +784,9 @@ fn perf_rdma_cm_over_af_xdp() {
         String::from_utf8_lossy(&dump.stdout),
         String::from_utf8_lossy(&dump.stderr)
     );
-    assert!(
-        text.contains("CM connections:     3"),
-        "the exchange's and two test QPs' connections\n{text}"
-    );
-    assert_eq!(
-        text.matches("established, then disconnected").count(),
-        3,
-        "{text}"
-    );
+    // The exchange's and the two test QPs' connections (a test REQ that came before the
+    // server listened is rejected and tried again, as perftest does). The teardown's
+    // DREQ/DREP come after the capture's last flush (the Cm's threads hold the device until
+    // the process ends); tests/interop_rxe.rs's bridge captures show them.
+    assert_eq!(text.matches("\n    established").count(), 3, "{text}");
 }
