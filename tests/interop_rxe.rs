@@ -759,6 +759,35 @@ const CASES: &[Case] = &[
         server: (HOST, "{xroce} rping -s -v -C 50 -S 4096 -a {srv}"),
         client: (G1, "timeout 150 rping -c -v -V -C 50 -S 4096 -a {srv}"),
         opcodes: RPING_4K, loss_evidence: Some(Retransmits), state: State::Runs },
+    // --- perftest -R (--rdma_cm) against xroce perf -R: the exchange and the test QPs both
+    // through rdma_cm (no TCP), one id per QP; the CM MADs are the UD SENDs to QP1.
+    Case { name: "rcm_xroce_srv_write_bw", mtu: 1500, netem: None,
+        server: (HOST, xp!("write_bw", "-R -n 200 -s 4096")), client: (G1, pt!("ib_write_bw", "-R -n 200 -s 4096 {srv}")),
+        opcodes: &[UD_SEND_ONLY, SEND_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "rcm_xroce_cli_write_bw", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_write_bw", "-R -n 200 -s 4096")), client: (HOST, xp!("write_bw", "-R -n 200 -s 4096 {srv}")),
+        opcodes: &[UD_SEND_ONLY, SEND_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "rcm_xroce_cli_write_bw_q2", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_write_bw", "-R -q 2 -n 100 -s 4096")), client: (HOST, xp!("write_bw", "-R -q 2 -n 100 -s 4096 {srv}")),
+        opcodes: &[UD_SEND_ONLY, SEND_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "rcm_xroce_srv_send_lat", mtu: 1500, netem: None,
+        server: (HOST, xp!("send_lat", "-R -n 200 -s 64")), client: (G1, pt!("ib_send_lat", "-R -n 200 -s 64 {srv}")),
+        opcodes: &[UD_SEND_ONLY, SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "rcm_xroce_cli_send_lat", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_send_lat", "-R -n 200 -s 64")), client: (HOST, xp!("send_lat", "-R -n 200 -s 64 {srv}")),
+        opcodes: &[UD_SEND_ONLY, SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "rcm_xroce_srv_read_bw_a", mtu: 1500, netem: None,
+        server: (HOST, xp!("read_bw", "-R -a -n 5")), client: (G1, pt!("ib_read_bw", "-R -a -n 5 {srv}")),
+        opcodes: READ_ALL, loss_evidence: None, state: State::Runs },
+    // The client's -a runs slower under -R than without (docs/tools.md, open points), and its
+    // 8 MiB READs hit the 30 s completion watchdog in rxe's replay storms: one size here.
+    Case { name: "rcm_xroce_cli_read_bw_64k", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_read_bw", "-R -n 100 -s 65536")), client: (HOST, xp!("read_bw", "-R -n 100 -s 65536 {srv}")),
+        opcodes: &[UD_SEND_ONLY, READ_REQUEST, READ_RESPONSE_FIRST, READ_RESPONSE_MIDDLE, READ_RESPONSE_LAST],
+        loss_evidence: None, state: State::Runs },
+    Case { name: "rcm_xroce_cli_loss_write_bw", mtu: 1500, netem: Some(LOSS),
+        server: (G1, pt!("ib_write_bw", "-R -n 20 -s 65536")), client: (HOST, xp!("write_bw", "-R -n 20 -s 65536 {srv}")),
+        opcodes: &[UD_SEND_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: Some(NaksAndRetransmits), state: State::Runs },
     // --- xroce behind a router (`xroce lab attach --routed`) against rxe (g1): the route's
     // next hop gives the destination MAC, both ways. perftest's hop limit (0xFF) and UD
     // pingpong's cross a router; ibv_rc_pingpong's hop limit 1 does not (rdma-core sets it).
@@ -1107,6 +1136,34 @@ impl Lab {
         }
         false
     }
+}
+
+impl Lab {
+    /// perftest -R: no TCP at all, so the server is ready once its rdma_cm id listens on
+    /// 18515: in a guest the kernel lists it (`rdma res show cm_id`); xroce prints
+    /// perftest's banner only after its listener is up.
+    fn wait_cm_listening(&self, at: At, server_log: &Path, limit: Duration) -> bool {
+        let probe = format!("rdma res show cm_id src-port {OOB_PORT} | grep -q LISTEN");
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            let ok = match at {
+                At::Guest(g) => self.exec(g, &probe).0,
+                At::Host | At::Routed | At::Host2 => fs::read_to_string(server_log)
+                    .map(|t| t.contains("Waiting for client to connect"))
+                    .unwrap_or(false),
+            };
+            if ok {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    }
+}
+
+/// A perftest `-R` case: both ends connect through rdma_cm (no TCP side channel).
+fn is_rdma_cm(case: &Case) -> bool {
+    case.server.1.contains(" -R ")
 }
 
 impl Drop for Lab {
@@ -1673,7 +1730,14 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
             ))
         }
     }
-    if problems.is_empty()
+    if is_rdma_cm(case) {
+        let log = logs.join(format!("{}.server.log", case.name));
+        if problems.is_empty()
+            && !lab.wait_cm_listening(case.server.0, &log, Duration::from_secs(30))
+        {
+            problems.push("server never listened on rdma_cm port 18515".into());
+        }
+    } else if problems.is_empty()
         && !lab.wait_listening(case.server.0, case.server.1, Duration::from_secs(30))
     {
         problems.push(format!("server never listened ({})", case.server.1));

@@ -534,6 +534,7 @@ fn perf_side_announcing(
         atomic_type: None,
         use_srq: false,
         duplex: false,
+        rdma_cm: false,
     };
     let mut out = Vec::new();
     {

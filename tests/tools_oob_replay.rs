@@ -326,7 +326,9 @@ fn message_lengths(
                 ("report rate", 8),
             ]),
             Step::Close => out.extend([("dest", dest), ("done", 5)]),
-            Step::Connect | Step::Run(_) => {}
+            // -R only, and -R has no TCP to replay.
+            Step::SyncHandShake => out.push(("sync dest", dest)),
+            Step::Connect | Step::CmConnect | Step::Run(_) => {}
         }
     }
     out

@@ -327,6 +327,7 @@ fn perf_side(
         atomic_type: None,
         use_srq: opts.use_srq,
         duplex: false,
+        rdma_cm: false,
     };
     let mut out: Vec<u8> = Vec::new();
     let rows;

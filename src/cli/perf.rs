@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use xroce::tools::options;
 use xroce::tools::perf::{self, PerfOptions, PerfRunner};
+use xroce::tools::perftest_cm;
 use xroce::tools::perftest_oob::{
     self, enums, PerftestComm, PerftestDest, Role, TestKind, BOOKWORM_VERSION,
 };
@@ -199,6 +200,11 @@ pub struct Args {
     /// Version to announce; "6.29" or later also exchanges the parameter block.
     #[arg(long = "perftest-version", default_value = BOOKWORM_VERSION)]
     pub perftest_version: String,
+    /// Connect the QPs through rdma_cm, one id per QP, on -p's port (perftest's -R): the
+    /// exchange then runs over an rdma_cm connection too, as perftest's does; no TCP.
+    /// RC only; the server's address must be an IP address.
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
     /// Print the results as JSON on stdout (the tables go to stderr).
     #[arg(long = "json")]
     pub json: bool,
@@ -242,6 +248,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.use_srq = args.use_srq;
     opts.duplex = args.bidirectional;
     opts.qp_timeout = args.qp_timeout;
+    opts.rdma_cm = args.rdma_cm;
+    if args.rdma_cm && args.connection != Conn::Rc {
+        anyhow::bail!("-R/--rdma_cm: xroce connects only RC QPs through rdma_cm; drop -c or -R");
+    }
     // The limits apply to what was typed (as perftest checks -r before it caps it at -n);
     // then the depths are settled as perftest settles them.
     opts.validate()?;
@@ -363,30 +373,68 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }),
         use_srq: opts.use_srq,
         duplex: opts.duplex,
-    };
-    let stream = match &args.host {
-        Some(host) => setup::connect(host, args.port, Duration::from_secs(10))?,
-        None => {
-            writeln!(text, "\n************************************")?;
-            writeln!(text, "* Waiting for client to connect... *")?;
-            writeln!(text, "************************************")?;
-            text.flush()?;
-            setup::accept_one(args.port)?
-        }
+        rdma_cm: args.rdma_cm,
     };
     let steps = opts.script(role, &sizes);
-    let mut comm = PerftestComm::new(
-        stream,
-        role,
-        &args.perftest_version,
-        args.dont_xchg_versions,
-        true,
-    );
+    let wait_banner = |text: &mut dyn Write| -> anyhow::Result<()> {
+        writeln!(text, "\n************************************")?;
+        writeln!(text, "* Waiting for client to connect... *")?;
+        writeln!(text, "************************************")?;
+        text.flush()?;
+        Ok(())
+    };
     let ep_refs: Vec<&mut (dyn xroce::tools::endpoint::ToolEndpoint + 'static)> =
         eps.iter_mut().map(|e| e.as_mut()).collect();
-    let mut runner =
-        PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut()).with_test_info(info);
-    let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
+    let (outcome, mut runner) = if args.rdma_cm {
+        // -R: the exchange and the QPs over rdma_cm on the device the QPs live on.
+        let (_, device) = ep_refs[0]
+            .verbs_qp()
+            .ok_or_else(|| anyhow::anyhow!("-R needs endpoints over xroce::verbs"))?;
+        let cm = perftest_cm::cm_for(&device)?;
+        let stream = match &args.host {
+            Some(host) => {
+                perftest_cm::CmStream::connect(&cm, host, args.port, Duration::from_secs(10))?
+            }
+            None => perftest_cm::CmStream::accept(&cm, args.port, || wait_banner(text.as_mut()))?,
+        };
+        let out_reads = kind.is_read_like().then_some(opts.out_reads.min(255) as u8);
+        let qps = perftest_cm::CmQps::new(&cm, role, args.host.as_deref(), args.port, out_reads)?
+            .with_ack_timeout(opts.qp_timeout);
+        let mut comm = PerftestComm::new(
+            stream,
+            role,
+            &args.perftest_version,
+            args.dont_xchg_versions,
+            true,
+        )
+        .with_rdma_cm(gid.index);
+        let mut runner = PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut())
+            .with_test_info(info)
+            .with_rdma_cm(qps);
+        let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
+        runner.cm_disconnect()?;
+        comm.into_inner().shutdown();
+        (outcome, runner)
+    } else {
+        let stream = match &args.host {
+            Some(host) => setup::connect(host, args.port, Duration::from_secs(10))?,
+            None => {
+                wait_banner(text.as_mut())?;
+                setup::accept_one(args.port)?
+            }
+        };
+        let mut comm = PerftestComm::new(
+            stream,
+            role,
+            &args.perftest_version,
+            args.dont_xchg_versions,
+            true,
+        );
+        let mut runner =
+            PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut()).with_test_info(info);
+        let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
+        (outcome, runner)
+    };
     if role == Role::Server && kind.is_bw() && kind != TestKind::SendBw && !opts.duplex {
         if let Some(rep) = outcome.remote_report {
             runner.print_remote_bw(&rep)?;

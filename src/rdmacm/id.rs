@@ -83,7 +83,7 @@ pub(crate) struct IdData {
     tos: u8,
     ack_timeout: Option<u8>,
     reuse_addr: bool,
-    /// Our first PSN.
+    /// The starting PSN we announce: the first PSN we receive.
     psn: u32,
     /// What was agreed, seen from this side (for init_qp_attr and the Established event).
     agreed: ConnParam,

@@ -201,6 +201,11 @@ pub trait ToolEndpoint: Send {
     fn write_local(&mut self, offset: usize, data: &[u8]) -> anyhow::Result<()>;
     /// Copy from the local buffer at `offset` into `out`.
     fn read_local(&self, offset: usize, out: &mut [u8]) -> anyhow::Result<()>;
+    /// The verbs QP and device behind the endpoint, for connecting it through rdma_cm
+    /// (`perf -R`); `None` for endpoints not over `xroce::verbs`.
+    fn verbs_qp(&self) -> Option<(crate::verbs::Qp, crate::verbs::Device)> {
+        None
+    }
     /// Sleep until a completion may be ready or `timeout` passes (`-e`: the CQ is armed and
     /// its completion channel waited on, as `ibv_req_notify_cq` + `ibv_get_cq_event`).
     /// The default returns at once: callers then simply poll again.

@@ -17,6 +17,7 @@ pub mod mr_check;
 pub mod mw_check;
 pub mod options;
 pub mod perf;
+pub mod perftest_cm;
 pub mod perftest_oob;
 pub mod pingpong;
 pub mod pingpong_oob;

@@ -113,6 +113,8 @@ pub struct PerfOptions {
     /// `-u`: the QPs' local ACK timeout exponent (4.096 us x 2^n; 0 = none; perftest's
     /// default 14 = 67 ms), IBTA 9.7.6.1.
     pub qp_timeout: u8,
+    /// `-R`: QPs (and the exchange) through rdma_cm.
+    pub rdma_cm: bool,
     /// `-b`: bidirectional. Both sides run the bandwidth loop towards each other at once
     /// and each prints the sum of both directions (write, read and atomic bw).
     pub duplex: bool,
@@ -148,6 +150,7 @@ impl PerfOptions {
             use_srq: false,
             duplex: false,
             qp_timeout: 14,
+            rdma_cm: false,
             stall_timeout: Duration::from_secs(30),
         }
     }
@@ -202,7 +205,7 @@ impl PerfOptions {
                 num_of_qps: self.num_qps as i32,
                 // perftest's default duration when -D is not given.
                 duration: self.duration.unwrap_or(5) as i32,
-                use_rdma_cm: 0,
+                use_rdma_cm: i32::from(self.rdma_cm),
                 use_write_with_imm: 0,
                 no_enhanced_reorder: 0,
                 sig_offload: 0,
@@ -254,7 +257,18 @@ impl PerfOptions {
 
     /// The conversation of this run for `role` (perftest's main(), with `-b` or without).
     pub fn script(&self, role: Role, sizes: &[u64]) -> Vec<crate::tools::perftest_oob::Step> {
-        crate::tools::perftest_oob::script_with(self.kind, role, sizes, self.num_qps, self.duplex)
+        let steps = crate::tools::perftest_oob::script_with(
+            self.kind,
+            role,
+            sizes,
+            self.num_qps,
+            self.duplex,
+        );
+        if self.rdma_cm {
+            crate::tools::perftest_oob::with_rdma_cm(&steps)
+        } else {
+            steps
+        }
     }
 
     fn measures_peak(&self) -> bool {
@@ -473,6 +487,8 @@ pub struct PerfRunner<'a> {
     stash: std::collections::VecDeque<ToolWc>,
     /// `-b`: this side's result of the size just run, until the reports are exchanged.
     duplex_local: Option<(BwStats, Vec<ThreadBw>)>,
+    /// `-R`: the rdma_cm ids that connect the QPs ([`PerftestRunner::cm_connect`]).
+    cm: Option<crate::tools::perftest_cm::CmQps>,
 }
 
 impl<'a> PerfRunner<'a> {
@@ -499,6 +515,22 @@ impl<'a> PerfRunner<'a> {
             recv_len: 0,
             stash: Default::default(),
             duplex_local: None,
+            cm: None,
+        }
+    }
+
+    /// `-R`: the QPs are connected through `cm` at [`crate::tools::perftest_oob::Step::CmConnect`],
+    /// not by hand at `Connect`.
+    pub fn with_rdma_cm(mut self, cm: crate::tools::perftest_cm::CmQps) -> Self {
+        self.cm = Some(cm);
+        self
+    }
+
+    /// `-R`: disconnects the test QPs (both sides do, perftest's `rdma_cm_disconnect_nodes`).
+    pub fn cm_disconnect(&mut self) -> anyhow::Result<()> {
+        match &mut self.cm {
+            Some(cm) => cm.disconnect(),
+            None => Ok(()),
         }
     }
 
@@ -984,6 +1016,19 @@ impl<'a> PerfRunner<'a> {
 }
 
 impl PerftestRunner for PerfRunner<'_> {
+    fn cm_connect(&mut self) -> anyhow::Result<()> {
+        let qps = self
+            .eps
+            .iter()
+            .map(|ep| ep.verbs_qp().map(|(qp, _)| qp))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| anyhow::anyhow!("-R needs endpoints over xroce::verbs"))?;
+        match &mut self.cm {
+            Some(cm) => cm.connect(&qps),
+            None => anyhow::bail!("-R: no rdma_cm ids (PerfRunner::with_rdma_cm)"),
+        }
+    }
+
     fn duplex_report(&mut self, mine: &BwReport, theirs: &BwReport) -> anyhow::Result<()> {
         self.print_duplex_bw(mine, theirs)
     }
@@ -998,6 +1043,10 @@ impl PerftestRunner for PerfRunner<'_> {
             );
         }
         for (i, ep) in self.eps.iter_mut().enumerate() {
+            if self.cm.is_some() {
+                // -R: rdma_cm has connected them already.
+                break;
+            }
             let r = &remote[i];
             let params = self.opts.connect_params(self.local_dests[i].psn, mtu);
             ep.connect(

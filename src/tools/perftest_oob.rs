@@ -279,6 +279,52 @@ impl PerftestDest {
     }
 }
 
+/// `sizeof(struct pingpong_dest)` on x86-64: the address message over rdma_cm.
+pub const DEST_BINARY_LEN: usize = 56;
+
+impl PerftestDest {
+    /// The form `rdma_write_keys` sends over an rdma_cm side channel: the raw
+    /// `struct pingpong_dest` with its integers big-endian (lid, out_reads, qpn, psn, rkey at
+    /// 0..20, 4 bytes padding, vaddr at 24, the GID at 32, srqn at 48, gid_index at 52).
+    pub fn encode_binary(&self, gid_index: i32) -> [u8; DEST_BINARY_LEN] {
+        let mut m = [0u8; DEST_BINARY_LEN];
+        m[0..4].copy_from_slice(&u32::from(self.lid).to_be_bytes());
+        m[4..8].copy_from_slice(&self.out_reads.to_be_bytes());
+        m[8..12].copy_from_slice(&self.qpn.to_be_bytes());
+        m[12..16].copy_from_slice(&self.psn.to_be_bytes());
+        m[16..20].copy_from_slice(&self.rkey.to_be_bytes());
+        m[24..32].copy_from_slice(&self.vaddr.to_be_bytes());
+        m[32..48].copy_from_slice(&self.gid.unwrap_or([0; 16]));
+        m[48..52].copy_from_slice(&self.srqn.to_be_bytes());
+        m[52..56].copy_from_slice(&gid_index.to_be_bytes());
+        m
+    }
+
+    /// Parses [`Self::encode_binary`]'s form (`rdma_read_keys` takes all but srqn and
+    /// gid_index).
+    pub fn decode_binary(m: &[u8]) -> Result<Self, PerftestOobError> {
+        if m.len() < DEST_BINARY_LEN {
+            return Err(PerftestOobError::MalformedDest {
+                reason: "an rdma_cm address message is 56 bytes (struct pingpong_dest)",
+                text: format!("{} bytes", m.len()),
+            });
+        }
+        let be32 = |o: usize| u32::from_be_bytes(m[o..o + 4].try_into().unwrap_or([0; 4]));
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&m[32..48]);
+        Ok(PerftestDest {
+            lid: be32(0) as u16,
+            out_reads: be32(4),
+            qpn: be32(8),
+            psn: be32(12),
+            rkey: be32(16),
+            vaddr: u64::from_be_bytes(m[24..32].try_into().unwrap_or([0; 8])),
+            gid: Some(gid),
+            srqn: be32(48),
+        })
+    }
+}
+
 /// Page ("cycle buffer") and cache-line size, exchanged so both sides size buffers alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SysData {
@@ -567,7 +613,15 @@ pub enum Step {
     /// One QP-address round for QP `i`.
     HandShake(usize),
     /// Connect the QPs (RTR/RTS) with the addresses learned so far; no bytes on TCP.
+    /// With `-R` the QPs are already connected ([`Step::CmConnect`]): only the peer's
+    /// addresses (R_Key, VA) are taken.
     Connect,
+    /// `-R`: a QP-address round of an all-zero address, perftest's sync before and after
+    /// it connects the test QPs through rdma_cm (`create_rdma_cm_connection`).
+    SyncHandShake,
+    /// `-R`: connect the test QPs through rdma_cm, one id per QP
+    /// ([`PerftestRunner::cm_connect`]).
+    CmConnect,
     /// Run the measurement for one message size; no bytes on TCP.
     Run(u64),
     /// Bandwidth report exchange.
@@ -577,6 +631,26 @@ pub enum Step {
     DuplexReports,
     /// Final QP-address round and `"done\0"`.
     Close,
+}
+
+/// The script of `-R` (perftest's `--rdma_cm`): every main calls
+/// `create_rdma_cm_connection` right after the version/MTU steps, before any address round:
+/// a zero-address round, the CM connection of the test QPs, another zero-address round.
+/// The rest is unchanged; [`Step::Connect`] then only takes the peer's addresses.
+pub fn with_rdma_cm(steps: &[Step]) -> Vec<Step> {
+    let at = steps
+        .iter()
+        .position(|s| {
+            !matches!(
+                s,
+                Step::Versions | Step::SysData | Step::Mtu | Step::Negotiate
+            )
+        })
+        .unwrap_or(steps.len());
+    let mut out = steps[..at].to_vec();
+    out.extend([Step::SyncHandShake, Step::CmConnect, Step::SyncHandShake]);
+    out.extend_from_slice(&steps[at..]);
+    out
 }
 
 /// The eight tests.
@@ -795,6 +869,9 @@ pub struct PerftestComm<S> {
     /// Bytes read ahead by [`PeerWatch::peer_has_spoken`], consumed first by the next read.
     read_ahead: Vec<u8>,
     peer_closed: bool,
+    /// `-R`: the side channel is an rdma_cm connection (one SEND per message); addresses
+    /// go as the binary `struct pingpong_dest` with this GID index, and no "done" closes.
+    rdma_cm_gid_index: Option<i32>,
 }
 
 /// What a runner may ask the conversation while it measures.
@@ -861,7 +938,43 @@ impl<S: OobStream> PerftestComm<S> {
             in_setup: true,
             read_ahead: Vec::new(),
             peer_closed: false,
+            rdma_cm_gid_index: None,
         }
+    }
+
+    /// `-R`: perftest then exchanges over rdma_cm ("Data ex. method : rdma_cm"), `stream`
+    /// being one (a [`crate::tools::perftest_cm::CmStream`]); `gid_index` is what our
+    /// addresses announce.
+    pub fn with_rdma_cm(mut self, gid_index: u32) -> Self {
+        self.rdma_cm_gid_index = Some(gid_index as i32);
+        self
+    }
+
+    /// perftest's sync rounds around `create_rdma_cm_connection`: `my_dest[0]` is still
+    /// all zeros then, and what the peer sends is not looked at.
+    pub fn sync_hand_shake(&mut self) -> Result<(), PerftestOobError> {
+        let zero = PerftestDest {
+            lid: 0,
+            out_reads: 0,
+            qpn: 0,
+            psn: 0,
+            rkey: 0,
+            vaddr: 0,
+            gid: Some([0; 16]),
+            srqn: 0,
+        };
+        let (mine, len) = match self.rdma_cm_gid_index {
+            Some(_) => (zero.encode_binary(0).to_vec(), DEST_BINARY_LEN),
+            None => {
+                let mut z = zero;
+                if !self.with_gid {
+                    z.gid = None;
+                }
+                (z.encode(), PerftestDest::wire_len(self.with_gid))
+            }
+        };
+        self.xchg(&mine, len, "the sync round around the rdma_cm connection")?;
+        Ok(())
     }
 
     /// Sets the set-up bound (`None`: wait forever, as perftest does).
@@ -1072,6 +1185,14 @@ impl<S: OobStream> PerftestComm<S> {
 
     /// `ctx_hand_shake`: one QP-address round.
     pub fn hand_shake(&mut self, mine: &PerftestDest) -> Result<PerftestDest, PerftestOobError> {
+        if let Some(gid_index) = self.rdma_cm_gid_index {
+            let theirs = self.xchg(
+                &mine.encode_binary(gid_index),
+                DEST_BINARY_LEN,
+                "exchanging QP addresses",
+            )?;
+            return PerftestDest::decode_binary(&theirs);
+        }
         let mut mine = *mine;
         if !self.with_gid {
             mine.gid = None;
@@ -1133,6 +1254,10 @@ impl<S: OobStream> PerftestComm<S> {
     /// peer's "done" is not waited for (perftest does not read it either).
     pub fn close(&mut self, mine: &PerftestDest) -> Result<(), PerftestOobError> {
         self.hand_shake(mine)?;
+        if self.rdma_cm_gid_index.is_some() {
+            // ctx_close_connection writes "done" on TCP only.
+            return Ok(());
+        }
         // The peer may already have written its own "done" and closed: that is success.
         let result = self
             .stream
@@ -1181,6 +1306,10 @@ pub trait PerftestRunner {
     /// tells whether the peer has finished its part (a receiver that waits for datagrams
     /// uses it to stop once no more can come).
     fn run(&mut self, size: u64, peer: &mut dyn PeerWatch) -> anyhow::Result<Option<BwReport>>;
+    /// `-R`: connect the QPs through rdma_cm ([`Step::CmConnect`]).
+    fn cm_connect(&mut self) -> anyhow::Result<()> {
+        anyhow::bail!("this runner cannot connect through rdma_cm (-R)")
+    }
     /// `-b`: both reports of the size just run are known ([`Step::DuplexReports`]).
     fn duplex_report(&mut self, _mine: &BwReport, _theirs: &BwReport) -> anyhow::Result<()> {
         Ok(())
@@ -1280,6 +1409,8 @@ pub fn run_script<S: OobStream, R: PerftestRunner>(
                 out.remote_dests = dests;
                 comm.end_setup()?;
             }
+            Step::SyncHandShake => comm.sync_hand_shake()?,
+            Step::CmConnect => runner.cm_connect().map_err(ScriptError::Rdma)?,
             Step::Run(size) => {
                 if let Some(report) = runner.run(size, comm).map_err(ScriptError::Rdma)? {
                     out.local_reports.push(report);
@@ -1357,6 +1488,7 @@ fn same_qp(a: &PerftestDest, b: &PerftestDest) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
 
     const SERVER_DEST_GID: &[u8] = b"0000:0001:000013:caa1a6:00000435:000055a3bc876000:00:00:00:00:00:00:00:00:00:00:ff:ff:c6:12:00:0b:00000000:\0";
 
@@ -1479,5 +1611,105 @@ mod tests {
         assert!(check_gid_compatibility(&v4, &v4).is_ok());
         assert!(check_gid_compatibility(&v6, &v6).is_ok());
         assert!(check_gid_compatibility(&v4, &v6).is_err());
+    }
+
+    #[test]
+    fn rdma_cm_address_is_the_raw_struct_big_endian() {
+        let d = PerftestDest {
+            lid: 0,
+            out_reads: 1,
+            qpn: 0x12,
+            psn: 0xabcdef,
+            rkey: 0x315,
+            vaddr: 0x7ff5_ceccd000,
+            gid: Some([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 12]),
+            srqn: 0,
+        };
+        let m = d.encode_binary(1);
+        assert_eq!(m.len(), 56);
+        assert_eq!(m[4..8], [0, 0, 0, 1]);
+        assert_eq!(m[8..12], [0, 0, 0, 0x12]);
+        assert_eq!(m[12..16], [0, 0xab, 0xcd, 0xef]);
+        assert_eq!(m[16..20], [0, 0, 0x03, 0x15]);
+        assert_eq!(m[20..24], [0; 4], "padding");
+        assert_eq!(m[24..32], 0x7ff5_ceccd000u64.to_be_bytes());
+        assert_eq!(m[32..48], d.gid.unwrap());
+        assert_eq!(m[52..56], [0, 0, 0, 1], "gid_index");
+        assert_eq!(PerftestDest::decode_binary(&m).unwrap(), d);
+        assert!(PerftestDest::decode_binary(&m[..55]).is_err());
+    }
+
+    #[test]
+    fn rdma_cm_script_connects_before_the_first_address_round() {
+        use Step::*;
+        // The client's 56-byte SENDs of `ib_write_bw -R` between two rxe guests: a zero
+        // round, the test QP's REQ/REP/RTU, a zero round, three address rounds, the
+        // server's wait round, five 8-byte reports, the closing round.
+        let s = with_rdma_cm(&script(TestKind::WriteBw, Role::Server, &[65536], 1));
+        assert_eq!(
+            s,
+            [
+                Versions,
+                SysData,
+                Mtu,
+                Negotiate,
+                SyncHandShake,
+                CmConnect,
+                SyncHandShake,
+                HandShake(0),
+                Connect,
+                HandShake(0),
+                HandShake(0),
+                HandShake(0),
+                BwReports,
+                Close
+            ]
+        );
+        for kind in [TestKind::SendLat, TestKind::WriteLat, TestKind::ReadBw] {
+            let s = with_rdma_cm(&script(kind, Role::Client, &[64], 2));
+            let cm = s.iter().position(|x| *x == CmConnect).unwrap();
+            let first = s.iter().position(|x| matches!(x, HandShake(_))).unwrap();
+            assert!(cm < first, "{kind:?}: {s:?}");
+            assert_eq!(s[cm - 1], SyncHandShake);
+            assert_eq!(s[cm + 1], SyncHandShake);
+        }
+    }
+
+    #[test]
+    fn rdma_cm_exchange_sends_binary_addresses_and_no_done() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let dest = PerftestDest {
+            lid: 0,
+            out_reads: 1,
+            qpn: 7,
+            psn: 9,
+            rkey: 11,
+            vaddr: 13,
+            gid: Some([1; 16]),
+            srqn: 0,
+        };
+        let server = std::thread::spawn(move || {
+            let mut comm =
+                PerftestComm::new(b, Role::Server, BOOKWORM_VERSION, false, true).with_rdma_cm(3);
+            comm.sync_hand_shake().unwrap();
+            let theirs = comm.hand_shake(&dest).unwrap();
+            comm.close(&dest).unwrap();
+            theirs
+        });
+        let mut peer = a;
+        let mut zero = [0xAAu8; 56];
+        peer.write_all(&[0; 56]).unwrap();
+        peer.read_exact(&mut zero).unwrap();
+        assert_eq!(zero, [0; 56], "the sync round is all zeros");
+        peer.write_all(&dest.encode_binary(1)).unwrap();
+        let mut m = [0u8; 56];
+        peer.read_exact(&mut m).unwrap();
+        assert_eq!(m, dest.encode_binary(3));
+        peer.write_all(&dest.encode_binary(1)).unwrap();
+        peer.read_exact(&mut m).unwrap();
+        assert_eq!(server.join().unwrap(), dest);
+        let mut rest = Vec::new();
+        peer.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "no \"done\" over rdma_cm: {rest:?}");
     }
 }

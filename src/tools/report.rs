@@ -41,6 +41,8 @@ pub struct TestInfo {
     pub use_srq: bool,
     /// `-b`: both sides run the test towards each other.
     pub duplex: bool,
+    /// `-R`: the QPs and the exchange through rdma_cm.
+    pub rdma_cm: bool,
 }
 
 /// The block perftest prints before connecting.
@@ -94,8 +96,14 @@ pub fn header(info: &TestInfo) -> String {
     } else {
         s.push_str(&format!(" Max inline data : {}[B]\n", info.inline_size));
     }
-    s.push_str(" rdma_cm QPs\t : OFF\n");
-    s.push_str(" Data ex. method : Ethernet\n");
+    // perftest's -R connects the QPs and exchanges through rdma_cm.
+    if info.rdma_cm {
+        s.push_str(" rdma_cm QPs\t : ON\n");
+        s.push_str(" Data ex. method : rdma_cm\n");
+    } else {
+        s.push_str(" rdma_cm QPs\t : OFF\n");
+        s.push_str(" Data ex. method : Ethernet\n");
+    }
     s.push_str(RESULT_LINE);
     s.push('\n');
     s

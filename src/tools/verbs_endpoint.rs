@@ -461,6 +461,10 @@ impl ToolEndpoint for VerbsEndpoint {
     fn read_local(&self, offset: usize, out: &mut [u8]) -> anyhow::Result<()> {
         Ok(self.mr.read(offset, out)?)
     }
+
+    fn verbs_qp(&self) -> Option<(Qp, Device)> {
+        Some((self.qp.clone(), self.device.clone()))
+    }
 }
 
 /// Opens the device on `dev` and `count` endpoints on it, sharing one PD.
