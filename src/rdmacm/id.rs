@@ -1297,7 +1297,8 @@ impl CmId {
     }
 
     /// Active side without a QP on the id, after ConnectResponse: sends the RTU
-    /// (`rdma_establish`).
+    /// (`rdma_establish`). No Established event follows, as with librdmacm: the caller
+    /// knows (rping -q counts events and fails on an extra one).
     pub fn establish(&self) -> Result<()> {
         let cm = self.inner.cm.clone();
         let mut state = lock(&cm.state);
@@ -1319,11 +1320,6 @@ impl CmId {
         let keep = after_call(&cm, &mut state, index);
         drop(state);
         drop(keep);
-        self.inner.push(
-            EventKind::Established,
-            0,
-            EventParam::Conn(self.inner.accepted_param()),
-        );
         Ok(())
     }
 
