@@ -459,6 +459,11 @@ impl IdInner {
     }
 }
 
+/// A connection that is ending or over: disconnecting again is a no-op.
+fn over(state: IdState) -> bool {
+    matches!(state, IdState::Disconnecting | IdState::Closed)
+}
+
 fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     let canon = |ip: IpAddr| match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
@@ -1335,6 +1340,9 @@ impl CmId {
                 d.state = IdState::Closed;
                 return Ok(());
             }
+            if over(d.state) {
+                return Ok(());
+            }
             return Err(RdmaCmError::WrongState {
                 call: "disconnect",
                 state: d.state,
@@ -1355,6 +1363,10 @@ impl CmId {
                     &[],
                 )?;
             }
+            // Already ending or over (the peer's DREQ answered, a REJ, time wait): nothing
+            // to send, and not an error (the kernel's rdma_disconnect returns 0 then too;
+            // ucmatose and rping disconnect after DISCONNECTED).
+            _ if over(d.state) => return Ok(()),
             _ => {
                 return Err(RdmaCmError::WrongState {
                     call: "disconnect",
