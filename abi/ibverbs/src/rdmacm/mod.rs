@@ -667,6 +667,20 @@ rdmacm_export! {
         // Safety: an id of ours.
         let obj = unsafe { IdObj::from_c(id) };
         obj.wait_acks();
+        // The kernel's CM keeps resending a DREQ after the process is gone; ours lives in
+        // the process, so give the peer's DREP a moment (rping's client disconnects,
+        // destroys and exits at once, and a lost DREQ would leave the server waiting).
+        let until = std::time::Instant::now() + Duration::from_secs(1);
+        while obj.id.state() == IdState::Disconnecting && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // The last MAD of a connection (a DREP, a REJ) is queued to the device's background
+        // thread; a program that exits right after rdma_destroy_id would take it along, and
+        // the peer would resend its DREQ to nobody for a minute. xroce's verbs have no
+        // "wait until sent", so give the thread a moment.
+        if matches!(obj.id.state(), IdState::Closed | IdState::Disconnecting | IdState::Established) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         lock(ids()).remove(&obj.id.key());
         obj.id.destroy();
         // Safety: boxed by IdObj::new; nobody uses it any more (contract).
