@@ -360,7 +360,7 @@ impl IdInner {
             conn: Some(conn),
             listens: Vec::new(),
             sidr: None,
-            req: Some(req.clone()),
+            req: Some(*req),
             peer: Some(from),
             tos: l.tos,
             ack_timeout: l.ack_timeout,
