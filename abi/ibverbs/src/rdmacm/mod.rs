@@ -34,7 +34,7 @@ use xroce::rdmacm::{
 use xroce::verbs::Device;
 
 use crate::capi::context::Context;
-use crate::capi::resources::{self, CqObj, QpObj};
+use crate::capi::resources::{self, QpObj};
 use crate::capi::{lock, set_errno, RawObj};
 use crate::objects::{ibv_comp_channel, ibv_context, ibv_cq, ibv_pd, ibv_qp_init_attr};
 use crate::objects::{ibv_qp_init_attr_ex, ibv_srq};
@@ -540,7 +540,7 @@ fn c_event(ev: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
         }
         EventParam::Ud(p) => {
             data = p.private_data.clone();
-            let mut ah = ibv_ah_attr::from(p.ah_attr.clone());
+            let mut ah = ibv_ah_attr::from(p.ah_attr);
             ah.port_num = 1;
             param.ud = rdma_ud_param {
                 private_data: std::ptr::null(),
@@ -1272,7 +1272,7 @@ unsafe fn make_own_cqs(call: &str, obj: &mut IdObj, send: u32, recv: u32) -> Res
             unsafe { resources::ibv_destroy_comp_channel(ch) };
             return Err(-1);
         }
-        Ok((ch, cq as *mut CqObj as *mut ibv_cq))
+        Ok((ch, cq as *mut ibv_cq))
     };
     let (sch, scq) = make(send)?;
     let (rch, rcq) = match make(recv) {
