@@ -12,12 +12,14 @@
 //! - `udaddy -C 10`: UD over SIDR (the client's AH from ESTABLISHED's `param.ud`).
 //! - A client to a port nobody listens on: REJECTED with status 8 (invalid service ID,
 //!   IBTA 12.6.7 table 112), as rxe's rdma_cm answers (docs/cm.md).
+//! - perftest's `-R` (connect through rdma_cm): `ib_send_bw` RC (`rdma_create_qp_ex` with
+//!   send ops flags) and UD, `ib_read_bw`, `ib_write_lat`.
 //!
 //! A server is taken to be ready once its process runs a `xroce-cm-*` thread (the CM service
 //! of its device starts when the listener binds). Each case has a deadline (a hang fails it),
 //! and the test reports every failing case before it fails.
 //!
-//! Needs root and Debian's rdmacm-utils; under `XROCE_CI=1` a missing privilege or program
+//! Needs root and Debian's rdmacm-utils (and perftest for its test); under `XROCE_CI=1` a missing privilege or program
 //! fails, elsewhere it skips visibly.
 
 mod common;
@@ -171,9 +173,9 @@ struct PairOutput {
     client: String,
 }
 
-/// `server` in A, then (once its CM runs) `client` in B; both must exit with `expect_client`
-/// success or failure as asked (the server must succeed unless `server_may_stay`, in which
-/// case it is stopped after the client).
+/// `server` in A, then (once its CM runs) `client` in B. The client must succeed (or, with
+/// `client_ok` false, fail); the server must succeed, unless `server_may_stay`: then it is
+/// stopped once the client is done.
 fn pair(
     link: &VethLink,
     server: &[String],
@@ -201,7 +203,7 @@ fn pair(
             stop(&mut server_child);
             let out = server_child.wait_with_output().expect("output");
             return Err(format!(
-                "server {server:?}: no CM thread in {secs} s:\n{}",
+                "server {server:?}: not ready in {secs} s:\n{}",
                 both(&out)
             ));
         }
@@ -415,6 +417,64 @@ fn ucmatose_and_udaddy_on_xroce() {
         (
             "udaddy -C 10 (UD through SIDR)".into(),
             Box::new(tool("udaddy", &["-C", "10"])),
+        ),
+    ];
+    run_cases(test, cases);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn perftest_over_rdma_cm() {
+    let test = "perftest_over_rdma_cm";
+    if !ready(test) {
+        return;
+    }
+    for p in ["ib_send_bw", "ib_read_bw", "ib_write_lat"] {
+        if !on_path(p) {
+            let why = format!("needs {p} (apt-get install perftest)");
+            if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
+                panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
+            }
+            common::report_skip(test, &why);
+            return;
+        }
+    }
+    let link = make_link(62);
+    let l = &link;
+    let perf = |opts: &'static [&'static str]| {
+        move || -> Result<(), String> {
+            let server = args(opts);
+            let mut client = server.clone();
+            client.push(l.a_ip.to_string());
+            let out = pair(l, &server, &client, true, false, 60)?;
+            let wanted = [
+                "rdma_cm QPs\t : ON".to_string(),
+                "#bytes".to_string(),
+                " 200 ".to_string(),
+            ];
+            check("server", &out.server, &wanted[1..], &FAILURE_WORDS)?;
+            check("client", &out.client, &wanted, &FAILURE_WORDS)
+        }
+    };
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "ib_send_bw -R (RC, rdma_create_qp_ex)".into(),
+            Box::new(perf(&["ib_send_bw", "-R", "-n", "200"])),
+        ),
+        (
+            "ib_send_bw -R -c UD (SIDR, AH from ESTABLISHED)".into(),
+            Box::new(perf(&["ib_send_bw", "-R", "-c", "UD", "-n", "200"])),
+        ),
+        (
+            "ib_read_bw -R".into(),
+            Box::new(perf(&["ib_read_bw", "-R", "-n", "200"])),
+        ),
+        (
+            "ib_write_lat -R".into(),
+            Box::new(perf(&["ib_write_lat", "-R", "-n", "200"])),
         ),
     ];
     run_cases(test, cases);

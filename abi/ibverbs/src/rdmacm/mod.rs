@@ -420,13 +420,21 @@ impl IdObj {
             self.c.route.path_rec = &mut self.path;
             self.c.route.num_paths = 1;
         }
-        if !self.c.qp.is_null() {
-            let qp = self.c.qp as *mut QpObj;
-            // Safety: the id's QP, made by rdma_create_qp (the program may only destroy it
-            // after its last rdma_* call on the id).
-            let o = unsafe { &mut *qp };
-            if let Ok((attr, _)) = o.qp.query() {
-                o.c.qp_base.state = crate::values::ibv_qp_state::from(attr.qp_state).0;
+        // `qp->state` after the CM moved the QP; only while the QP is alive (rping destroys
+        // it with ibv_destroy_qp and may still take events for the id).
+        if let (false, Some(qp)) = (self.c.qp.is_null() || self.c.verbs.is_null(), self.id.qp()) {
+            // Safety: a shared context, open for the process.
+            let context = unsafe { Context::from_c(self.c.verbs) };
+            if let Ok((attr, _)) = qp.query() {
+                // ibv_destroy_qp unregisters the QP under this lock before freeing it.
+                let registry = lock(&context.registry);
+                if registry.qps.get(&qp.qp_num()) == Some(&RawObj::of(self.c.qp)) {
+                    let o = self.c.qp as *mut QpObj;
+                    // Safety: registered in its context, so not destroyed.
+                    unsafe {
+                        (*o).c.qp_base.state = crate::values::ibv_qp_state::from(attr.qp_state).0
+                    };
+                }
             }
         }
     }
