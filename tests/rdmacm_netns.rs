@@ -14,6 +14,10 @@
 //!   IBTA 12.6.7 table 112), as rxe's rdma_cm answers (docs/cm.md).
 //! - perftest's `-R` (connect through rdma_cm): `ib_send_bw` RC (`rdma_create_qp_ex` with
 //!   send ops flags) and UD, `ib_read_bw`, `ib_write_lat`.
+//! - A C program (built here against librdmacm-dev) checks what the fields and calls report:
+//!   the channel fd's `O_NONBLOCK` (EAGAIN), `rdma_getaddrinfo`, `verbs`/`pd`/`port_num` shared
+//!   by ids on one device, ports, the path record after ROUTE_RESOLVED, `rdma_get_devices`,
+//!   `rdma_set_option`, and the refusals (RDMA_PS_IB, multicast).
 //!
 //! A server is taken to be ready once its process runs a `xroce-cm-*` thread (the CM service
 //! of its device starts when the listener binds). Each case has a deadline (a hang fails it),
@@ -478,4 +482,177 @@ fn perftest_over_rdma_cm() {
         ),
     ];
     run_cases(test, cases);
+}
+
+/// A C program's view of the calls, run through `xroce run` in namespace A: the channel
+/// fd's `O_NONBLOCK`, `rdma_getaddrinfo`, the fields an id reports after bind, resolve and
+/// route (shared context and PD, port, path record), `rdma_get_devices`, options, refusals.
+const ABI_PROGRAM: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <rdma/rdma_cma.h>
+
+static int failed;
+#define CHECK(cond) do { if (cond) printf("ok: %s\n", #cond); \
+	else { printf("FAILED: %s (errno %d)\n", #cond, errno); failed = 1; } } while (0)
+
+static struct rdma_cm_event *next_event(struct rdma_event_channel *ch)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	struct rdma_cm_event *e = NULL;
+	if (poll(&p, 1, 5000) != 1 || rdma_get_cm_event(ch, &e))
+		return NULL;
+	return e;
+}
+
+int main(int argc, char **argv)
+{
+	const char *a = argv[1], *b = argv[2], *dev = argv[3];
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch != NULL);
+	struct rdma_cm_event *e = NULL;
+	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+	errno = 0;
+	CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN);
+
+	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_TCP }, *rai;
+	CHECK(rdma_getaddrinfo(a, "7471", &hints, &rai) == 0);
+	CHECK(rai->ai_qp_type == IBV_QPT_RC && rai->ai_src_addr && !rai->ai_dst_addr);
+	CHECK(ntohs(((struct sockaddr_in *)rai->ai_src_addr)->sin_port) == 7471);
+
+	struct rdma_cm_id *listen = NULL, *id = NULL;
+	CHECK(rdma_create_id(ch, &listen, (void *)0x1234, RDMA_PS_TCP) == 0);
+	CHECK(listen->context == (void *)0x1234 && listen->channel == ch);
+	CHECK(listen->ps == RDMA_PS_TCP && listen->qp_type == IBV_QPT_RC);
+	CHECK(rdma_bind_addr(listen, rai->ai_src_addr) == 0);
+	rdma_freeaddrinfo(rai);
+	CHECK(rdma_get_src_port(listen) == htons(7471));
+	CHECK(listen->verbs != NULL && listen->pd != NULL && listen->port_num == 1);
+	CHECK(listen->verbs && strcmp(ibv_get_device_name(listen->verbs->device), dev) == 0);
+	CHECK(listen->pd && listen->pd->context == listen->verbs);
+	CHECK(rdma_listen(listen, 4) == 0);
+
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+	uint8_t tos = 32;
+	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0);
+	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 4) == -1 && errno == EINVAL);
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(7472) };
+	inet_pton(AF_INET, b, &dst.sin_addr);
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0);
+	e = next_event(ch);
+	CHECK(e && e->event == RDMA_CM_EVENT_ADDR_RESOLVED && e->id == id && e->status == 0);
+	CHECK(id->verbs == listen->verbs && id->pd == listen->pd);
+	CHECK(rdma_get_dst_port(id) == htons(7472));
+	CHECK(((struct sockaddr_in *)rdma_get_local_addr(id))->sin_addr.s_addr != 0);
+	if (e)
+		CHECK(rdma_ack_cm_event(e) == 0);
+	CHECK(rdma_resolve_route(id, 2000) == 0);
+	e = next_event(ch);
+	CHECK(e && e->event == RDMA_CM_EVENT_ROUTE_RESOLVED);
+	CHECK(id->route.num_paths == 1 && id->route.path_rec != NULL);
+	CHECK(id->route.path_rec && id->route.path_rec->traffic_class == 32);
+	CHECK(memcmp(&id->route.addr.addr.ibaddr.dgid.raw[10], "\xff\xff", 2) == 0);
+	if (e)
+		CHECK(rdma_ack_cm_event(e) == 0);
+	errno = 0;
+	CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN);
+
+	int n = 0;
+	struct ibv_context **list = rdma_get_devices(&n);
+	CHECK(list && n == 1 && list[0] == id->verbs && list[1] == NULL);
+	rdma_free_devices(list);
+
+	struct rdma_cm_id *ib = NULL;
+	errno = 0;
+	CHECK(rdma_create_id(ch, &ib, NULL, RDMA_PS_IB) == -1 && errno == EOPNOTSUPP);
+	errno = 0;
+	CHECK(rdma_join_multicast(id, (struct sockaddr *)&dst, NULL) == -1 && errno == EOPNOTSUPP);
+	CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_CONNECT_REQUEST), "RDMA_CM_EVENT_CONNECT_REQUEST") == 0);
+
+	CHECK(rdma_destroy_id(id) == 0);
+	CHECK(rdma_destroy_id(listen) == 0);
+	rdma_destroy_event_channel(ch);
+	if (!failed)
+		printf("all checks passed\n");
+	return failed;
+}
+"#;
+
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn a_c_program_sees_what_librdmacm_reports() {
+    let test = "a_c_program_sees_what_librdmacm_reports";
+    if !ready(test) {
+        return;
+    }
+    let gcc = Command::new("gcc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let header = std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists();
+    if !gcc || !header {
+        let why = "needs gcc and librdmacm-dev (scripts/setup.sh installs them)";
+        if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
+            panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
+        }
+        common::report_skip(test, why);
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let src = dir.path().join("abi.c");
+    let exe = dir.path().join("abi");
+    std::fs::write(&src, ABI_PROGRAM).unwrap();
+    // Linked against rdma-core's libraries (what the link editor records); xroce run puts
+    // xroce's first at run time.
+    let out = Command::new("gcc")
+        .args(["-std=gnu99", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let link = make_link(63);
+    let program = vec![
+        exe.display().to_string(),
+        link.a_ip.to_string(),
+        link.b_ip.to_string(),
+        format!("xroce_{}", link.a_if),
+    ];
+    let child = xroce_run(&link.a, &link.a_if, &program)
+        .spawn()
+        .expect("spawn xroce run");
+    let out = match wait(child, Instant::now() + Duration::from_secs(30)) {
+        Ok(o) => o,
+        Err(o) => panic!("the program hung:\n{}", both(&o)),
+    };
+    let text = both(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("all checks passed"), "{text}");
+    // The refusals say why, once each; nothing else failed.
+    for name in ["rdma_create_id", "rdma_join_multicast"] {
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with(&format!("xroce: {name}")))
+                .count(),
+            1,
+            "one line for {name}: {text}"
+        );
+    }
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("xroce:")).count(),
+        3,
+        "three refusals (PS_IB, multicast, the TOS length): {text}"
+    );
 }
