@@ -17,6 +17,8 @@ fn main() {
             "IBVERBS_1.13",
             "IBVERBS_1.14",
             "IBVERBS_PRIVATE_34",
+            // The rdma_* calls xroce's librdmacm.so.1 forwards to (src/rdmacm).
+            "XROCE_RDMACM_PRIVATE",
         ],
     );
     println!("cargo:rerun-if-changed=build.rs");

@@ -486,6 +486,11 @@ impl IdInner {
     }
 }
 
+/// A connection that is ending or over: disconnecting again is a no-op.
+fn over(state: IdState) -> bool {
+    matches!(state, IdState::Disconnecting | IdState::Closed)
+}
+
 fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     let canon = |ip: IpAddr| match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
@@ -1302,7 +1307,8 @@ impl CmId {
     }
 
     /// Active side without a QP on the id, after ConnectResponse: sends the RTU
-    /// (`rdma_establish`).
+    /// (`rdma_establish`). No Established event follows, as with librdmacm: the caller
+    /// knows (rping -q counts events and fails on an extra one).
     pub fn establish(&self) -> Result<()> {
         self.agent_call(
             "establish",
@@ -1315,10 +1321,7 @@ impl CmId {
                 d.established_reported = true;
                 Ok(())
             },
-        )?;
-        let param = EventParam::Conn(self.inner.accepted_param());
-        self.inner.push(EventKind::Established, 0, param);
-        Ok(())
+        )
     }
 
     /// Ends the connection (`rdma_disconnect`): the QP to ERR, then DREQ (or, after the
@@ -1332,12 +1335,19 @@ impl CmId {
                 d.state = IdState::Closed;
                 return Ok(());
             }
+            // Already ending or over (the peer's DREQ answered, a REJ, time wait): nothing
+            // to send, and not an error (the kernel's rdma_disconnect returns 0 then too;
+            // ucmatose and rping disconnect after DISCONNECTED).
+            if over(d.state) && d.conn.is_none() {
+                return Ok(());
+            }
         }
         let connected = [
             IdState::Connecting,
             IdState::ConnectResponse,
             IdState::Established,
             IdState::Disconnecting,
+            IdState::Closed,
         ];
         self.agent_call("disconnect", &connected, "connected", |_, port, d, now| {
             let wrong = RdmaCmError::WrongState {
@@ -1345,7 +1355,9 @@ impl CmId {
                 state: d.state,
                 expected: "connected",
             };
-            let conn = d.conn.ok_or(wrong)?;
+            let Some(conn) = d.conn else {
+                return if over(d.state) { Ok(()) } else { Err(wrong) };
+            };
             match port.agent.state(conn) {
                 Some(AgentState::Established | AgentState::DreqRcvd) => {
                     port.agent.disconnect(now, conn, &[])?;
@@ -1354,13 +1366,8 @@ impl CmId {
                     let reason = RejectReason::ConsumerDefined;
                     port.agent.reject(now, conn, reason, &[], &[])?;
                 }
-                _ => {
-                    return Err(RdmaCmError::WrongState {
-                        call: "disconnect",
-                        state: d.state,
-                        expected: "connected",
-                    })
-                }
+                _ if over(d.state) => return Ok(()),
+                _ => return Err(wrong),
             }
             d.state = IdState::Disconnecting;
             Ok(())

@@ -73,12 +73,18 @@ impl ChannelInner {
         queue.push_back(event);
     }
 
+    /// Empties the fd. MSG_DONTWAIT, not the fd's O_NONBLOCK: a C program owns that flag
+    /// (librdmacm's channel fd blocks until the program sets it).
+    fn drain(&self) {
+        let mut byte = [0u8; 16];
+        while rustix::net::recv(&self.rx, &mut byte, rustix::net::RecvFlags::DONTWAIT).is_ok() {}
+    }
+
     fn pop(&self) -> Option<RdmaCmEvent> {
         let mut queue = lock(&self.queue);
         let event = queue.pop_front()?;
         if queue.is_empty() {
-            let mut byte = [0u8; 1];
-            while self.rx.recv(&mut byte).is_ok() {}
+            self.drain();
         }
         Some(event)
     }
@@ -97,8 +103,7 @@ impl ChannelInner {
         }
         *queue = kept;
         if queue.is_empty() {
-            let mut byte = [0u8; 1];
-            while self.rx.recv(&mut byte).is_ok() {}
+            self.drain();
         }
         taken
     }

@@ -30,3 +30,4 @@ mod values;
 pub use structs::*;
 pub use values::*;
 pub mod capi;
+pub mod rdmacm;

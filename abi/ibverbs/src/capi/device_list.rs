@@ -42,7 +42,7 @@ fn copy_c_string(dst: &mut [c_char], text: &str) {
     dst[n] = 0;
 }
 
-fn entry_for(ifname: &str) -> *mut DeviceEntry {
+pub(crate) fn entry_for(ifname: &str) -> *mut DeviceEntry {
     let mut known = lock(known());
     if let Some(raw) = known.get(ifname) {
         return raw.ptr();

@@ -19,15 +19,15 @@ use std::sync::Mutex;
 
 use xroce::verbs::VerbsError;
 
-mod config;
-mod context;
+pub(crate) mod config;
+pub(crate) mod context;
 mod datapath;
-mod device_list;
+pub(crate) mod device_list;
 mod errors;
 mod events;
 mod exts;
 mod misc;
-mod resources;
+pub(crate) mod resources;
 
 pub use config::LibraryConfig;
 

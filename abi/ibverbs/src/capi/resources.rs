@@ -974,7 +974,7 @@ fn qp_attr_from_c(
     Ok(attr)
 }
 
-fn qp_attr_to_c(q: &QpAttr, caps: &QpCaps) -> ibv_qp_attr {
+pub(crate) fn qp_attr_to_c(q: &QpAttr, caps: &QpCaps) -> ibv_qp_attr {
     let mut c = ibv_qp_attr {
         qp_state: q.qp_state.into(),
         cur_qp_state: q.qp_state.into(),

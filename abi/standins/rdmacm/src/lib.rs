@@ -1,55 +1,32 @@
-//! Stand-in `librdmacm.so.1`, until xroce has RDMA CM (issue 15).
+//! xroce's `librdmacm.so.1`: the RDMA CM calls, forwarded to xroce's `libibverbs.so.1`.
 //!
-//! perftest links librdmacm and binds its functions at load time (BIND_NOW), whether or not
-//! `-R` (connect through RDMA CM) is asked for; pyverbs' `device` and `cmid` modules do the
-//! same. rdma-core's real librdmacm needs the kernel's `/dev/infiniband/rdma_cm` and binds
-//! to whichever libibverbs is loaded. Here every function reports itself unsupported (one
-//! line on stderr per function), sets `errno` to `EOPNOTSUPP` and fails.
+//! An rdma_cm id hands out objects of libibverbs (`id->verbs`, `id->pd`, `id->qp`), and the
+//! CM must drive the same xroce device and QP the program posts to; each shared object links
+//! its own copy of the xroce crate, so the CM lives in libibverbs (abi/ibverbs/src/rdmacm)
+//! and is exported there as `xroce_rdmacm_<name>@@XROCE_RDMACM_PRIVATE`. Each function here
+//! looks its twin up once (`dlvsym` in the loaded `libibverbs.so.1`) and calls it. If the
+//! loaded libibverbs is not xroce's, a call says so once on stderr and fails as a stub does.
 //!
-//! The table lists every function rdma-core 44's librdmacm exports (the RDMA CM calls and
-//! the rsocket calls), under its version node; return kinds follow `<rdma/rdma_cma.h>`,
-//! `<rdma/rdma_verbs.h>` and `<rdma/rsocket.h>` (abi/export's `c_stubs!`): the RDMA CM
-//! calls return -1 with errno set, like the sockets calls the rsocket ones mirror.
+//! `rdma_event_str` needs nothing of the CM and is answered here. What xroce's CM does not
+//! do stays a stub of the `c_stubs!` table below (one line on stderr, `errno` EOPNOTSUPP,
+//! the failure value): synchronous endpoints (`rdma_create_ep`, `rdma_get_request`),
+//! SRQs through the CM, multicast, ECE, `rdma_notify` and the rsocket calls. Every function
+//! rdma-core 44's librdmacm exports is exported, under its version node (programs are linked
+//! BIND_NOW: docs/rdmacm-abi.md §1).
 
-xroce_abi_export::c_stubs! { why: "RDMA CM is not implemented yet (issue 15)";
+mod forward;
+
+xroce_abi_export::c_stubs! { why: "xroce's RDMA CM does not implement it (docs/rdmacm.md)";
     "RDMACM_1.0" {
-        rdma_create_event_channel: Null,
-        rdma_destroy_event_channel: Void,
-        rdma_create_id: MinusOne,
         rdma_create_ep: MinusOne,
         rdma_destroy_ep: Void,
-        rdma_destroy_id: MinusOne,
-        rdma_bind_addr: MinusOne,
-        rdma_resolve_addr: MinusOne,
-        rdma_resolve_route: MinusOne,
-        rdma_create_qp: MinusOne,
-        rdma_create_qp_ex: MinusOne,
-        rdma_destroy_qp: Void,
         rdma_create_srq: MinusOne,
         rdma_create_srq_ex: MinusOne,
         rdma_destroy_srq: Void,
-        rdma_connect: MinusOne,
-        rdma_listen: MinusOne,
         rdma_get_request: MinusOne,
-        rdma_accept: MinusOne,
-        rdma_reject: MinusOne,
         rdma_notify: MinusOne,
-        rdma_disconnect: MinusOne,
         rdma_join_multicast: MinusOne,
         rdma_leave_multicast: MinusOne,
-        rdma_get_cm_event: MinusOne,
-        rdma_ack_cm_event: MinusOne,
-        // __be16 port numbers: 0, no port.
-        rdma_get_src_port: Zero16,
-        rdma_get_dst_port: Zero16,
-        rdma_get_devices: Null,
-        rdma_free_devices: Void,
-        // A name, never NULL (callers print it): rdma-core's answer for an unknown event.
-        rdma_event_str: Str("UNKNOWN EVENT"),
-        rdma_set_option: MinusOne,
-        rdma_migrate_id: MinusOne,
-        rdma_getaddrinfo: MinusOne,
-        rdma_freeaddrinfo: Void,
         // rsocket: the sockets API over RDMA, -1 and errno like the calls it mirrors.
         rsocket: MinusOne,
         rbind: MinusOne,
@@ -83,10 +60,6 @@ xroce_abi_export::c_stubs! { why: "RDMA CM is not implemented yet (issue 15)";
     }
     "RDMACM_1.1" {
         rdma_join_multicast_ex: MinusOne,
-    }
-    "RDMACM_1.2" {
-        rdma_establish: MinusOne,
-        rdma_init_qp_attr: MinusOne,
     }
     "RDMACM_1.3" {
         rdma_set_local_ece: MinusOne,
