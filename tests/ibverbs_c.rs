@@ -16,9 +16,10 @@ mod common;
 mod ctut;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::child::{printed, wait};
 use xroce::netns::{LinkConfig, VethLink};
 
 fn ci() -> bool {
@@ -35,32 +36,6 @@ fn compiled(test: &str, dir: &Path) -> Option<PathBuf> {
         return None;
     }
     Some(ctut::compile(dir))
-}
-
-fn wait(mut child: Child, deadline: Instant, what: &str) -> Output {
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return child.wait_with_output().expect("output"),
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!(
-                    "{what} did not finish in time\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The program compiles cleanly with every warning an error (no root needed).
@@ -88,7 +63,7 @@ fn a_failing_step_is_named_and_exits_1() {
         .output()
         .expect("run the program");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", printed(&out));
     assert!(
         err.contains("verbs_tutorial server: FAILED at resources: "),
         "no step named: {err}"
@@ -96,7 +71,7 @@ fn a_failing_step_is_named_and_exits_1() {
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains(ctut::ALL_PASSED),
         "{}",
-        text(&out)
+        printed(&out)
     );
 }
 
@@ -163,7 +138,7 @@ fn both_sides_on_xroce_between_namespaces() {
         problems.is_empty(),
         "{}\n--- server:\n{}\n--- client:\n{}",
         problems.join("\n"),
-        text(&s_out),
-        text(&c_out)
+        printed(&s_out),
+        printed(&c_out)
     );
 }

@@ -28,10 +28,12 @@ mod common;
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use xroce::netns::{LinkConfig, Netns, VethLink};
+use common::child::{printed, stop, wait_or_stop};
+use common::{veth_pair, xroce_run};
+use xroce::netns::{Netns, VethLink};
 
 /// The programs these tests run; all come from Debian's ibverbs-utils and perftest.
 const PROGRAMS: [&str; 14] = [
@@ -101,75 +103,6 @@ fn library() -> PathBuf {
     common::ensure_abi_libraries()
 }
 
-/// A veth pair between two fresh namespaces, addressed 198.18.`net`.1 (A) and .2 (B).
-fn make_link(net: u8, mtu: u32) -> VethLink {
-    let link = VethLink::create(&LinkConfig {
-        mtu,
-        a_ip: Ipv4Addr::new(198, 18, net, 1),
-        b_ip: Ipv4Addr::new(198, 18, net, 2),
-        ipv6: false,
-        queues: 1,
-    })
-    .expect("namespaces and veth pair");
-    link.add_static_neighbours().expect("static neighbours");
-    link
-}
-
-/// `xroce run -d IFACE [extra] -- PROGRAM ARGS` inside `ns`, output captured.
-fn xroce_run(ns: &Netns, ifname: &str, extra: &[String], program: &[String]) -> Command {
-    let mut cmd = ns.command(common::xroce_bin());
-    cmd.args(["run", "-d", ifname])
-        .args(extra)
-        .arg("--")
-        .args(program)
-        .env_remove("XROCE_LIB_DIR")
-        .env_remove("XROCE_NETDEV")
-        .env_remove("XROCE_DRIVER")
-        .env_remove("XROCE_PROGRESS")
-        .env_remove("XROCE_PCAP")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-fn both(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Ends a child that overran its deadline: SIGTERM first (`xroce run` passes it on to the
-/// program, which SIGKILL could not), then SIGKILL.
-fn stop(child: &mut Child) {
-    let pid = rustix::process::Pid::from_child(child);
-    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    let until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < until {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-}
-
-/// Waits for `child` until `deadline`; `Err` (with what it printed) if it had to be stopped.
-fn wait(mut child: Child, deadline: Instant) -> Result<Output, Output> {
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return Ok(child.wait_with_output().expect("output")),
-            None if Instant::now() > deadline => {
-                stop(&mut child);
-                return Err(child.wait_with_output().expect("output"));
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
 /// Whether the process `pid` (in its own network namespace) sees a TCP socket listening on
 /// `port`: its /proc/<pid>/net is the view of its namespace.
 fn listening(pid: u32, port: u16) -> bool {
@@ -221,7 +154,7 @@ fn pair(
             return Err(format!(
                 "server {s:?} exited ({}) before it listened:\n{}",
                 out.status,
-                both(&out)
+                printed(&out)
             ));
         }
         if Instant::now() > deadline {
@@ -229,7 +162,7 @@ fn pair(
             let out = server_child.wait_with_output().expect("output");
             return Err(format!(
                 "server {s:?} did not listen on {OOB_PORT} in {secs} s:\n{}",
-                both(&out)
+                printed(&out)
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -237,18 +170,21 @@ fn pair(
     let client_child = xroce_run(&link.b, &link.b_if, extra_b, &c)
         .spawn()
         .expect("spawn xroce run (client)");
-    let c_out = wait(client_child, deadline);
-    let s_out = wait(server_child, deadline + Duration::from_secs(5));
+    let c_out = wait_or_stop(client_child, deadline);
+    let s_out = wait_or_stop(server_child, deadline + Duration::from_secs(5));
     let took = started.elapsed().as_secs_f64();
     match (s_out, c_out) {
         (Ok(so), Ok(co)) if so.status.success() && co.status.success() => Ok(PairOutput {
-            server: both(&so),
-            client: both(&co),
+            server: printed(&so),
+            client: printed(&co),
         }),
         (so, co) => {
             let describe = |r: &Result<Output, Output>| match r {
-                Ok(o) => format!("exit {}:\n{}", o.status, both(o)),
-                Err(o) => format!("stopped after the {secs} s deadline (hung):\n{}", both(o)),
+                Ok(o) => format!("exit {}:\n{}", o.status, printed(o)),
+                Err(o) => format!(
+                    "stopped after the {secs} s deadline (hung):\n{}",
+                    printed(o)
+                ),
             };
             Err(format!(
                 "after {took:.1} s\n--- server {s:?}: {}\n--- client {c:?}: {}",
@@ -316,10 +252,10 @@ fn check_devinfo(ns: &Netns, ifname: &str, ip: Ipv4Addr, active_mtu: &str) -> Re
         let child = xroce_run(ns, ifname, &[], &program)
             .spawn()
             .expect("spawn xroce run");
-        match wait(child, Instant::now() + Duration::from_secs(20)) {
-            Ok(o) if o.status.success() => Ok(both(&o)),
-            Ok(o) => Err(format!("{program:?}: exit {}:\n{}", o.status, both(&o))),
-            Err(o) => Err(format!("{program:?}: hung:\n{}", both(&o))),
+        match wait_or_stop(child, Instant::now() + Duration::from_secs(20)) {
+            Ok(o) if o.status.success() => Ok(printed(&o)),
+            Ok(o) => Err(format!("{program:?}: exit {}:\n{}", o.status, printed(&o))),
+            Err(o) => Err(format!("{program:?}: hung:\n{}", printed(&o))),
         }
     };
     let devices = run(&["ibv_devices"])?;
@@ -392,8 +328,8 @@ fn ibv_devices_and_ibv_devinfo_show_the_interface() {
     if !ready(test) {
         return;
     }
-    let link = make_link(40, 1500);
-    let jumbo = make_link(41, 9000);
+    let link = veth_pair(40, 1500);
+    let jumbo = veth_pair(41, 9000);
     let cases: Vec<Case<'_>> = vec![
         (
             "mtu 1500, side A".into(),
@@ -463,7 +399,7 @@ fn rdma_core_pingpongs() {
     if !ready(test) {
         return;
     }
-    let link = make_link(42, 1500);
+    let link = veth_pair(42, 1500);
     let l = &link;
     let cases: Vec<Case<'_>> = vec![
         (
@@ -520,7 +456,7 @@ fn dump(path: &Path) -> Result<Vec<Frame>, String> {
         .output()
         .expect("run xroce dump");
     if !out.status.success() {
-        return Err(format!("xroce dump {}: {}", path.display(), both(&out)));
+        return Err(format!("xroce dump {}: {}", path.display(), printed(&out)));
     }
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -547,7 +483,7 @@ fn every_captured_frame_has_a_good_icrc() {
     if !ready(test) {
         return;
     }
-    let link = make_link(43, 1500);
+    let link = veth_pair(43, 1500);
     let dir = tempfile::tempdir().unwrap();
     let pcaps = [
         dir.path().join("server.pcap"),
@@ -685,7 +621,7 @@ fn perftest_bandwidth_all_sizes() {
     if !ready(test) {
         return;
     }
-    let link = make_link(44, 1500);
+    let link = veth_pair(44, 1500);
     let l = &link;
     let all: Vec<u64> = (1..24).map(|i| 1u64 << i).collect();
     let all = &all;
@@ -727,7 +663,7 @@ fn perftest_latency() {
     if !ready(test) {
         return;
     }
-    let link = make_link(45, 1500);
+    let link = veth_pair(45, 1500);
     let l = &link;
     let mut cases: Vec<Case<'_>> = Vec::new();
     for (program, size) in [
@@ -768,7 +704,7 @@ fn perftest_bidirectional_inline_and_srq() {
     if !ready(test) {
         return;
     }
-    let link = make_link(46, 1500);
+    let link = veth_pair(46, 1500);
     let l = &link;
     let mut cases: Vec<Case<'_>> = Vec::new();
     for program in ["ib_send_bw", "ib_write_bw", "ib_read_bw"] {
@@ -840,7 +776,7 @@ fn two_programs_on_one_interface_through_the_relay() {
     if !ready(test) {
         return;
     }
-    let link = make_link(47, 1500);
+    let link = veth_pair(47, 1500);
     let mut relay = link
         .a
         .command(common::xroce_bin())
@@ -898,8 +834,8 @@ fn two_programs_on_one_interface_through_the_relay() {
         .spawn()
         .expect("spawn the client");
     let deadline = Instant::now() + Duration::from_secs(60);
-    let c = wait(client_child, deadline);
-    let s = wait(server_child, deadline + Duration::from_secs(5));
+    let c = wait_or_stop(client_child, deadline);
+    let s = wait_or_stop(server_child, deadline + Duration::from_secs(5));
     let _ = relay.kill();
     let _ = relay.wait();
     let (s, c) = match (s, c) {
@@ -911,11 +847,16 @@ fn two_programs_on_one_interface_through_the_relay() {
         "200 iters in ".to_string(),
     ];
     for (who, out) in [("server", &s), ("client", &c)] {
-        assert!(out.status.success(), "{who}: {}\n{}", out.status, both(out));
-        check_output(who, &both(out), &wanted).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "{who}: {}\n{}",
+            out.status,
+            printed(out)
+        );
+        check_output(who, &printed(out), &wanted).unwrap_or_else(|e| panic!("{e}"));
     }
     // Both QPs live on one interface, in different relay slots (bits 16..23 of the QPN).
-    let qpns: Vec<String> = both(&s)
+    let qpns: Vec<String> = printed(&s)
         .lines()
         .filter_map(|l| {
             l.split("QPN ")
@@ -925,7 +866,7 @@ fn two_programs_on_one_interface_through_the_relay() {
                 .map(str::to_string)
         })
         .collect();
-    assert_eq!(qpns.len(), 2, "{}", both(&s));
+    assert_eq!(qpns.len(), 2, "{}", printed(&s));
     assert_ne!(qpns[0], qpns[1], "two QPs, two slots: {qpns:?}");
     assert!(
         qpns.iter().all(|q| q.len() == 8 && !q.starts_with("0x00")),

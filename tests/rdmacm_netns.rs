@@ -28,11 +28,12 @@
 
 mod common;
 
-use std::net::Ipv4Addr;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use xroce::netns::{LinkConfig, Netns, VethLink};
+use common::child::{printed, stop, wait_or_stop};
+use common::{veth_pair, xroce_run};
+use xroce::netns::VethLink;
 
 const PROGRAMS: [&str; 3] = ["rping", "ucmatose", "udaddy"];
 
@@ -72,71 +73,6 @@ fn ready(test: &str) -> bool {
     }
     common::ensure_abi_libraries();
     true
-}
-
-fn make_link(net: u8) -> VethLink {
-    let link = VethLink::create(&LinkConfig {
-        mtu: 1500,
-        a_ip: Ipv4Addr::new(198, 18, net, 1),
-        b_ip: Ipv4Addr::new(198, 18, net, 2),
-        ipv6: false,
-        queues: 1,
-    })
-    .expect("namespaces and veth pair");
-    link.add_static_neighbours().expect("static neighbours");
-    link
-}
-
-fn xroce_run(ns: &Netns, ifname: &str, program: &[String]) -> Command {
-    let mut cmd = ns.command(common::xroce_bin());
-    cmd.args(["run", "-d", ifname, "--"])
-        .args(program)
-        .env_remove("XROCE_LIB_DIR")
-        .env_remove("XROCE_NETDEV")
-        .env_remove("XROCE_DRIVER")
-        .env_remove("XROCE_PROGRESS")
-        .env_remove("XROCE_PCAP")
-        .env_remove("XROCE_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-fn both(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// SIGTERM (`xroce run` passes it on), then SIGKILL.
-fn stop(child: &mut Child) {
-    let pid = rustix::process::Pid::from_child(child);
-    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    let until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < until {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-}
-
-/// `Err` (with what it printed) if it had to be stopped at `deadline`.
-fn wait(mut child: Child, deadline: Instant) -> Result<Output, Output> {
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return Ok(child.wait_with_output().expect("output")),
-            None if Instant::now() > deadline => {
-                stop(&mut child);
-                return Err(child.wait_with_output().expect("output"));
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 /// Whether `pid` or one of its children runs a thread named `xroce-cm-*` (the CM service of
@@ -190,7 +126,7 @@ fn pair(
 ) -> Result<PairOutput, String> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(secs);
-    let mut server_child = xroce_run(&link.a, &link.a_if, server)
+    let mut server_child = xroce_run(&link.a, &link.a_if, &[], server)
         .spawn()
         .expect("spawn xroce run (server)");
     let pid = server_child.id();
@@ -200,7 +136,7 @@ fn pair(
             return Err(format!(
                 "server {server:?} exited ({}) before its CM ran:\n{}",
                 out.status,
-                both(&out)
+                printed(&out)
             ));
         }
         if Instant::now() > deadline {
@@ -208,27 +144,27 @@ fn pair(
             let out = server_child.wait_with_output().expect("output");
             return Err(format!(
                 "server {server:?}: not ready in {secs} s:\n{}",
-                both(&out)
+                printed(&out)
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     // The listen follows the bind that started the thread.
     std::thread::sleep(Duration::from_millis(300));
-    let client_child = xroce_run(&link.b, &link.b_if, client)
+    let client_child = xroce_run(&link.b, &link.b_if, &[], client)
         .spawn()
         .expect("spawn xroce run (client)");
-    let c_out = wait(client_child, deadline);
+    let c_out = wait_or_stop(client_child, deadline);
     let s_deadline = if server_may_stay {
         Instant::now()
     } else {
         deadline + Duration::from_secs(5)
     };
-    let s_out = wait(server_child, s_deadline);
+    let s_out = wait_or_stop(server_child, s_deadline);
     let took = started.elapsed().as_secs_f64();
     let describe = |r: &Result<Output, Output>| match r {
-        Ok(o) => format!("exit {}:\n{}", o.status, both(o)),
-        Err(o) => format!("stopped (deadline {secs} s):\n{}", both(o)),
+        Ok(o) => format!("exit {}:\n{}", o.status, printed(o)),
+        Err(o) => format!("stopped (deadline {secs} s):\n{}", printed(o)),
     };
     let server_fine = match &s_out {
         Ok(o) => o.status.success(),
@@ -237,7 +173,7 @@ fn pair(
     let client_fine = matches!(&c_out, Ok(o) if o.status.success() == client_ok);
     if server_fine && client_fine {
         let text = |r: &Result<Output, Output>| match r {
-            Ok(o) | Err(o) => both(o),
+            Ok(o) | Err(o) => printed(o),
         };
         return Ok(PairOutput {
             server: text(&s_out),
@@ -354,7 +290,7 @@ fn rping_both_sides_on_xroce() {
     if !ready(test) {
         return;
     }
-    let link = make_link(60);
+    let link = veth_pair(60, 1500);
     let l = &link;
     let cases: Vec<Case<'_>> = vec![
         (
@@ -398,7 +334,7 @@ fn ucmatose_and_udaddy_on_xroce() {
     if !ready(test) {
         return;
     }
-    let link = make_link(61);
+    let link = veth_pair(61, 1500);
     let l = &link;
     let tool = |program: &'static str, opts: &'static [&'static str]| {
         move || -> Result<(), String> {
@@ -446,7 +382,7 @@ fn perftest_over_rdma_cm() {
             return;
         }
     }
-    let link = make_link(62);
+    let link = veth_pair(62, 1500);
     let l = &link;
     let perf = |opts: &'static [&'static str]| {
         move || -> Result<(), String> {
@@ -623,21 +559,21 @@ fn a_c_program_sees_what_librdmacm_reports() {
         "gcc: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let link = make_link(63);
+    let link = veth_pair(63, 1500);
     let program = vec![
         exe.display().to_string(),
         link.a_ip.to_string(),
         link.b_ip.to_string(),
         format!("xroce_{}", link.a_if),
     ];
-    let child = xroce_run(&link.a, &link.a_if, &program)
+    let child = xroce_run(&link.a, &link.a_if, &[], &program)
         .spawn()
         .expect("spawn xroce run");
-    let out = match wait(child, Instant::now() + Duration::from_secs(30)) {
+    let out = match wait_or_stop(child, Instant::now() + Duration::from_secs(30)) {
         Ok(o) => o,
-        Err(o) => panic!("the program hung:\n{}", both(&o)),
+        Err(o) => panic!("the program hung:\n{}", printed(&o)),
     };
-    let text = both(&out);
+    let text = printed(&out);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("all checks passed"), "{text}");
     // The refusals say why, once each; nothing else failed.

@@ -13,6 +13,7 @@ use std::process::{Child, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::child::wait;
 use xroce::netns::{LinkConfig, Netns, VethLink};
 
 fn link() -> VethLink {
@@ -99,24 +100,6 @@ fn spawn(ns: &Netns, args: &[String]) -> Child {
 
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
-}
-
-fn wait(mut child: Child, deadline: Instant, what: &str) -> Output {
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return child.wait_with_output().expect("output"),
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!(
-                    "{what} did not finish in time\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 fn ok(out: &Output, what: &str) -> String {

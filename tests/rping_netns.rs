@@ -11,6 +11,7 @@ mod common;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::child::wait;
 use xroce::netns::{LinkConfig, Netns, VethLink};
 
 fn link() -> VethLink {
@@ -34,25 +35,6 @@ fn spawn(ns: &Netns, args: &[String]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn xroce")
-}
-
-/// Waits for a child until `deadline`, killing it then (and failing the test).
-fn wait(mut child: Child, deadline: Instant, what: &str) -> Output {
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return child.wait_with_output().expect("output"),
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!(
-                    "{what} did not finish in time\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 fn text(o: &Output) -> String {

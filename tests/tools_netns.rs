@@ -10,31 +10,13 @@ mod common;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::child::wait;
 use xroce::netns::{LinkConfig, Netns, VethLink};
 
 fn link() -> VethLink {
     let link = VethLink::create(&LinkConfig::default()).expect("namespaces and veth pair");
     link.add_static_neighbours().expect("static neighbours");
     link
-}
-
-/// Waits for a child with a deadline; kills it when the deadline passes.
-fn wait(mut child: std::process::Child, deadline: Instant, what: &str) -> Output {
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return child.wait_with_output().expect("output"),
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!(
-                    "{what} did not finish in time\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 fn spawn(ns: &Netns, args: &[String]) -> std::process::Child {

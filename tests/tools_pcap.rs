@@ -8,9 +8,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::child::wait;
 use xroce::netns::{LinkConfig, Netns, VethLink};
 
 fn scratch(name: &str) -> PathBuf {
@@ -70,24 +71,6 @@ fn assert_both_directions(path: &Path, a: &str, b: &str, min_each: usize) {
         frames.len()
     );
     assert!(bad.is_empty(), "{}: bad ICRC on {bad:?}", path.display());
-}
-
-fn wait(mut child: std::process::Child, deadline: Instant, what: &str) -> Output {
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return child.wait_with_output().expect("output"),
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!(
-                    "{what} did not finish in time\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 fn spawn(ns: &Netns, args: &[String]) -> std::process::Child {

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests (include with `mod common;`).
 #![allow(dead_code)]
 
+pub mod child;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -250,4 +252,39 @@ pub fn abi_libraries() -> PathBuf {
         links
     })
     .clone()
+}
+
+/// A veth pair between two fresh namespaces, addressed 198.18.`net`.1 (A) and .2 (B), each
+/// the other's static neighbour.
+pub fn veth_pair(net: u8, mtu: u32) -> xroce::netns::VethLink {
+    let link = xroce::netns::VethLink::create(&xroce::netns::LinkConfig {
+        mtu,
+        a_ip: std::net::Ipv4Addr::new(198, 18, net, 1),
+        b_ip: std::net::Ipv4Addr::new(198, 18, net, 2),
+        ipv6: false,
+        queues: 1,
+    })
+    .expect("namespaces and veth pair");
+    link.add_static_neighbours().expect("static neighbours");
+    link
+}
+
+/// `xroce run -d IFACE [extra] -- PROGRAM ARGS` inside `ns`, output captured, none of the
+/// caller's `XROCE_*` settings passed on.
+pub fn xroce_run(ns: &Netns, ifname: &str, extra: &[String], program: &[String]) -> Command {
+    let mut cmd = ns.command(xroce_bin());
+    cmd.args(["run", "-d", ifname])
+        .args(extra)
+        .arg("--")
+        .args(program)
+        .env_remove("XROCE_LIB_DIR")
+        .env_remove("XROCE_NETDEV")
+        .env_remove("XROCE_DRIVER")
+        .env_remove("XROCE_PROGRESS")
+        .env_remove("XROCE_PCAP")
+        .env_remove("XROCE_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
 }
