@@ -12,12 +12,16 @@
 //! - `udaddy -C 10`: UD over SIDR (the client's AH from ESTABLISHED's `param.ud`).
 //! - A client to a port nobody listens on: REJECTED with status 8 (invalid service ID,
 //!   IBTA 12.6.7 table 112), as rxe's rdma_cm answers (docs/cm.md).
+//! - `rdma_server` / `rdma_client`: synchronous endpoints (`rdma_create_ep`,
+//!   `rdma_get_request`, calls that wait for their event), and ECONNREFUSED from a
+//!   synchronous `rdma_connect` that is rejected.
 //! - perftest's `-R` (connect through rdma_cm): `ib_send_bw` RC (`rdma_create_qp_ex` with
 //!   send ops flags) and UD, `ib_read_bw`, `ib_write_lat`.
 //! - A C program (built here against librdmacm-dev) checks what the fields and calls report:
 //!   the channel fd's `O_NONBLOCK` (EAGAIN), `rdma_getaddrinfo`, `verbs`/`pd`/`port_num` shared
 //!   by ids on one device, ports, the path record after ROUTE_RESOLVED, `rdma_get_devices`,
-//!   `rdma_set_option`, and the refusals (RDMA_PS_IB, multicast).
+//!   `rdma_set_option`, a synchronous id, an active `rdma_create_ep`, and the refusals
+//!   (RDMA_PS_IB, multicast, destroyed ids, events acked twice).
 //!
 //! A server is taken to be ready once its process runs a `xroce-cm-*` thread (the CM service
 //! of its device starts when the listener binds). Each case has a deadline (a hang fails it),
@@ -35,7 +39,7 @@ use common::child::{printed, stop, wait_or_stop};
 use common::{veth_pair, xroce_run};
 use xroce::netns::VethLink;
 
-const PROGRAMS: [&str; 3] = ["rping", "ucmatose", "udaddy"];
+const PROGRAMS: [&str; 5] = ["rping", "ucmatose", "udaddy", "rdma_server", "rdma_client"];
 
 /// Words in a program's output that mean something went wrong (an `xroce:` line is a call
 /// xroce's libraries refused or failed).
@@ -364,6 +368,61 @@ fn ucmatose_and_udaddy_on_xroce() {
     run_cases(test, cases);
 }
 
+/// rdmacm-utils' `rdma_server` and `rdma_client`: synchronous endpoints (`rdma_create_ep`
+/// both sides, `rdma_get_request`, calls that wait for their own event), the CQs and
+/// completion channels `rdma_create_qp` makes (`rdma_get_recv_comp` waits on them), one
+/// 16-byte SEND each way.
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn rdma_server_and_client_on_xroce() {
+    let test = "rdma_server_and_client_on_xroce";
+    if !ready(test) {
+        return;
+    }
+    let link = veth_pair(64, 1500);
+    let l = &link;
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "rdma_server / rdma_client (a SEND each way)".into(),
+            Box::new(move || {
+                let a = l.a_ip.to_string();
+                let server = args(&["rdma_server", "-s", &a, "-p", "7471"]);
+                let client = args(&["rdma_client", "-s", &a, "-p", "7471"]);
+                let out = pair(l, &server, &client, true, false, 60)?;
+                let s_done = [
+                    "rdma_server: start".to_string(),
+                    "rdma_server: end 0".into(),
+                ];
+                let c_done = [
+                    "rdma_client: start".to_string(),
+                    "rdma_client: end 0".into(),
+                ];
+                check("server", &out.server, &s_done, &FAILURE_WORDS)?;
+                check("client", &out.client, &c_done, &FAILURE_WORDS)
+            }),
+        ),
+        (
+            "rdma_client to a port nobody listens on: rdma_connect fails, ECONNREFUSED".into(),
+            Box::new(move || {
+                let a = l.a_ip.to_string();
+                let server = args(&["rdma_server", "-s", &a, "-p", "7471"]);
+                let client = args(&["rdma_client", "-s", &a, "-p", "7473"]);
+                let out = pair(l, &server, &client, false, true, 30)?;
+                check(
+                    "client",
+                    &out.client,
+                    &["rdma_connect: Connection refused".to_string()],
+                    &["panicked", "rdma_client: end 0"],
+                )
+            }),
+        ),
+    ];
+    run_cases(test, cases);
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "xdp"),
@@ -391,7 +450,20 @@ fn perftest_over_rdma_cm() {
             let server = args(opts);
             let mut client = server.clone();
             client.push(l.a_ip.to_string());
-            let out = pair(l, &server, &client, true, false, 60)?;
+            let mut out = pair(l, &server, &client, true, false, 60);
+            if let Err(e) = &out {
+                if PERFTEST_LISTEN_RACE.iter().any(|w| e.contains(w)) {
+                    // Visible, and once only: a second refusal fails the case.
+                    println!(
+                        "{}: perftest's client connected its test QPs before its server \
+                         listened (perftest 4.5-0.17's race, see PERFTEST_LISTEN_RACE); \
+                         running the case once more",
+                        opts.join(" ")
+                    );
+                    out = pair(l, &server, &client, true, false, 60);
+                }
+            }
+            let out = out?;
             let wanted = [
                 "rdma_cm QPs\t : ON".to_string(),
                 "#bytes".to_string(),
@@ -421,6 +493,18 @@ fn perftest_over_rdma_cm() {
     ];
     run_cases(test, cases);
 }
+
+/// What perftest 4.5-0.17 prints when its client's test-QP connect comes before the
+/// server's `rdma_listen`: after the exchange on the first connection the server makes a
+/// new listening id, while the client connects at once. The refusal is right (REJ reason 8,
+/// invalid service ID, IBTA 12.6.7; SIDR_REP status 1 for UD, 12.11.2), and perftest's own
+/// retry then reads the ids it has just destroyed (fixed in later perftest), which xroce's
+/// librdmacm refuses with EINVAL. The kernel's CM answers too fast for the race to show;
+/// on a loaded two-core machine it shows in about one run in thirty.
+const PERFTEST_LISTEN_RACE: [&str; 2] = [
+    "Event: RDMA_CM_EVENT_REJECTED; error: 8.",
+    "Event: RDMA_CM_EVENT_UNREACHABLE; error: 1.",
+];
 
 /// A C program's view of the calls, run through `xroce run` in namespace A: the channel
 /// fd's `O_NONBLOCK`, `rdma_getaddrinfo`, the fields an id reports after bind, resolve and
@@ -511,6 +595,48 @@ int main(int argc, char **argv)
 	CHECK(rdma_join_multicast(id, (struct sockaddr *)&dst, NULL) == -1 && errno == EOPNOTSUPP);
 	CHECK(strcmp(rdma_event_str(RDMA_CM_EVENT_CONNECT_REQUEST), "RDMA_CM_EVENT_CONNECT_REQUEST") == 0);
 
+	/* A synchronous id (NULL channel): its own channel, and each call returns once its
+	 * event came, kept in id->event. */
+	struct rdma_cm_id *s = NULL;
+	CHECK(rdma_create_id(NULL, &s, NULL, RDMA_PS_TCP) == 0);
+	CHECK(s && s->channel != NULL && s->channel != ch);
+	CHECK(rdma_resolve_addr(s, NULL, (struct sockaddr *)&dst, 2000) == 0);
+	CHECK(s->event && s->event->event == RDMA_CM_EVENT_ADDR_RESOLVED && s->event->id == s);
+	CHECK(rdma_resolve_route(s, 2000) == 0);
+	CHECK(s->event && s->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED);
+	CHECK(s->route.num_paths == 1);
+	struct rdma_cm_id *got = NULL;
+	errno = 0;
+	CHECK(rdma_get_request(listen, &got) == -1 && errno == EINVAL && got == NULL);
+	CHECK(rdma_destroy_id(s) == 0);
+	/* rdma_create_ep, active: address and route resolved before it returns. */
+	struct rdma_addrinfo ep_hints = { .ai_port_space = RDMA_PS_TCP }, *ep_rai;
+	CHECK(rdma_getaddrinfo(b, "7472", &ep_hints, &ep_rai) == 0);
+	struct rdma_cm_id *ep = NULL;
+	CHECK(rdma_create_ep(&ep, ep_rai, NULL, NULL) == 0);
+	CHECK(ep && ep->route.num_paths == 1 && ep->verbs == listen->verbs && ep->qp == NULL);
+	rdma_destroy_ep(ep);
+	rdma_freeaddrinfo(ep_rai);
+
+	/* Objects the program gave back are refused, not read: perftest 4.5-0.17 retries a
+	 * rejected connect on ids it has destroyed. */
+	struct rdma_cm_id *gone = NULL;
+	CHECK(rdma_create_id(ch, &gone, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_destroy_id(gone) == 0);
+	errno = 0;
+	CHECK(rdma_resolve_route(gone, 2000) == -1 && errno == EINVAL);
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == -1);
+	CHECK(rdma_create_id(ch, &gone, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(gone, NULL, (struct sockaddr *)&dst, 2000) == 0);
+	e = next_event(ch);
+	CHECK(e && e->event == RDMA_CM_EVENT_ADDR_RESOLVED);
+	if (e) {
+		CHECK(rdma_ack_cm_event(e) == 0);
+		errno = 0;
+		CHECK(rdma_ack_cm_event(e) == -1 && errno == EINVAL);
+	}
+	CHECK(rdma_destroy_id(gone) == 0);
+
 	CHECK(rdma_destroy_id(id) == 0);
 	CHECK(rdma_destroy_id(listen) == 0);
 	rdma_destroy_event_channel(ch);
@@ -579,7 +705,13 @@ fn a_c_program_sees_what_librdmacm_reports() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("all checks passed"), "{text}");
     // The refusals say why, once each; nothing else failed.
-    for name in ["rdma_create_id", "rdma_join_multicast"] {
+    for name in [
+        "rdma_create_id",
+        "rdma_join_multicast",
+        "rdma_get_request",
+        "rdma_resolve_route",
+        "rdma_ack_cm_event",
+    ] {
         assert_eq!(
             text.lines()
                 .filter(|l| l.starts_with(&format!("xroce: {name}")))
@@ -590,7 +722,9 @@ fn a_c_program_sees_what_librdmacm_reports() {
     }
     assert_eq!(
         text.lines().filter(|l| l.starts_with("xroce:")).count(),
-        3,
-        "three refusals (PS_IB, multicast, the TOS length): {text}"
+        7,
+        "seven refusals (PS_IB, multicast, the TOS length, rdma_get_request on a listener \
+         with a channel, a destroyed id, an id whose address is resolved already, an event \
+         acked twice): {text}"
     );
 }

@@ -37,6 +37,12 @@ pub(crate) fn set_errno(value: c_int) {
     unsafe { *libc::__errno_location() = value };
 }
 
+/// The calling thread's `errno`.
+pub(crate) fn errno() -> c_int {
+    // Safety: as in set_errno.
+    unsafe { *libc::__errno_location() }
+}
+
 /// For a function returning a pointer: null with errno set, and the error logged.
 pub(crate) fn fail_ptr<T>(call: &str, err: &VerbsError) -> *mut T {
     let errno = errors::errno_of(err);

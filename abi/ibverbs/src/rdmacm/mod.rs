@@ -19,7 +19,7 @@ mod structs;
 
 pub use structs::*;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
@@ -228,6 +228,12 @@ struct IdObj {
     acked: Condvar,
     /// The CQs and channels `rdma_create_qp` made (freed by `rdma_destroy_qp`).
     own_cqs: bool,
+    /// A synchronous id (`rdma_create_id` with a NULL channel, `rdma_create_ep`): the
+    /// library's own channel, and the calls wait for their event ([`IdObj::complete`]).
+    synchronous: bool,
+    /// A passive `rdma_create_ep`'s QP attributes: `rdma_get_request` makes each
+    /// connection's QP with them.
+    ep_qp_init: Option<ibv_qp_init_attr>,
 }
 
 /// An event handed to the program.
@@ -238,6 +244,64 @@ struct EventObj {
     _data: Vec<u8>,
     /// The id whose ack count this event holds.
     owner: *mut IdObj,
+}
+
+/// What kind of object a pointer handed to the program is.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Handed {
+    Id,
+    Channel,
+    Event,
+}
+
+/// The ids, channels and events this library handed out and has not freed, by address. A
+/// call with any other pointer (an id the program destroyed: perftest 4.5-0.17 retries a
+/// rejected connect on the ids it has just destroyed) fails with EINVAL and a line instead
+/// of reading freed memory.
+fn handed() -> &'static Mutex<HashSet<(Handed, usize)>> {
+    static HANDED: OnceLock<Mutex<HashSet<(Handed, usize)>>> = OnceLock::new();
+    HANDED.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+fn hand_out<T>(kind: Handed, ptr: *mut T) -> *mut T {
+    lock(handed()).insert((kind, ptr as usize));
+    ptr
+}
+
+/// Forgets `ptr`; false if it was not handed out (or already taken back).
+fn take_back<T>(kind: Handed, ptr: *mut T) -> bool {
+    lock(handed()).remove(&(kind, ptr as usize))
+}
+
+fn is_live<T>(kind: Handed, ptr: *const T) -> bool {
+    lock(handed()).contains(&(kind, ptr as usize))
+}
+
+/// -1/EINVAL for a pointer that is not a live object of this library.
+fn not_live(call: &str, what: &str, ptr: usize) -> c_int {
+    if ptr == 0 {
+        return fail_with(call, libc::EINVAL, &format!("no {what} (NULL)"));
+    }
+    fail_with(
+        call,
+        libc::EINVAL,
+        &format!("{ptr:#x} is not a live {what} of this library (destroyed, or never made here)"),
+    )
+}
+
+/// The channel behind `channel`, if it is one of ours and alive.
+///
+/// # Safety
+/// No other thread destroys the channel during the call that uses it.
+unsafe fn channel_of<'a>(
+    call: &str,
+    channel: *mut rdma_event_channel,
+) -> Result<&'a ChannelObj, c_int> {
+    if !is_live(Handed::Channel, channel) {
+        return Err(not_live(call, "event channel", channel as usize));
+    }
+    // Safety: live, so a boxed ChannelObj (whose first field is the C struct).
+    Ok(unsafe { &*(channel as *const ChannelObj) })
 }
 
 /// Live ids by their [`CmId::key`], to find the C id of an event.
@@ -324,11 +388,16 @@ unsafe fn socket_addr(call: &str, addr: *const libc::sockaddr) -> Result<SocketA
 }
 
 impl IdObj {
+    /// The id behind `id`, or -1/EINVAL (with a line) when it is not a live id of ours.
+    ///
     /// # Safety
-    /// `id` is an id of this library, not destroyed.
-    unsafe fn from_c<'a>(id: *mut rdma_cm_id) -> &'a mut IdObj {
-        // Safety: the C struct is the first field of the boxed IdObj.
-        unsafe { &mut *(id as *mut IdObj) }
+    /// No other thread destroys the id during the call that uses it.
+    unsafe fn checked<'a>(call: &str, id: *mut rdma_cm_id) -> Result<&'a mut IdObj, c_int> {
+        if !is_live(Handed::Id, id) {
+            return Err(not_live(call, "rdma_cm id", id as usize));
+        }
+        // Safety: live, so a boxed IdObj whose first field is the C struct.
+        Ok(unsafe { &mut *(id as *mut IdObj) })
     }
 
     fn new(id: CmId, channel: *mut rdma_event_channel, context: *mut c_void) -> *mut IdObj {
@@ -369,9 +438,11 @@ impl IdObj {
             unacked: Mutex::new(0),
             acked: Condvar::new(),
             own_cqs: false,
+            synchronous: false,
+            ep_qp_init: None,
         }));
         lock(ids()).insert(key, RawObj::of(obj));
-        obj
+        hand_out(Handed::Id, obj)
     }
 
     /// Brings the C fields up to date with the id: addresses, GIDs, device, path.
@@ -445,6 +516,102 @@ impl IdObj {
             n = self.acked.wait(n).unwrap_or_else(|p| p.into_inner());
         }
     }
+
+    /// Acks the event a synchronous call left in `id->event`, if any.
+    fn ack_held_event(&mut self) {
+        let held = std::mem::replace(&mut self.c.event, std::ptr::null_mut());
+        if !held.is_null() {
+            // Safety: an event of ours the program got through a synchronous call.
+            unsafe { rdma_ack_cm_event(held) };
+        }
+    }
+
+    /// For a synchronous id: waits for the event that ends `call` on the id's own channel
+    /// and keeps it in `id->event` (until the next call, or `rdma_destroy_id`); -1 with
+    /// errno from its status (REJECTED: ECONNREFUSED), as librdmacm. An asynchronous id:
+    /// 0 at once, the event comes on its channel. With `unless_idle`, 0 when no event is
+    /// queued (an `rdma_disconnect` of a connection already over has none to wait for).
+    fn complete(&mut self, call: &str, unless_idle: bool) -> c_int {
+        if !self.synchronous {
+            return 0;
+        }
+        self.ack_held_event();
+        // Safety: a synchronous id's channel is its own, alive until the id is destroyed.
+        let ch = unsafe { &*(self.c.channel as *const ChannelObj) };
+        let event = loop {
+            let next = if unless_idle {
+                match ch.ch.try_get_event() {
+                    Some(ev) => ev,
+                    None => return 0,
+                }
+            } else {
+                match ch.ch.get_event(None) {
+                    Ok(ev) => ev,
+                    Err(e) => return fail(call, &e),
+                }
+            };
+            if let Some(c) = c_event(next) {
+                break c;
+            }
+        };
+        self.c.event = event;
+        // Safety: just made.
+        let (kind, status) = unsafe { ((*event).event, (*event).status) };
+        if status == 0 {
+            return 0;
+        }
+        let errno = if kind == EventKind::Rejected.code() {
+            libc::ECONNREFUSED
+        } else {
+            status.saturating_abs()
+        };
+        let name = EVENT_NAMES
+            .get(kind as usize)
+            .copied()
+            .unwrap_or("an event");
+        fail_with(call, errno, &format!("{name}, status {status}"))
+    }
+}
+
+/// A new event channel, handed out, or -1 with a line.
+fn new_channel(call: &str) -> Result<*mut rdma_event_channel, c_int> {
+    if let Err(e) = cm() {
+        return Err(fail(call, &e));
+    }
+    if crate::capi::device_list::interfaces().is_empty() {
+        return Err(fail_with(
+            call,
+            libc::ENODEV,
+            "no xroce device (XROCE_NETDEV)",
+        ));
+    }
+    let ch = EventChannel::new().map_err(|e| fail(call, &e))?;
+    let fd = ch.as_raw_fd();
+    // The fd blocks until the program says otherwise (libfabric sets O_NONBLOCK and
+    // expects EAGAIN): the CM reads it with MSG_DONTWAIT itself.
+    // Safety: fcntl on our own fd.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    let obj = Box::into_raw(Box::new(ChannelObj {
+        c: rdma_event_channel { fd },
+        ch,
+    }));
+    Ok(hand_out(Handed::Channel, obj) as *mut rdma_event_channel)
+}
+
+/// Frees a channel of ours (false, with a line, for any other pointer).
+fn destroy_channel(call: &str, channel: *mut rdma_event_channel) -> bool {
+    if !take_back(Handed::Channel, channel) {
+        not_live(call, "event channel", channel as usize);
+        return false;
+    }
+    // Safety: handed out by new_channel, boxed there, now taken back.
+    drop(unsafe { Box::from_raw(channel as *mut ChannelObj) });
+    true
 }
 
 /// The device maximum for `RDMA_MAX_*` (0xFF) and a cap for the rest.
@@ -514,8 +681,25 @@ fn c_event(ev: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
         };
         let l: *mut IdObj = l.ptr();
         // Safety: a live id (in the registry).
-        let (channel, context) = unsafe { ((*l).c.channel, (*l).c.context) };
-        let child = IdObj::new(ev.id.clone(), channel, context);
+        let (channel, context, synchronous) =
+            unsafe { ((*l).c.channel, (*l).c.context, (*l).synchronous) };
+        // A synchronous listener's connections are synchronous ids too, each on a channel
+        // of its own (librdmacm migrates them so).
+        let child = if synchronous {
+            let Ok(own) = new_channel("rdma_get_request") else {
+                let _ = ev.id.reject(&[]);
+                ev.id.destroy();
+                return None;
+            };
+            // Safety: just made and handed out.
+            ev.id.migrate(unsafe { &(*(own as *const ChannelObj)).ch });
+            let child = IdObj::new(ev.id.clone(), own, context);
+            // Safety: just made.
+            unsafe { (*child).synchronous = true };
+            child
+        } else {
+            IdObj::new(ev.id.clone(), channel, context)
+        };
         (child, l, l)
     } else {
         let obj: *mut IdObj = lock(ids()).get(&ev.id.key())?.ptr();
@@ -575,7 +759,7 @@ fn c_event(ev: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
         // Both union members start with private_data (the Vec's heap buffer does not move).
         obj.c.param.conn.private_data = obj._data.as_ptr() as *const c_void;
     }
-    Some(Box::into_raw(obj) as *mut rdma_cm_event)
+    Some(hand_out(Handed::Event, Box::into_raw(obj)) as *mut rdma_cm_event)
 }
 
 fn nonblocking(fd: c_int) -> bool {
@@ -591,41 +775,12 @@ rdmacm_export! {
     /// `rdma_create_event_channel`: a channel whose fd is readable while events wait
     /// (blocking unless the program sets `O_NONBLOCK` on it).
     pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-        if let Err(e) = cm() {
-            fail("rdma_create_event_channel", &e);
-            return std::ptr::null_mut();
-        }
-        if crate::capi::device_list::interfaces().is_empty() {
-            fail_with("rdma_create_event_channel", libc::ENODEV, "no xroce device (XROCE_NETDEV)");
-            return std::ptr::null_mut();
-        }
-        let ch = match EventChannel::new() {
-            Ok(ch) => ch,
-            Err(e) => {
-                fail("rdma_create_event_channel", &e);
-                return std::ptr::null_mut();
-            }
-        };
-        let fd = ch.as_raw_fd();
-        // The fd blocks until the program says otherwise (libfabric sets O_NONBLOCK and
-        // expects EAGAIN): the CM reads it with MSG_DONTWAIT itself.
-        // Safety: fcntl on our own fd.
-        unsafe {
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            if flags >= 0 {
-                libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
-            }
-        }
-        Box::into_raw(Box::new(ChannelObj { c: rdma_event_channel { fd }, ch })) as *mut rdma_event_channel
+        new_channel("rdma_create_event_channel").unwrap_or(std::ptr::null_mut())
     }
 
     /// `rdma_destroy_event_channel`.
     pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
-        if channel.is_null() {
-            return;
-        }
-        // Safety: a channel of ours (contract), boxed by rdma_create_event_channel.
-        drop(unsafe { Box::from_raw(channel as *mut ChannelObj) });
+        destroy_channel("rdma_destroy_event_channel", channel);
     }
 
     /// `rdma_create_id`.
@@ -639,9 +794,6 @@ rdmacm_export! {
         if id.is_null() {
             return fail_with(CALL, libc::EINVAL, "no place for the id");
         }
-        if channel.is_null() {
-            return refuse(CALL, "a synchronous id (NULL channel)");
-        }
         let space = match ps {
             RDMA_PS_TCP => PortSpace::Tcp,
             RDMA_PS_UDP => PortSpace::Udp,
@@ -653,27 +805,50 @@ rdmacm_export! {
             Ok(cm) => cm,
             Err(e) => return fail(CALL, &e),
         };
-        // Safety: a channel of ours.
-        let ch = unsafe { &(*(channel as *mut ChannelObj)).ch };
-        match cm.create_id(ch, space) {
+        // A NULL channel makes a synchronous id, with a channel of its own.
+        let synchronous = channel.is_null();
+        let channel = if synchronous {
+            match new_channel(CALL) {
+                Ok(ch) => ch,
+                Err(rc) => return rc,
+            }
+        } else {
+            channel
+        };
+        // Safety: the program's channel (or the id's own), not destroyed meanwhile.
+        let ch = match unsafe { channel_of(CALL, channel) } {
+            Ok(ch) => ch,
+            Err(rc) => return rc,
+        };
+        match cm.create_id(&ch.ch, space) {
             Ok(cm_id) => {
                 let obj = IdObj::new(cm_id, channel, context);
-                // Safety: id is a valid out-pointer.
-                unsafe { *id = obj as *mut rdma_cm_id };
+                // Safety: just made; id is a valid out-pointer.
+                unsafe {
+                    (*obj).synchronous = synchronous;
+                    *id = obj as *mut rdma_cm_id;
+                }
                 0
             }
-            Err(e) => fail(CALL, &e),
+            Err(e) => {
+                if synchronous {
+                    destroy_channel(CALL, channel);
+                }
+                fail(CALL, &e)
+            }
         }
     }
 
     /// `rdma_destroy_id`: waits until the id's events are acked; the QP (if the program
     /// did not destroy it) is the program's.
     pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-        if id.is_null() {
-            return fail_with("rdma_destroy_id", libc::EINVAL, "no id");
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked("rdma_destroy_id", id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
+        obj.ack_held_event();
         obj.wait_acks();
         // The kernel's CM keeps resending a DREQ after the process is gone; ours lives in
         // the process, so give the peer's DREP a moment (rping's client disconnects,
@@ -690,7 +865,11 @@ rdmacm_export! {
             std::thread::sleep(Duration::from_millis(50));
         }
         lock(ids()).remove(&obj.id.key());
+        take_back(Handed::Id, id);
         obj.id.destroy();
+        if obj.synchronous {
+            destroy_channel("rdma_destroy_id", obj.c.channel);
+        }
         // Safety: boxed by IdObj::new; nobody uses it any more (contract).
         drop(unsafe { Box::from_raw(obj as *mut IdObj) });
         0
@@ -699,16 +878,16 @@ rdmacm_export! {
     /// `rdma_bind_addr`.
     pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
         const CALL: &str = "rdma_bind_addr";
-        if id.is_null() {
-            return fail_with(CALL, libc::EINVAL, "no id");
-        }
         // Safety: per the contract.
         let addr = match unsafe { socket_addr(CALL, addr) } {
             Ok(a) => a,
             Err(rc) => return rc,
         };
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked(CALL, id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
         if addr.ip().is_unspecified() {
             if let Ok(cm) = cm() {
                 open_all(cm);
@@ -731,9 +910,6 @@ rdmacm_export! {
         timeout_ms: c_int,
     ) -> c_int {
         const CALL: &str = "rdma_resolve_addr";
-        if id.is_null() {
-            return fail_with(CALL, libc::EINVAL, "no id");
-        }
         // Safety: per the contract.
         let dst = match unsafe { socket_addr(CALL, dst_addr) } {
             Ok(a) => a,
@@ -748,11 +924,14 @@ rdmacm_export! {
                 Err(rc) => return rc,
             }
         };
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked(CALL, id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
         let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
         match obj.id.resolve_addr(src, dst, timeout) {
-            Ok(()) => 0,
+            Ok(()) => obj.complete(CALL, false),
             Err(e) => fail(CALL, &e),
         }
     }
@@ -760,24 +939,26 @@ rdmacm_export! {
     /// `rdma_resolve_route`: ROUTE_RESOLVED follows (RoCE has no SA: the path is built
     /// from the route and the neighbour table).
     pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
-        if id.is_null() {
-            return fail_with("rdma_resolve_route", libc::EINVAL, "no id");
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked("rdma_resolve_route", id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
         match obj.id.resolve_route(Duration::from_millis(timeout_ms.max(0) as u64)) {
-            Ok(()) => 0,
+            Ok(()) => obj.complete("rdma_resolve_route", false),
             Err(e) => fail("rdma_resolve_route", &e),
         }
     }
 
     /// `rdma_listen`.
     pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
-        if id.is_null() {
-            return fail_with("rdma_listen", libc::EINVAL, "no id");
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked("rdma_listen", id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
         match obj.id.listen(backlog) {
             Ok(()) => {
                 obj.sync();
@@ -794,11 +975,14 @@ rdmacm_export! {
         event: *mut *mut rdma_cm_event,
     ) -> c_int {
         const CALL: &str = "rdma_get_cm_event";
-        if channel.is_null() || event.is_null() {
-            return fail_with(CALL, libc::EINVAL, "no channel or no place for the event");
+        if event.is_null() {
+            return fail_with(CALL, libc::EINVAL, "no place for the event");
         }
-        // Safety: a channel of ours.
-        let ch = unsafe { &*(channel as *mut ChannelObj) };
+        // Safety: the program's channel, not destroyed meanwhile (contract).
+        let ch = match unsafe { channel_of(CALL, channel) } {
+            Ok(ch) => ch,
+            Err(rc) => return rc,
+        };
         loop {
             let ev = if nonblocking(ch.c.fd) {
                 match ch.ch.try_get_event() {
@@ -824,10 +1008,10 @@ rdmacm_export! {
 
     /// `rdma_ack_cm_event`: frees the event (and its private data).
     pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
-        if event.is_null() {
-            return fail_with("rdma_ack_cm_event", libc::EINVAL, "no event");
+        if !take_back(Handed::Event, event) {
+            return not_live("rdma_ack_cm_event", "event (acked already?)", event as usize);
         }
-        // Safety: boxed by rdma_get_cm_event, acked once (contract).
+        // Safety: handed out by rdma_get_cm_event, boxed there, now taken back.
         let obj = unsafe { Box::from_raw(event as *mut EventObj) };
         // Safety: the owner waits in rdma_destroy_id for this ack, so it is alive.
         let owner = unsafe { &*obj.owner };
@@ -889,11 +1073,10 @@ rdmacm_export! {
 
     /// `rdma_destroy_qp`: the QP, and the CQs the library made for it.
     pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-        if id.is_null() {
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let Ok(obj) = (unsafe { IdObj::checked("rdma_destroy_qp", id) }) else {
             return;
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+        };
         obj.id.detach_qp();
         if !obj.c.qp.is_null() {
             // Safety: the id's QP (contract: not destroyed by the program).
@@ -909,26 +1092,28 @@ rdmacm_export! {
     /// `rdma_connect`: REQ (UD: SIDR_REQ); ESTABLISHED follows (CONNECT_RESPONSE when the
     /// id has no QP), or REJECTED / UNREACHABLE / CONNECT_ERROR.
     pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int {
-        if id.is_null() {
-            return fail_with("rdma_connect", libc::EINVAL, "no id");
-        }
-        // Safety: an id of ours; the param valid or null.
-        let obj = unsafe { IdObj::from_c(id) };
+
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked("rdma_connect", id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
         // Safety: per the contract.
         let param = unsafe { conn_param_checked(conn_param, obj) };
         match obj.id.connect(&param) {
-            Ok(()) => 0,
+            Ok(()) => obj.complete("rdma_connect", false),
             Err(e) => fail("rdma_connect", &e),
         }
     }
 
     /// `rdma_accept`: REP (UD: SIDR_REP); the QP goes to RTR and RTS.
     pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int {
-        if id.is_null() {
-            return fail_with("rdma_accept", libc::EINVAL, "no id");
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked("rdma_accept", id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
         // Safety: per the contract.
         let param = unsafe { conn_param_checked(conn_param, obj) };
         let rc = match obj.id.accept(&param) {
@@ -936,16 +1121,27 @@ rdmacm_export! {
             Err(e) => fail("rdma_accept", &e),
         };
         obj.sync();
+        if rc != 0 {
+            return rc;
+        }
+        // A UD accept (SIDR_REP) has no event to wait for.
+        if obj.id.port_space() == PortSpace::Udp {
+            obj.ack_held_event();
+            return 0;
+        }
+        let rc = obj.complete("rdma_accept", false);
+        obj.sync();
         rc
     }
 
     /// `rdma_reject`: REJ "consumer defined" (IBTA 12.6.7) with the private data.
     pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, private_data: *const c_void, len: u8) -> c_int {
-        if id.is_null() {
-            return fail_with("rdma_reject", libc::EINVAL, "no id");
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked("rdma_reject", id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
         let data = if private_data.is_null() || len == 0 {
             &[][..]
         } else {
@@ -960,26 +1156,33 @@ rdmacm_export! {
 
     /// `rdma_disconnect`: the QP to ERR, then DREQ (or DREP after the peer's DREQ).
     pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-        if id.is_null() {
-            return fail_with("rdma_disconnect", libc::EINVAL, "no id");
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked("rdma_disconnect", id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
+        let was_over = matches!(obj.id.state(), IdState::Closed | IdState::Idle);
         let rc = match obj.id.disconnect() {
             Ok(()) => 0,
             Err(e) => fail("rdma_disconnect", &e),
         };
         obj.sync();
-        rc
+        if rc != 0 || obj.id.port_space() == PortSpace::Udp {
+            return rc;
+        }
+        // DISCONNECTED follows the DREP (or came with the peer's DREQ).
+        obj.complete("rdma_disconnect", was_over)
     }
 
     /// `rdma_establish` (RDMACM_1.2): the RTU after CONNECT_RESPONSE, for an id without QP.
     pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-        if id.is_null() {
-            return fail_with("rdma_establish", libc::EINVAL, "no id");
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked("rdma_establish", id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
         match obj.id.establish() {
             Ok(()) => 0,
             Err(e) => fail("rdma_establish", &e),
@@ -994,11 +1197,16 @@ rdmacm_export! {
         qp_attr_mask: *mut c_int,
     ) -> c_int {
         const CALL: &str = "rdma_init_qp_attr";
-        if id.is_null() || qp_attr.is_null() || qp_attr_mask.is_null() {
-            return fail_with(CALL, libc::EINVAL, "no id, attributes or mask");
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked(CALL, id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
+        if qp_attr.is_null() || qp_attr_mask.is_null() {
+            return fail_with(CALL, libc::EINVAL, "no attributes or mask");
         }
-        // Safety: an id of ours; qp_attr valid.
-        let (obj, a) = unsafe { (IdObj::from_c(id), &mut *qp_attr) };
+        // Safety: valid (contract).
+        let a = unsafe { &mut *qp_attr };
         let Ok(state) = xroce::verbs::QpState::try_from(a.qp_state) else {
             return fail_with(CALL, libc::EINVAL, &format!("qp_state {}", a.qp_state.0));
         };
@@ -1031,11 +1239,14 @@ rdmacm_export! {
         optlen: usize,
     ) -> c_int {
         const CALL: &str = "rdma_set_option";
-        if id.is_null() || optval.is_null() {
-            return fail_with(CALL, libc::EINVAL, "no id or no value");
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked(CALL, id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
+        if optval.is_null() {
+            return fail_with(CALL, libc::EINVAL, "no value");
         }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
         let int_opt = || {
             (optlen == std::mem::size_of::<c_int>())
                 // Safety: optval holds an int (length checked).
@@ -1084,37 +1295,167 @@ rdmacm_export! {
     /// `rdma_migrate_id`: the id and its queued events to another channel (after the
     /// events it had are acked).
     pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int {
-        if id.is_null() {
-            return fail_with("rdma_migrate_id", libc::EINVAL, "no id");
-        }
+        const CALL: &str = "rdma_migrate_id";
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let obj = match unsafe { IdObj::checked(CALL, id) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
         if channel.is_null() {
-            return refuse("rdma_migrate_id", "a synchronous id (NULL channel)");
+            return refuse(CALL, "a synchronous id (NULL channel)");
         }
-        // Safety: an id and a channel of ours.
-        let (obj, ch) = unsafe { (IdObj::from_c(id), &*(channel as *mut ChannelObj)) };
+        // Safety: as for the id.
+        let ch = match unsafe { channel_of(CALL, channel) } {
+            Ok(ch) => ch,
+            Err(rc) => return rc,
+        };
         obj.wait_acks();
         obj.id.migrate(&ch.ch);
         obj.c.channel = channel;
         0
     }
 
+    /// `rdma_create_ep`: a synchronous id for `res` (`rdma_getaddrinfo`'s answer). Passive
+    /// (`RAI_PASSIVE`): bound to `ai_src_addr`, `pd` and the QP attributes kept for the
+    /// connections `rdma_get_request` returns. Active: the address and route resolved
+    /// (2000 ms each, as librdmacm) and, given attributes, the QP made on the id.
+    pub unsafe extern "C" fn rdma_create_ep(
+        id: *mut *mut rdma_cm_id,
+        res: *mut rdma_addrinfo,
+        pd: *mut ibv_pd,
+        qp_init_attr: *mut ibv_qp_init_attr,
+    ) -> c_int {
+        const CALL: &str = "rdma_create_ep";
+        if id.is_null() || res.is_null() {
+            return fail_with(CALL, libc::EINVAL, "no place for the id or no address info");
+        }
+        // Safety: valid (contract).
+        let r = unsafe { &*res };
+        let mut ep: *mut rdma_cm_id = std::ptr::null_mut();
+        // Safety: a NULL channel makes a synchronous id.
+        let rc = unsafe {
+            rdma_create_id(std::ptr::null_mut(), &mut ep, std::ptr::null_mut(), r.ai_port_space as u32)
+        };
+        if rc != 0 {
+            return rc;
+        }
+        // Safety: just made; the addresses and attributes are the program's (contract).
+        let rc = unsafe {
+            if r.ai_flags & RAI_PASSIVE != 0 {
+                passive_ep(ep, r, pd, qp_init_attr)
+            } else {
+                active_ep(ep, r, pd, qp_init_attr)
+            }
+        };
+        if rc != 0 {
+            let errno = crate::capi::errno();
+            // Safety: ours, not handed to the program.
+            unsafe { rdma_destroy_ep(ep) };
+            set_errno(errno);
+            return rc;
+        }
+        // Safety: a valid out-pointer.
+        unsafe { *id = ep };
+        0
+    }
+
+    /// `rdma_destroy_ep`: the id's QP (if any), then the id.
+    pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+        if !is_live(Handed::Id, id) {
+            not_live("rdma_destroy_ep", "rdma_cm id", id as usize);
+            return;
+        }
+        // Safety: a live id of ours.
+        unsafe {
+            if !(*id).qp.is_null() {
+                rdma_destroy_qp(id);
+            }
+            rdma_destroy_id(id);
+        }
+    }
+
+    /// `rdma_get_request`: on a synchronous listener, waits for the next CONNECT_REQUEST
+    /// and returns its new (synchronous) id, with a QP of the listener's `rdma_create_ep`
+    /// attributes when it had some; the event stays in `(*id)->event` until `rdma_accept`.
+    pub unsafe extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
+        const CALL: &str = "rdma_get_request";
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let l = match unsafe { IdObj::checked(CALL, listen) } {
+            Ok(obj) => obj,
+            Err(rc) => return rc,
+        };
+        if !l.synchronous {
+            return fail_with(
+                CALL,
+                libc::EINVAL,
+                "the listener has an event channel: take CONNECT_REQUEST from rdma_get_cm_event",
+            );
+        }
+        if id.is_null() {
+            return fail_with(CALL, libc::EINVAL, "no place for the id");
+        }
+        l.ack_held_event();
+        // Safety: a synchronous id's channel is its own.
+        let ch = unsafe { &*(l.c.channel as *const ChannelObj) };
+        let event = loop {
+            match ch.ch.get_event(None) {
+                Ok(ev) => {
+                    if let Some(c) = c_event(ev) {
+                        break c;
+                    }
+                }
+                Err(e) => return fail(CALL, &e),
+            }
+        };
+        // Safety: just made.
+        let e = unsafe { &*event };
+        if e.event != EventKind::ConnectRequest.code() || e.status != 0 {
+            l.c.event = event;
+            let name = EVENT_NAMES.get(e.event as usize).copied().unwrap_or("an event");
+            let errno = if e.status != 0 { e.status.saturating_abs() } else { libc::EINVAL };
+            return fail_with(CALL, errno, &format!("{name} (status {}) on the listener", e.status));
+        }
+        let child = e.id;
+        if let Some(saved) = l.ep_qp_init.as_ref() {
+            // Safety: plain data (pointers and numbers), copied as librdmacm does.
+            let mut attr = unsafe { std::ptr::read(saved) };
+            // Safety: the new id is ours; the attributes a copy.
+            let rc = unsafe { rdma_create_qp(child, l.c.pd, &mut attr) };
+            if rc != 0 {
+                let errno = crate::capi::errno();
+                // Safety: the request refused and its id freed: the program never saw it.
+                unsafe {
+                    rdma_reject(child, std::ptr::null(), 0);
+                    rdma_ack_cm_event(event);
+                    rdma_destroy_id(child);
+                }
+                set_errno(errno);
+                return rc;
+            }
+        }
+        // Safety: the new id is live; the out-pointer valid.
+        unsafe {
+            (*child).event = event;
+            *id = child;
+        }
+        0
+    }
+
     /// `rdma_get_src_port`: the local port, network order.
     pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-        if id.is_null() {
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let Ok(obj) = (unsafe { IdObj::checked("rdma_get_src_port", id) }) else {
             return 0;
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+        };
         obj.id.local_addr().map_or(0, |a| a.port().to_be())
     }
 
     /// `rdma_get_dst_port`: the remote port, network order.
     pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-        if id.is_null() {
+        // Safety: the program's id, not destroyed meanwhile (contract).
+        let Ok(obj) = (unsafe { IdObj::checked("rdma_get_dst_port", id) }) else {
             return 0;
-        }
-        // Safety: an id of ours.
-        let obj = unsafe { IdObj::from_c(id) };
+        };
         obj.id.remote_addr().map_or(0, |a| a.port().to_be())
     }
 
@@ -1195,8 +1536,11 @@ unsafe fn conn_param_checked(p: *const rdma_conn_param, obj: &IdObj) -> ConnPara
 /// # Safety
 /// `id` is ours; the pointers in `args` are null or objects of this library.
 unsafe fn create_qp(call: &str, id: *mut rdma_cm_id, mut args: resources::CreateQp) -> c_int {
-    // Safety: an id of ours.
-    let obj = unsafe { IdObj::from_c(id) };
+    // Safety: the program's id, not destroyed meanwhile (contract).
+    let obj = match unsafe { IdObj::checked(call, id) } {
+        Ok(obj) => obj,
+        Err(rc) => return rc,
+    };
     if !obj.c.qp.is_null() {
         return fail(call, &RdmaCmError::QpExists);
     }
@@ -1317,6 +1661,60 @@ unsafe fn destroy_own_cqs(obj: &mut IdObj) {
     obj.c.send_cq_channel = std::ptr::null_mut();
     obj.c.recv_cq_channel = std::ptr::null_mut();
     obj.own_cqs = false;
+}
+
+/// `rdma_create_ep` with `RAI_PASSIVE`.
+///
+/// # Safety
+/// `ep` is a new id of ours; `r`'s address and `qp_init_attr` valid or null.
+unsafe fn passive_ep(
+    ep: *mut rdma_cm_id,
+    r: &rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // Safety: per the contract.
+    let rc = unsafe { rdma_bind_addr(ep, r.ai_src_addr) };
+    if rc != 0 {
+        return rc;
+    }
+    // Safety: a live id of ours.
+    let obj = unsafe { &mut *(ep as *mut IdObj) };
+    if !pd.is_null() {
+        obj.c.pd = pd;
+    }
+    if !qp_init_attr.is_null() {
+        // Safety: valid (contract); plain data, copied.
+        let mut attr = unsafe { std::ptr::read(qp_init_attr) };
+        attr.qp_type = r.ai_qp_type as u32;
+        obj.ep_qp_init = Some(attr);
+    }
+    0
+}
+
+/// `rdma_create_ep` without `RAI_PASSIVE`.
+///
+/// # Safety
+/// As [`passive_ep`].
+unsafe fn active_ep(
+    ep: *mut rdma_cm_id,
+    r: &rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // Safety: per the contract; the id is synchronous, so each call waits for its event.
+    unsafe {
+        let rc = rdma_resolve_addr(ep, r.ai_src_addr, r.ai_dst_addr, 2000);
+        if rc != 0 {
+            return rc;
+        }
+        let rc = rdma_resolve_route(ep, 2000);
+        if rc != 0 || qp_init_attr.is_null() {
+            return rc;
+        }
+        (*qp_init_attr).qp_type = r.ai_qp_type as u32;
+        rdma_create_qp(ep, pd, qp_init_attr)
+    }
 }
 
 /// A malloc'ed copy of `bytes`.

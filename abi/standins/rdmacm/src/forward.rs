@@ -109,6 +109,9 @@ forward! { "RDMACM_1.0";
     fn rdma_migrate_id(id: Ptr, channel: Ptr) -> c_int = -1;
     fn rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: Ptr, res: *mut Ptr) -> c_int = -1;
     fn rdma_freeaddrinfo(res: Ptr) -> () = ();
+    fn rdma_create_ep(id: *mut Ptr, res: Ptr, pd: Ptr, qp_init_attr: Ptr) -> c_int = -1;
+    fn rdma_destroy_ep(id: Ptr) -> () = ();
+    fn rdma_get_request(listen: Ptr, id: *mut Ptr) -> c_int = -1;
 }
 
 forward! { "RDMACM_1.2";

@@ -9,8 +9,7 @@
 //!
 //! `rdma_event_str` needs nothing of the CM and is answered here. What xroce's CM does not
 //! do stays a stub of the `c_stubs!` table below (one line on stderr, `errno` EOPNOTSUPP,
-//! the failure value): synchronous endpoints (`rdma_create_ep`, `rdma_get_request`),
-//! SRQs through the CM, multicast, ECE, `rdma_notify` and the rsocket calls. Every function
+//! the failure value): SRQs through the CM, multicast, ECE, `rdma_notify` and the rsocket calls. Every function
 //! rdma-core 44's librdmacm exports is exported, under its version node (programs are linked
 //! BIND_NOW: docs/rdmacm-abi.md §1).
 
@@ -18,12 +17,9 @@ mod forward;
 
 xroce_abi_export::c_stubs! { why: "xroce's RDMA CM does not implement it (docs/rdmacm.md)";
     "RDMACM_1.0" {
-        rdma_create_ep: MinusOne,
-        rdma_destroy_ep: Void,
         rdma_create_srq: MinusOne,
         rdma_create_srq_ex: MinusOne,
         rdma_destroy_srq: Void,
-        rdma_get_request: MinusOne,
         rdma_notify: MinusOne,
         rdma_join_multicast: MinusOne,
         rdma_leave_multicast: MinusOne,
