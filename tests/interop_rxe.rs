@@ -934,6 +934,45 @@ const CASES: &[Case] = &[
         server: (G2, pt!("ib_read_bw", "-n 20 -s 65536")),
         client: (HOST2, lib_pt!("ib_read_bw", "-n 20 -s 65536 {srv}")),
         opcodes: &[READ_REQUEST, READ_RESPONSE_FIRST, READ_RESPONSE_LAST], loss_evidence: Some(Retransmits), state: State::Runs },
+    // --- rdmacm-utils on xroce's librdmacm.so.1 (host2) against the same programs on rxe's
+    // kernel rdma_cm (g2), both roles: ucmatose (two RC connections on one event channel,
+    // SENDs both ways), udaddy (UD through SIDR_REQ/SIDR_REP), rdma_server/rdma_client
+    // (synchronous ids, rdma_create_ep). Each side must print its own success lines
+    // (`check_cm_tool_output`). Under loss the RC ones run longer, so frames are lost for
+    // certain; udaddy has no loss variant: UD does not recover a lost datagram (IBTA 9.8),
+    // and udaddy waits for every one.
+    Case { name: "xroce_lib_srv_ucmatose", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} ucmatose -c 2 -C 10"),
+        client: (G2, "timeout 120 ucmatose -c 2 -C 10 -s {srv}"),
+        opcodes: &[UD_SEND_ONLY, SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_ucmatose", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 ucmatose -c 2 -C 10"),
+        client: (HOST2, "{lib} ucmatose -c 2 -C 10 -s {srv}"),
+        opcodes: &[UD_SEND_ONLY, SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_loss_ucmatose", mtu: 1500, netem: Some(LOSS),
+        server: (HOST2, "{lib} ucmatose -c 2 -C 200 -S 4096"),
+        client: (G2, "timeout 150 ucmatose -c 2 -C 200 -S 4096 -s {srv}"),
+        opcodes: &[UD_SEND_ONLY, SEND_FIRST, SEND_LAST, ACK], loss_evidence: Some(Retransmits), state: State::Runs },
+    Case { name: "xroce_lib_cli_loss_ucmatose", mtu: 1500, netem: Some(LOSS),
+        server: (G2, "timeout 150 ucmatose -c 2 -C 200 -S 4096"),
+        client: (HOST2, "{lib} ucmatose -c 2 -C 200 -S 4096 -s {srv}"),
+        opcodes: &[UD_SEND_ONLY, SEND_FIRST, SEND_LAST, ACK], loss_evidence: Some(Retransmits), state: State::Runs },
+    Case { name: "xroce_lib_srv_udaddy", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} udaddy -C 10"),
+        client: (G2, "timeout 120 udaddy -C 10 -s {srv}"),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_udaddy", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 udaddy -C 10"),
+        client: (HOST2, "{lib} udaddy -C 10 -s {srv}"),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_rdma_server", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} rdma_server -s {srv}"),
+        client: (G2, "timeout 60 rdma_client -s {srv}"),
+        opcodes: &[UD_SEND_ONLY, SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_rdma_client", mtu: 1500, netem: None,
+        server: (G2, "timeout 60 rdma_server -s {srv}"),
+        client: (HOST2, "{lib} rdma_client -s {srv}"),
+        opcodes: &[UD_SEND_ONLY, SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -960,8 +999,18 @@ fn ip_of(at: At) -> String {
 }
 /// The tools' out-of-band TCP port.
 const OOB_PORT: u16 = 18515;
-/// rping's RDMA CM port (TCP port space).
-const RPING_PORT: u16 = 7174;
+/// The RDMA CM port (TCP or UDP port space) an rdmacm-utils program listens on by default;
+/// None for other commands.
+fn rdmacm_utils_port(cmd: &str) -> Option<u16> {
+    let program = |name: &str| cmd.split_whitespace().any(|w| w == name);
+    if program("rping") || program("udaddy") {
+        Some(7174)
+    } else if program("ucmatose") || program("rdma_server") || program("rdma_client") {
+        Some(7471)
+    } else {
+        None
+    }
+}
 
 fn guest_ip(g: u8) -> String {
     format!("198.18.0.{}", 10 + g)
@@ -1106,16 +1155,17 @@ impl Lab {
             .expect("cannot start host command")
     }
 
-    /// Waits until something listens on the out-of-band port where `at` runs; for rping,
-    /// until the RDMA CM listens on rping's port (rxe: `rdma resource show cm_id`; xroce's CM
-    /// is invisible to the kernel, so a host-side rping gets a fixed moment).
+    /// Waits until something listens on the out-of-band port where `at` runs; for the
+    /// rdmacm-utils programs, until the RDMA CM listens on the program's port (rxe: `rdma
+    /// resource show cm_id`; xroce's CM is invisible to the kernel, so a host-side server
+    /// gets a fixed moment).
     fn wait_listening(&self, at: At, cmd: &str, limit: Duration) -> bool {
-        let probe = if cmd.contains("rping") {
+        let probe = if let Some(port) = rdmacm_utils_port(cmd) {
             if !matches!(at, At::Guest(_)) {
                 std::thread::sleep(Duration::from_secs(2));
                 return true;
             }
-            format!("rdma resource show cm_id | grep LISTEN | grep -q ':{RPING_PORT}'")
+            format!("rdma resource show cm_id | grep LISTEN | grep -q ':{port}'")
         } else {
             format!("ss -Hltn 'sport = :{OOB_PORT}' | grep -q LISTEN")
         };
@@ -1487,6 +1537,10 @@ const HOST_BINARIES: &[&str] = &[
     "ib_send_lat",
     "ib_write_lat",
     "ib_read_lat",
+    "ucmatose",
+    "udaddy",
+    "rdma_server",
+    "rdma_client",
 ];
 
 /// `dir/abi`: private copies of xroce's libibverbs.so.1 and the stand-ins (built for this
@@ -1498,7 +1552,7 @@ fn private_abi_libraries(dir: &Path) -> Result<PathBuf, String> {
         .find(|p| !Path::new("/usr/bin").join(p).exists())
     {
         return Err(format!(
-            "/usr/bin/{missing} is missing (ibverbs-utils and perftest: scripts/setup.sh)"
+            "/usr/bin/{missing} is missing (ibverbs-utils, perftest and rdmacm-utils: scripts/setup.sh)"
         ));
     }
     let built = common::abi_libraries();
@@ -1612,6 +1666,26 @@ fn check_tool_output(cmd: &str, server: bool, out: &str) -> Vec<String> {
         ));
     }
     problems
+}
+
+/// ucmatose, udaddy, rdma_server and rdma_client: the lines each prints when everything it
+/// set out to do completed (the exit status alone is 0 for some failures: rdma_server's
+/// `end` line carries its status).
+fn check_cm_tool_output(cmd: &str, out: &str) -> Vec<String> {
+    let program = cmd
+        .split_whitespace()
+        .find(|w| ["ucmatose", "udaddy", "rdma_server", "rdma_client"].contains(w))
+        .unwrap_or("?");
+    let want: Vec<String> = match program {
+        "rdma_server" | "rdma_client" => {
+            vec![format!("{program}: start"), format!("{program}: end 0")]
+        }
+        _ => vec!["test complete".into(), "return status 0".into()],
+    };
+    want.iter()
+        .filter(|w| !out.lines().any(|l| l.trim_end() == w.as_str()))
+        .map(|w| format!("{program} printed no `{w}` line:\n{}", tail(out, 8)))
+        .collect()
 }
 
 /// rping's `-v` lines, the same from rdma-core's rping and `xroce rping`: the client's
@@ -1784,7 +1858,11 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
         }
     };
     // Debian's binaries on both sides: each printed its result.
-    if problems.is_empty() && [case.server, case.client].into_iter().any(runs_on_lib) {
+    let cm_tool = rdmacm_utils_port(case.server.1).is_some() && !case.server.1.contains("rping");
+    if problems.is_empty() && cm_tool {
+        problems.extend(check_cm_tool_output(case.server.1, &server_out));
+        problems.extend(check_cm_tool_output(case.client.1, &client_out));
+    } else if problems.is_empty() && [case.server, case.client].into_iter().any(runs_on_lib) {
         problems.extend(check_tool_output(case.server.1, true, &server_out));
         problems.extend(check_tool_output(case.client.1, false, &client_out));
     }

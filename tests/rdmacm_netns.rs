@@ -17,6 +17,8 @@
 //!   synchronous `rdma_connect` that is rejected.
 //! - perftest's `-R` (connect through rdma_cm): `ib_send_bw` RC (`rdma_create_qp_ex` with
 //!   send ops flags) and UD, `ib_read_bw`, `ib_write_lat`.
+//! - python3-pyverbs' `CMID`: synchronous and on an event channel, RC and UD, a REJ with
+//!   private data (`tests/py/cmid_peer.py`).
 //! - A C program (built here against librdmacm-dev) checks what the fields and calls report:
 //!   the channel fd's `O_NONBLOCK` (EAGAIN), `rdma_getaddrinfo`, `verbs`/`pd`/`port_num` shared
 //!   by ids on one device, ports, the path record after ROUTE_RESOLVED, `rdma_get_devices`,
@@ -418,6 +420,72 @@ fn rdma_server_and_client_on_xroce() {
                     &["panicked", "rdma_client: end 0"],
                 )
             }),
+        ),
+    ];
+    run_cases(test, cases);
+}
+
+/// python3-pyverbs' `CMID` (rdma-core's Python binding of librdmacm), unmodified, on xroce's
+/// libraries both sides (`tests/py/cmid_peer.py`): synchronous ids with an RDMA WRITE and
+/// READ through `rdma_post_write`/`rdma_post_read`, ids on an event channel (RC and UD
+/// through SIDR, every event checked), and a REJ with private data.
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn pyverbs_cmid_on_xroce() {
+    let test = "pyverbs_cmid_on_xroce";
+    if !ready(test) {
+        return;
+    }
+    let pyverbs = Command::new("/usr/bin/python3")
+        .args(["-c", "import pyverbs.cmid"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !pyverbs {
+        let why = "needs python3-pyverbs (scripts/setup.sh installs it)";
+        if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
+            panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
+        }
+        common::report_skip(test, why);
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/cmid_peer.py");
+    let link = veth_pair(65, 1500);
+    let l = &link;
+    let mode = |mode: &'static str, client_ok: bool| {
+        move || -> Result<(), String> {
+            let a = l.a_ip.to_string();
+            let peer = |role: &str| args(&["/usr/bin/python3", script, role, mode, &a]);
+            let out = pair(l, &peer("server"), &peer("client"), client_ok, false, 60)?;
+            for (who, text) in [("server", &out.server), ("client", &out.client)] {
+                check(
+                    who,
+                    text,
+                    &[format!("cmid_peer: {who} {mode} ok")],
+                    &["xroce:", "Traceback", "panicked"],
+                )?;
+            }
+            Ok(())
+        }
+    };
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "sync: CMID from AddrInfo, get_request, RDMA WRITE and READ".into(),
+            Box::new(mode("sync", true)),
+        ),
+        (
+            "async: an event channel, every event checked, DISCONNECTED both sides".into(),
+            Box::new(mode("async", true)),
+        ),
+        (
+            "ud: RDMA_PS_UDP through SIDR, AHs from UD parameters and from a completion".into(),
+            Box::new(mode("ud", true)),
+        ),
+        (
+            "reject: REJECTED with the server's private data".into(),
+            Box::new(mode("reject", true)),
         ),
     ];
     run_cases(test, cases);

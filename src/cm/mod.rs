@@ -455,7 +455,8 @@ pub struct CmAgent {
     conns: BTreeMap<u32, Conn>,
     /// (peer CA GUID, peer comm id) → local comm id: duplicate REQs (IBTA 12.9.7).
     by_remote_id: HashMap<(u64, u32), u32>,
-    /// (peer CA GUID, peer QPN) → local comm id: stale connections (IBTA 12.9.7, 12.9.8.3).
+    /// (peer CA GUID, peer QPN) → local comm id of a connection not in time wait: stale
+    /// connections (IBTA 12.9.7, 12.9.8.3).
     by_remote_qpn: HashMap<(u64, u32), u32>,
     next_comm_id: u32,
     next_tid: u64,
@@ -1221,12 +1222,21 @@ impl CmAgent {
         self.send(to, env);
     }
 
+    /// The connection waits out its packets' lifetime before its comm id is free again.
+    /// Its peer's QPN is free at once, as Linux's CM frees it (cm_enter_timewait): the peer
+    /// may connect that QP anew (a restarted program gets the same QPN), while a REQ of
+    /// the old connection (its comm id, kept in `by_remote_id`) still gets REJ "stale
+    /// connection" (IBTA 12.9.8.3).
     fn enter_time_wait(&mut self, now: Instant, id: u32) {
         if let Some(c) = self.conns.get_mut(&id) {
             c.state = State::TimeWait;
             c.pending = None;
             c.answer = None;
             c.deadline = Some(now + c.time_wait);
+            let key = (c.remote_ca_guid, c.remote_qpn);
+            if self.by_remote_qpn.get(&key) == Some(&id) {
+                self.by_remote_qpn.remove(&key);
+            }
         }
     }
 

@@ -28,8 +28,8 @@ use crate::rdmacm::{Cm, CmId, ConnParam, EventChannel, EventKind, PortSpace, Rdm
 use crate::tools::perftest_oob::Role;
 use crate::tools::setup::OobStream;
 use crate::verbs::{
-    Access, Cq, Device, Mr, Pd, Qp, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpState, RecvWr,
-    SendFlags, SendWr, Wc, WrOp,
+    Access, CompletionChannel, Cq, Device, Mr, Pd, Qp, QpAttr, QpAttrMask, QpCaps, QpInitAttr,
+    QpState, RecvWr, SendFlags, SendWr, VerbsError, Wc, WrOp,
 };
 
 /// perftest's 2000 ms for address and route resolution.
@@ -63,6 +63,9 @@ pub struct CmStream {
     qp: Qp,
     send_cq: Cq,
     recv_cq: Cq,
+    /// `recv_cq` reports here: a reader waiting for the next message sleeps on it instead of
+    /// polling, so the device's progress thread keeps running the test QPs meanwhile.
+    recv_channel: CompletionChannel,
     mr: Mr,
     pending: Vec<u8>,
     read_bound: Option<Duration>,
@@ -70,13 +73,15 @@ pub struct CmStream {
 }
 
 impl CmStream {
-    fn make_qp(id: &CmId) -> anyhow::Result<(Pd, Qp, Cq, Cq, Mr)> {
+    /// The side channel's QP on `id`, its receives posted, as a stream.
+    fn on_id(id: CmId, channel: EventChannel) -> anyhow::Result<Self> {
         let device = id
             .device()
             .context("rdma_cm: the id has no device after resolving")?;
         let pd = device.alloc_pd()?;
         let send_cq = device.create_cq(16, None)?;
-        let recv_cq = device.create_cq(16, None)?;
+        let recv_channel = device.create_comp_channel()?;
+        let recv_cq = device.create_cq(16, Some(&recv_channel))?;
         let mut init = QpInitAttr::rc(&send_cq, &recv_cq);
         init.cap = QpCaps {
             max_send_wr: 4,
@@ -93,7 +98,19 @@ impl CmStream {
                 sg_list: vec![mr.sge(slot * RECV_LEN, RECV_LEN as u32)?],
             })?;
         }
-        Ok((pd, qp, send_cq, recv_cq, mr))
+        Ok(CmStream {
+            id,
+            channel,
+            _pd: pd,
+            qp,
+            send_cq,
+            recv_cq,
+            recv_channel,
+            mr,
+            pending: Vec::new(),
+            read_bound: None,
+            nonblocking: false,
+        })
     }
 
     fn conn_param() -> ConnParam {
@@ -128,26 +145,13 @@ impl CmStream {
             if e.kind != EventKind::RouteResolved {
                 return Err(event_error(&e, &format!("resolving the route to {dst}")));
             }
-            let (pd, qp, send_cq, recv_cq, mr) = Self::make_qp(&id)?;
-            id.connect(&Self::conn_param())?;
-            let e = wait_event(&channel, CM_STEP_TIMEOUT)?;
+            let stream = Self::on_id(id, channel)?;
+            stream.id.connect(&Self::conn_param())?;
+            let e = wait_event(&stream.channel, CM_STEP_TIMEOUT)?;
             match e.kind {
-                EventKind::Established => {
-                    return Ok(CmStream {
-                        id,
-                        channel,
-                        _pd: pd,
-                        qp,
-                        send_cq,
-                        recv_cq,
-                        mr,
-                        pending: Vec::new(),
-                        read_bound: None,
-                        nonblocking: false,
-                    })
-                }
+                EventKind::Established => return Ok(stream),
                 EventKind::Rejected if started.elapsed() < patience => {
-                    id.destroy();
+                    stream.id.destroy();
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 _ => {
@@ -179,28 +183,22 @@ impl CmStream {
         if e.kind != EventKind::ConnectRequest {
             return Err(event_error(&e, "waiting for the client's side channel"));
         }
-        let id = e.id;
-        let (pd, qp, send_cq, recv_cq, mr) = Self::make_qp(&id)?;
-        id.accept(&Self::conn_param())?;
+        let stream = Self::on_id(e.id, channel)?;
+        stream.id.accept(&Self::conn_param())?;
         listen.destroy();
-        Ok(CmStream {
-            id,
-            channel,
-            _pd: pd,
-            qp,
-            send_cq,
-            recv_cq,
-            mr,
-            pending: Vec::new(),
-            read_bound: None,
-            nonblocking: false,
-        })
+        Ok(stream)
     }
 
     /// Takes the next received message into `pending`; false when none came in `limit`.
+    ///
+    /// Between polls it sleeps on the CQ's completion channel. Polling in a loop instead
+    /// would make this thread the device's poller, which keeps the progress thread off the
+    /// driver: a READ test's responder would then run only at these polls (perftest -R's
+    /// server waits here for the whole test).
     fn fill(&mut self, limit: Option<Duration>) -> std::io::Result<bool> {
         let deadline = limit.map(|l| Instant::now() + l);
         let mut wcs = [Wc::EMPTY; 1];
+        let mut armed = false;
         loop {
             let got = self.recv_cq.poll(&mut wcs).map_err(std::io::Error::other)?;
             if got == 1 {
@@ -228,10 +226,24 @@ impl CmStream {
                     .map_err(std::io::Error::other)?;
                 return Ok(true);
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
                 return Ok(false);
             }
-            std::thread::sleep(Duration::from_micros(100));
+            if !armed {
+                // Armed, then polled once more: a completion between the poll above and
+                // the arming is found by that poll, not lost.
+                self.recv_cq
+                    .req_notify(false)
+                    .map_err(std::io::Error::other)?;
+                armed = true;
+                continue;
+            }
+            match self.recv_channel.get_cq_event(left) {
+                Ok(_) => armed = false,
+                Err(VerbsError::Timeout(_)) => {}
+                Err(e) => return Err(std::io::Error::other(e)),
+            }
         }
     }
 
