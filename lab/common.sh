@@ -33,11 +33,19 @@ pid_is_ours() {
   tr "\\0" " " 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$mark"
 }
 
+# True while PID runs: a zombie has ended (whoever reaps it may take a while; on some
+# machines PID 1 reaps orphans only every second or two).
+pid_runs() {
+  local state
+  state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 # Stop PID (if it is ours): TERM, wait up to 3 s, then KILL.
 stop_pid() {
   local pid=$1 mark=$2 i
   pid_is_ours "$pid" "$mark" || return 0
   kill "$pid" 2>/dev/null || true
-  for i in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  for i in $(seq 1 60); do pid_runs "$pid" || return 0; sleep 0.05; done
   kill -9 "$pid" 2>/dev/null || true
 }

@@ -331,17 +331,22 @@ capture() {
       local pid; pid=$(cat "$pidf")
       # The kernel hands packets to tcpdump in ring blocks, a block at the latest 1 s after its
       # first packet; a packet in an unfinished block when tcpdump exits is counted "received
-      # by filter" but never written. So wait 1.2 s, then ask tcpdump for its counts (SIGUSR1)
-      # until it has written all it received (a late frame opens a new block), and only then
-      # stop it.
-      sleep 1.2
-      local log=$rd/logs/tcpdump-$name.log i counts
-      for i in $(seq 1 20); do
+      # by filter" but never written. So ask tcpdump for its counts (SIGUSR1) until it has
+      # written all it received (the kernel counts a packet when it enters the ring), and only
+      # then stop it.
+      local log=$rd/logs/tcpdump-$name.log i counts seen
+      for i in $(seq 1 50); do
+        seen=$(grep -c 'received by filter' "$log" || true)
         kill -USR1 "$pid" 2>/dev/null || break
-        sleep 0.2
+        # Wait for this signal's line (tcpdump prints it from its loop).
+        local j
+        for j in $(seq 1 20); do
+          [ "$(grep -c 'received by filter' "$log" || true)" -gt "$seen" ] && break
+          sleep 0.02
+        done
         counts=$(sed -n 's/^tcpdump: \([0-9]*\) packets\{0,1\} captured, \([0-9]*\) packets\{0,1\} received by filter.*/\1 \2/p' "$log" | tail -n 1)
         [ -n "$counts" ] && [ "${counts% *}" = "${counts#* }" ] && break
-        sleep 0.3
+        sleep 0.1
       done
       stop_pid "$pid" tcpdump
       rm -f "$pidf"

@@ -779,12 +779,9 @@ const CASES: &[Case] = &[
     Case { name: "rcm_xroce_srv_read_bw_a", mtu: 1500, netem: None,
         server: (HOST, xp!("read_bw", "-R -a -n 5")), client: (G1, pt!("ib_read_bw", "-R -a -n 5 {srv}")),
         opcodes: READ_ALL, loss_evidence: None, state: State::Runs },
-    // The client's -a runs slower under -R than without (docs/tools.md, open points), and its
-    // 8 MiB READs hit the 30 s completion watchdog in rxe's replay storms: one size here.
-    Case { name: "rcm_xroce_cli_read_bw_64k", mtu: 1500, netem: None,
-        server: (G1, pt!("ib_read_bw", "-R -n 100 -s 65536")), client: (HOST, xp!("read_bw", "-R -n 100 -s 65536 {srv}")),
-        opcodes: &[UD_SEND_ONLY, READ_REQUEST, READ_RESPONSE_FIRST, READ_RESPONSE_MIDDLE, READ_RESPONSE_LAST],
-        loss_evidence: None, state: State::Runs },
+    Case { name: "rcm_xroce_cli_read_bw_a", mtu: 1500, netem: None,
+        server: (G1, pt!("ib_read_bw", "-R -a -n 5")), client: (HOST, xp!("read_bw", "-R -a -n 5 {srv}")),
+        opcodes: READ_ALL, loss_evidence: None, state: State::Runs },
     Case { name: "rcm_xroce_cli_loss_write_bw", mtu: 1500, netem: Some(LOSS),
         server: (G1, pt!("ib_write_bw", "-R -n 20 -s 65536")), client: (HOST, xp!("write_bw", "-R -n 20 -s 65536 {srv}")),
         opcodes: &[UD_SEND_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK], loss_evidence: Some(NaksAndRetransmits), state: State::Runs },
