@@ -12,6 +12,8 @@ PKGS="clang llvm libelf-dev zlib1g-dev pkg-config make m4 iproute2 tcpdump pytho
 # rdmacm-utils, pyverbs), rdma-core's libraries and headers to compare with, gcc for C callers
 # (tests/c/verbs_tutorial.c is compiled against <infiniband/verbs.h> by the tests).
 PKGS="$PKGS ibverbs-utils perftest rdmacm-utils python3-pyverbs libibverbs-dev librdmacm-dev ibverbs-providers gcc binutils"
+# libfabric's verbs provider over xroce's libraries (tests/rdmacm_netns.rs).
+PKGS="$PKGS libfabric-bin"
 missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
   echo "setup.sh: installing $missing"

@@ -552,3 +552,31 @@ fn both_ends_on_one_device() {
     server.ch.expect(EventKind::Established, WAIT).unwrap();
     send_one(&client, &qp, &server, &peer_qp, b"to myself");
 }
+
+/// A loopback bind takes the first device, as Linux's rdma_cm does (cma_bind_loopback; the
+/// libfabric verbs provider binds 127.0.0.1 to find a device), and keeps the loopback
+/// address: a listener there hears no REQ from the network. Without a device it is refused.
+#[test]
+fn a_loopback_bind_takes_the_first_device_and_hears_no_network_req() {
+    let (a, b, _link) = pair(0.0);
+    let (client, server) = (side(&a, quick()), side(&b, quick()));
+    let lo = server.cm.create_id(&server.ch, PortSpace::Tcp).unwrap();
+    lo.bind_addr(addr("127.0.0.1", 5003)).unwrap();
+    assert_eq!(
+        lo.device().map(|d| d.name().to_string()),
+        Some(b.name().to_string())
+    );
+    lo.listen(1).unwrap();
+    let id = resolved(&client, PortSpace::Tcp, 5003);
+    rc_qp(&client, &id);
+    id.connect(&ConnParam::default()).unwrap();
+    let e = client.ch.expect(EventKind::Rejected, WAIT).unwrap();
+    assert_eq!(e.status, 8, "invalid service id (IBTA 12.6.7)");
+    assert!(server.ch.try_get_event().is_none());
+
+    let no_device = Cm::with_config(&[], quick(), None).unwrap();
+    let ch = EventChannel::new().unwrap();
+    let id = no_device.create_id(&ch, PortSpace::Tcp).unwrap();
+    let err = id.bind_addr(addr("127.0.0.1", 5004)).unwrap_err();
+    assert_eq!(err.errno(), libc::EADDRNOTAVAIL, "{err}");
+}

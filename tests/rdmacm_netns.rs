@@ -796,3 +796,111 @@ fn a_c_program_sees_what_librdmacm_reports() {
          acked twice): {text}"
     );
 }
+
+/// libfabric's verbs provider (Debian's libfabric-bin) on xroce's libraries: `fi_info -p
+/// verbs` finds xroce's device through librdmacm (`rdma_getaddrinfo`, `rdma_bind_addr` on the
+/// interface's address and on 127.0.0.1) and libibverbs, for RC (FI_EP_MSG) and UD
+/// (FI_EP_DGRAM); `fi_pingpong -e dgram -c` runs verified UD ping-pongs between the
+/// namespaces. (`-e msg` does not run yet: fi_pingpong's server listens on 127.0.0.1;
+/// docs/rdmacm.md.)
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn libfabric_verbs_provider_on_xroce() {
+    let test = "libfabric_verbs_provider_on_xroce";
+    if !ready(test) {
+        return;
+    }
+    if !on_path("fi_pingpong") || !on_path("fi_info") {
+        let why = "needs fi_info and fi_pingpong (apt-get install libfabric-bin)";
+        if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
+            panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
+        }
+        common::report_skip(test, why);
+        return;
+    }
+    let link = veth_pair(66, 1500);
+    let l = &link;
+    let a_dev = format!("xroce_{}", l.a_if);
+    let b_dev = format!("xroce_{}", l.b_if);
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "fi_info -p verbs: xroce's device for FI_EP_MSG and FI_EP_DGRAM".into(),
+            Box::new(|| {
+                let out = xroce_run(&l.a, &l.a_if, &[], &args(&["fi_info", "-p", "verbs"]))
+                    .output()
+                    .expect("run fi_info");
+                let text = printed(&out);
+                if !out.status.success() {
+                    return Err(format!("fi_info failed ({}):\n{text}", out.status));
+                }
+                for want in [
+                    format!("domain: {a_dev}\n"),
+                    "type: FI_EP_MSG".to_string(),
+                    format!("domain: {a_dev}-dgram\n"),
+                    "type: FI_EP_DGRAM".to_string(),
+                ] {
+                    if !text.contains(&want) {
+                        return Err(format!("fi_info printed no {want:?}:\n{text}"));
+                    }
+                }
+                Ok(())
+            }),
+        ),
+        (
+            "fi_pingpong -e dgram -c: 100 verified 1 KiB ping-pongs over UD".into(),
+            Box::new(|| {
+                let a = l.a_ip.to_string();
+                let opts = |dev: &str| {
+                    args(&[
+                        "-p", "verbs", "-e", "dgram", "-d", dev, "-I", "100", "-S", "1024", "-c",
+                    ])
+                };
+                let mut server = args(&["fi_pingpong"]);
+                server.extend(opts(&format!("{a_dev}-dgram")));
+                let mut client = args(&["fi_pingpong"]);
+                client.extend(opts(&format!("{b_dev}-dgram")));
+                client.push(a.clone());
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let server_child = xroce_run(&l.a, &l.a_if, &[], &server)
+                    .spawn()
+                    .expect("spawn fi_pingpong server");
+                // The server's control socket (TCP 47592) comes first; the client gives up
+                // at once if nothing listens there yet.
+                let listening = || {
+                    l.a.command("ss")
+                        .args(["-Hltn", "sport = :47592"])
+                        .output()
+                        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("LISTEN"))
+                };
+                while !listening() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let client_child = xroce_run(&l.b, &l.b_if, &[], &client)
+                    .spawn()
+                    .expect("spawn fi_pingpong client");
+                let c_out = wait_or_stop(client_child, deadline);
+                let s_out = wait_or_stop(server_child, deadline + Duration::from_secs(5));
+                for (who, out) in [("server", s_out), ("client", c_out)] {
+                    let (Ok(o) | Err(o)) = &out;
+                    let text = printed(o);
+                    let ok = out.as_ref().is_ok_and(|o| o.status.success());
+                    // fi_pingpong's result row: size, sent, =acked, ...
+                    if !ok
+                        || !text
+                            .lines()
+                            .any(|l| l.starts_with("1k ") && l.contains("=100"))
+                    {
+                        return Err(format!(
+                            "{who} (ok: {ok}) printed no `1k 100 =100` row:\n{text}"
+                        ));
+                    }
+                }
+                Ok(())
+            }),
+        ),
+    ];
+    run_cases(test, cases);
+}

@@ -310,6 +310,13 @@ impl CmShared {
         {
             return Ok(i);
         }
+        // A loopback address binds to the first device, as Linux's rdma_cm does
+        // (cma_bind_loopback); the id keeps the loopback address, so a listener there hears
+        // no REQ from the network. libfabric's verbs provider binds 127.0.0.1 to find a
+        // device.
+        if ip.is_loopback() && !state.ports.is_empty() {
+            return Ok(0);
+        }
         if let Some(open) = &self.opener {
             if let Some(device) = open(ip)? {
                 return add_port(self, state, &device);

@@ -169,8 +169,15 @@ fn interface_with(ip: IpAddr) -> Option<String> {
         })
 }
 
+/// The device for `ip`; for a loopback address the first interface offered (see
+/// `CmShared::port_for_local`).
 fn open_for(ip: IpAddr) -> Result<Option<Device>, RdmaCmError> {
-    let Some(ifname) = interface_with(ip) else {
+    let ifname = if ip.is_loopback() {
+        crate::capi::device_list::interfaces().into_iter().next()
+    } else {
+        interface_with(ip)
+    };
+    let Some(ifname) = ifname else {
         return Ok(None);
     };
     let (ctx, _) = shared_device(&ifname)?;
