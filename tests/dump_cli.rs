@@ -668,3 +668,186 @@ fn ipv4_options_are_decoded_and_drawn() {
     assert!(x.contains("4 bytes of IPv4 options"), "{x}");
     assert!(x.contains("header checksum") && x.contains("(ok;"), "{x}");
 }
+
+/// The rungs of a ladder SVG: (class, frame number, label), in drawing order.
+fn ladder_rungs(svg: &str) -> Vec<(String, usize, String)> {
+    let mut rungs = Vec::new();
+    let mut rest = svg;
+    while let Some(i) = rest.find("<line class=\"rung ") {
+        rest = &rest[i + "<line class=\"rung ".len()..];
+        let class = rest[..rest.find('"').unwrap()].to_string();
+        let frame_at = rest.find("data-frame=\"").unwrap() + "data-frame=\"".len();
+        let frame: usize = rest[frame_at..frame_at + rest[frame_at..].find('"').unwrap()]
+            .parse()
+            .unwrap();
+        let label_at = rest.find("<text class=\"label").unwrap();
+        let label = &rest[label_at..];
+        let label = &label[label.find('>').unwrap() + 1..label.find("</text>").unwrap()];
+        rungs.push((class, frame, label.to_string()));
+    }
+    rungs
+}
+
+#[test]
+fn ladder_draws_every_roce_frame_in_order() {
+    for (name, want_classes) in [
+        ("rxe_rc_pingpong.pcap", &["request", "ack"][..]),
+        (
+            "rxe_host_peer_loss.pcap",
+            &["request", "ack", "nak", "retransmit"][..],
+        ),
+        (
+            "rxe_cm_rping.pcap",
+            &["cm", "request", "response", "ack"][..],
+        ),
+    ] {
+        let svg_file = TempFile::new(&format!("ladder-{name}.svg"));
+        let out = dump(
+            &["--json", "--ladder", svg_file.0.to_str().unwrap()],
+            &fixture(name),
+        );
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let frames: Vec<serde_json::Value> = stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let svg = std::fs::read_to_string(&svg_file.0).unwrap();
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+        assert!(svg.trim_end().ends_with("</svg>"));
+        let rungs = ladder_rungs(&svg);
+        assert_eq!(rungs.len(), frames.len(), "{name}: one rung per RoCE frame");
+        for (f, (class, number, label)) in frames.iter().zip(&rungs) {
+            assert_eq!(f["frame"].as_u64().unwrap() as usize, *number, "{name}");
+            assert!(label.starts_with(&format!("#{number} ")), "{name}: {label}");
+            if class != "cm" {
+                let psn = f["psn"].as_u64().unwrap();
+                assert!(label.contains(&format!(" psn={psn}")), "{name}: {label}");
+                let op = f["opcode_name"].as_str().unwrap();
+                assert!(
+                    label.contains(op.trim_start_matches("RC_")),
+                    "{name}: {label} vs {op}"
+                );
+            }
+        }
+        for want in want_classes {
+            assert!(
+                rungs.iter().any(|(c, _, _)| c == want),
+                "{name}: no rung of class {want}"
+            );
+        }
+        // Both endpoints are columns.
+        let ends: BTreeSet<String> = frames
+            .iter()
+            .flat_map(|f| {
+                [
+                    f["src"].as_str().unwrap().to_string(),
+                    f["dst"].as_str().unwrap().to_string(),
+                ]
+            })
+            .collect();
+        for end in &ends {
+            assert!(
+                svg.contains(&format!(">{end}</text>")),
+                "{name}: no column {end}"
+            );
+        }
+    }
+    // The CM handshake reads as such.
+    let svg_file = TempFile::new("ladder-cm.svg");
+    let out = dump(
+        &["--ladder", svg_file.0.to_str().unwrap()],
+        &fixture("rxe_cm_rping.pcap"),
+    );
+    assert!(out.status.success());
+    let labels: Vec<String> = ladder_rungs(&std::fs::read_to_string(&svg_file.0).unwrap())
+        .into_iter()
+        .filter(|(c, _, _)| c == "cm")
+        .map(|(_, _, l)| l.split_once(' ').unwrap().1.to_string())
+        .collect();
+    assert_eq!(labels[..3], ["CM REQ", "CM REP", "CM RTU"], "{labels:?}");
+}
+
+#[test]
+fn ladder_limit_and_bad_values() {
+    let svg_file = TempFile::new("ladder-limit.svg");
+    let out = dump(
+        &[
+            "--ladder",
+            svg_file.0.to_str().unwrap(),
+            "--ladder-max",
+            "5",
+        ],
+        &fixture("rxe_rc_pingpong.pcap"),
+    );
+    assert!(out.status.success());
+    let svg = std::fs::read_to_string(&svg_file.0).unwrap();
+    assert_eq!(ladder_rungs(&svg).len(), 5);
+    assert!(svg.contains("more packets not drawn"), "{svg}");
+    let out = dump(&["--ladder-max", "5"], &fixture("rxe_rc_pingpong.pcap"));
+    assert!(!out.status.success(), "--ladder-max needs --ladder");
+    let out = dump(
+        &[
+            "--ladder",
+            svg_file.0.to_str().unwrap(),
+            "--ladder-max",
+            "0",
+        ],
+        &fixture("rxe_rc_pingpong.pcap"),
+    );
+    assert!(!out.status.success(), "--ladder-max 0 is refused");
+    let out = dump(
+        &["--ladder", "/nonexistent-dir/x.svg"],
+        &fixture("rxe_rc_pingpong.pcap"),
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot write the ladder"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The ladders in docs/wire.md are what `xroce dump --ladder` draws today.
+#[test]
+fn the_docs_ladders_are_current() {
+    for (fixture_name, doc, max) in [
+        (
+            "rxe_host_peer_loss.pcap",
+            "ladder-rxe-host-peer-loss.svg",
+            "2000",
+        ),
+        ("rxe_cm_rping.pcap", "ladder-rxe-cm-rping.svg", "18"),
+    ] {
+        let svg_file = TempFile::new(&format!("docs-{doc}"));
+        let path = fixture(fixture_name);
+        let out = dump(
+            &[
+                "--ladder",
+                svg_file.0.to_str().unwrap(),
+                "--ladder-max",
+                max,
+            ],
+            &path,
+        );
+        assert!(out.status.success());
+        let dir = format!("{}/", path.parent().unwrap().display());
+        let drawn = std::fs::read_to_string(&svg_file.0)
+            .unwrap()
+            .replace(&dir, "");
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/img")
+            .join(doc);
+        let kept = std::fs::read_to_string(&docs).unwrap();
+        assert!(
+            drawn == kept,
+            "{} is out of date: xroce dump --ladder {} --ladder-max {max} \
+             tests/fixtures/{fixture_name}, then drop the folder from its title",
+            docs.display(),
+            docs.display()
+        );
+    }
+}

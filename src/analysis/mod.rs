@@ -5,6 +5,7 @@
 
 mod cm;
 mod explain;
+mod ladder;
 mod line;
 
 use std::collections::BTreeMap;
@@ -18,6 +19,7 @@ use crate::wire::{frame_icrc, parse_frame, NakCode, Opcode, ParsedFrame, Syndrom
 
 pub use cm::{cm_json, cm_text, CmConnections};
 pub use explain::explain_frame;
+pub use ladder::{Ladder, Rung, RungKind};
 use line::addresses;
 pub use line::{frame_json, frame_line};
 
@@ -50,6 +52,8 @@ pub struct CaptureSummary {
     copies: std::collections::HashMap<(String, u32, u32, u8), u32>,
     /// CM MADs (UD SENDs to QP1) and the connections they make.
     cm: CmConnections,
+    /// The ladder diagram being drawn (`xroce dump --ladder`), if asked for.
+    ladder: Option<Ladder>,
 }
 
 /// One sender's recovery activity, as the wire shows it.
@@ -118,6 +122,17 @@ impl CaptureSummary {
     pub fn report(&self) -> String {
         summary_text(self)
     }
+
+    /// Also draws a ladder diagram of at most `limit` RoCE frames ([`CaptureSummary::ladder`]).
+    pub fn with_ladder(mut self, limit: usize) -> CaptureSummary {
+        self.ladder = Some(Ladder::new(limit));
+        self
+    }
+
+    /// The ladder diagram of the frames so far, if [`CaptureSummary::with_ladder`] asked for one.
+    pub fn ladder(&self) -> Option<&Ladder> {
+        self.ladder.as_ref()
+    }
 }
 
 /// Classifies one frame, updates the summary and returns what to print for it.
@@ -141,6 +156,9 @@ fn handle_frame(
             s.roce += 1;
             *s.per_opcode.entry(p.repr.roce.bth.opcode.0).or_default() += 1;
             s.count_sender(&p);
+            if let Some(ladder) = &mut s.ladder {
+                ladder.frame(f.number, rel, &p);
+            }
             if let Some(mad) = crate::wire::cm::gsi_cm_mad(&p.repr.roce) {
                 let (src, dst) = addresses(&p);
                 match mad {

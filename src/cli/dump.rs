@@ -25,12 +25,23 @@ pub struct Args {
     /// Teach: draw every header of each RoCE frame with offsets, bytes and meaning.
     #[arg(long)]
     pub explain: bool,
+    /// Also draw a ladder diagram into this SVG file: the endpoints as columns, each RoCE
+    /// frame an arrow with its opcode, PSN and AETH (NAKs, resends and bad ICRCs stand out).
+    #[arg(long, value_name = "FILE.svg")]
+    pub ladder: Option<PathBuf>,
+    /// The most frames the ladder draws (the rest are counted in a note).
+    #[arg(long, default_value_t = 2000, requires = "ladder",
+          value_parser = clap::value_parser!(u32).range(1..=200_000))]
+    pub ladder_max: u32,
 }
 
 /// Runs the command; returns the exit status.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let reader = CaptureReader::open(&args.file).context("cannot dump")?;
     let mut summary = CaptureSummary::default();
+    if args.ladder.is_some() {
+        summary = summary.with_ladder(args.ladder_max as usize);
+    }
     let output = if args.json {
         Output::Json
     } else if args.explain {
@@ -57,6 +68,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 return Ok(0);
             }
         }
+    }
+    if let (Some(path), Some(ladder)) = (&args.ladder, summary.ladder()) {
+        let title = format!("xroce dump --ladder {}", args.file.display());
+        std::fs::write(path, ladder.to_svg(&title))
+            .with_context(|| format!("cannot write the ladder to {}", path.display()))?;
     }
     let report = summary.report();
     if args.json {
