@@ -13,6 +13,7 @@
 //! - [`verbs`]: the libibverbs-like public API with a progress thread per device.
 //! - [`netns`]: network namespaces and veth pairs (with Drop guards) for tests and the demo.
 //! - [`tools`]: out-of-band exchanges of ibv_rc_pingpong and perftest, and the tool logic.
+//! - [`conform`]: the conformance suite's pieces (issue 16): the target agent and its client.
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -20,6 +21,7 @@
 pub mod analysis;
 pub mod capture;
 pub mod cm;
+pub mod conform;
 #[allow(unsafe_code)]
 pub mod driver;
 pub mod engine;
