@@ -1166,16 +1166,16 @@ impl Lab {
         } else {
             format!("ss -Hltn 'sport = :{OOB_PORT}' | grep -q LISTEN")
         };
+        if let At::Guest(g) = at {
+            return self.wait_in_guest(g, &probe, limit);
+        }
         let t0 = Instant::now();
         while t0.elapsed() < limit {
-            let ok = match at {
-                At::Guest(g) => self.exec(g, &probe).0,
-                At::Host | At::Routed | At::Host2 => Command::new("ip")
-                    .args(["netns", "exec", self.ns_of(at), "sh", "-c", &probe])
-                    .status()
-                    .map(|s| s.success())
-                    .unwrap_or(false),
-            };
+            let ok = Command::new("ip")
+                .args(["netns", "exec", self.ns_of(at), "sh", "-c", &probe])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
             if ok {
                 return true;
             }
@@ -1189,16 +1189,27 @@ impl Lab {
     /// perftest -R: no TCP at all, so the server is ready once its rdma_cm id listens on
     /// 18515: in a guest the kernel lists it (`rdma res show cm_id`); xroce prints
     /// perftest's banner only after its listener is up.
+    /// Runs `probe` in guest `g` every 50 ms until it succeeds or `limit` passes, in one
+    /// command: each exec over the serial channel costs about 0.3 s, more than a server
+    /// usually needs to start listening.
+    fn wait_in_guest(&self, g: u8, probe: &str, limit: Duration) -> bool {
+        let tries = (limit.as_millis() / 50).max(1);
+        let script = format!(
+            "i=0; while [ $i -lt {tries} ]; do {probe} && exit 0; sleep 0.05; i=$((i+1)); done; exit 1"
+        );
+        self.exec(g, &script).0
+    }
+
     fn wait_cm_listening(&self, at: At, server_log: &Path, limit: Duration) -> bool {
         let probe = format!("rdma res show cm_id src-port {OOB_PORT} | grep -q LISTEN");
+        if let At::Guest(g) = at {
+            return self.wait_in_guest(g, &probe, limit);
+        }
         let t0 = Instant::now();
         while t0.elapsed() < limit {
-            let ok = match at {
-                At::Guest(g) => self.exec(g, &probe).0,
-                At::Host | At::Routed | At::Host2 => fs::read_to_string(server_log)
-                    .map(|t| t.contains("Waiting for client to connect"))
-                    .unwrap_or(false),
-            };
+            let ok = fs::read_to_string(server_log)
+                .map(|t| t.contains("Waiting for client to connect"))
+                .unwrap_or(false);
             if ok {
                 return true;
             }
