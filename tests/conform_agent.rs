@@ -13,11 +13,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{veth_pair, xroce_run};
-use xroce::conform::{AgentClient, AgentError, ConnectParams, SendOp};
+use xroce::conform::{AgentClient, AgentError, ConnectParams};
+use xroce::engine::WrOp;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -77,16 +78,7 @@ fn ready(test: &str) -> bool {
     if !common::privileged_or_skip(test) {
         return false;
     }
-    let pyverbs = Command::new("/usr/bin/python3")
-        .args(["-c", "import pyverbs.qp"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !pyverbs {
-        let why = "needs python3-pyverbs (scripts/setup.sh installs it)";
-        if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
-            panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
-        }
-        common::report_skip(test, why);
+    if !common::pyverbs_or_skip(test, "pyverbs.qp") {
         return false;
     }
     common::ensure_abi_libraries();
@@ -167,8 +159,15 @@ fn two_agents_connect_and_run_every_operation() {
     let message: Vec<u8> = (0..3000u32).map(|i| (i * 7 % 251) as u8).collect();
     a.write_mem(&ma, 0, &message).unwrap();
     b.post_recv(&qb, 7, &mb, 0, 4096).unwrap();
-    a.post_send(&qa, 1, SendOp::SendImm(0xfeed_beef), &ma, 0, message.len())
-        .unwrap();
+    a.post_send(
+        &qa,
+        1,
+        WrOp::SendWithImm { imm: 0xfeed_beef },
+        &ma,
+        0,
+        message.len(),
+    )
+    .unwrap();
     let wa = a.poll(&qa, 1, WAIT).unwrap();
     let wb = b.poll(&qb, 1, WAIT).unwrap();
     assert_eq!(
@@ -198,7 +197,7 @@ fn two_agents_connect_and_run_every_operation() {
     a.post_send(
         &qa,
         2,
-        SendOp::Write {
+        WrOp::Write {
             remote_addr: addr,
             rkey,
         },
@@ -210,7 +209,7 @@ fn two_agents_connect_and_run_every_operation() {
     a.post_send(
         &qa,
         3,
-        SendOp::Read {
+        WrOp::Read {
             remote_addr: addr,
             rkey,
         },
@@ -235,7 +234,7 @@ fn two_agents_connect_and_run_every_operation() {
     a.post_send(
         &qa,
         4,
-        SendOp::FetchAdd {
+        WrOp::FetchAdd {
             remote_addr: addr,
             rkey,
             add: 2,
@@ -248,7 +247,7 @@ fn two_agents_connect_and_run_every_operation() {
     a.post_send(
         &qa,
         5,
-        SendOp::CmpSwap {
+        WrOp::CompareSwap {
             remote_addr: addr,
             rkey,
             compare: 42,
@@ -277,7 +276,7 @@ fn two_agents_connect_and_run_every_operation() {
     a.post_send(
         &qa,
         6,
-        SendOp::Write {
+        WrOp::Write {
             remote_addr: mb.addr,
             rkey: mb.rkey ^ 0x100,
         },

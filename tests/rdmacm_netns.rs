@@ -439,16 +439,7 @@ fn pyverbs_cmid_on_xroce() {
     if !ready(test) {
         return;
     }
-    let pyverbs = Command::new("/usr/bin/python3")
-        .args(["-c", "import pyverbs.cmid"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !pyverbs {
-        let why = "needs python3-pyverbs (scripts/setup.sh installs it)";
-        if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
-            panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
-        }
-        common::report_skip(test, why);
+    if !common::pyverbs_or_skip(test, "pyverbs.cmid") {
         return;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/cmid_peer.py");

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use crate::engine::WrOp;
+
 /// What can go wrong talking to the agent.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -89,37 +91,6 @@ impl ConnectParams {
             max_dest_rd_atomic: 16,
         }
     }
-}
-
-/// A work request's operation and its remote side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendOp {
-    Send,
-    SendImm(u32),
-    Write {
-        remote_addr: u64,
-        rkey: u32,
-    },
-    WriteImm {
-        remote_addr: u64,
-        rkey: u32,
-        imm: u32,
-    },
-    Read {
-        remote_addr: u64,
-        rkey: u32,
-    },
-    CmpSwap {
-        remote_addr: u64,
-        rkey: u32,
-        compare: u64,
-        swap: u64,
-    },
-    FetchAdd {
-        remote_addr: u64,
-        rkey: u32,
-        add: u64,
-    },
 }
 
 /// A work completion the target reported.
@@ -307,7 +278,7 @@ impl AgentClient {
         &mut self,
         qp: &QpInfo,
         wr_id: u64,
-        op: SendOp,
+        op: WrOp,
         mr: &MrInfo,
         offset: usize,
         len: usize,
@@ -316,22 +287,22 @@ impl AgentClient {
             "qp": qp.handle, "wr_id": wr_id, "mr": mr.handle, "offset": offset, "len": len,
         });
         let extra = match op {
-            SendOp::Send => json!({ "op": "send" }),
-            SendOp::SendImm(imm) => json!({ "op": "send_imm", "imm": imm }),
-            SendOp::Write { remote_addr, rkey } => {
+            WrOp::Send => json!({ "op": "send" }),
+            WrOp::SendWithImm { imm } => json!({ "op": "send_imm", "imm": imm }),
+            WrOp::Write { remote_addr, rkey } => {
                 json!({ "op": "write", "remote_addr": remote_addr, "rkey": rkey })
             }
-            SendOp::WriteImm {
+            WrOp::WriteWithImm {
                 remote_addr,
                 rkey,
                 imm,
             } => {
                 json!({ "op": "write_imm", "remote_addr": remote_addr, "rkey": rkey, "imm": imm })
             }
-            SendOp::Read { remote_addr, rkey } => {
+            WrOp::Read { remote_addr, rkey } => {
                 json!({ "op": "read", "remote_addr": remote_addr, "rkey": rkey })
             }
-            SendOp::CmpSwap {
+            WrOp::CompareSwap {
                 remote_addr,
                 rkey,
                 compare,
@@ -340,13 +311,18 @@ impl AgentClient {
                 "op": "cmp_swap", "remote_addr": remote_addr, "rkey": rkey,
                 "compare": compare, "swap": swap,
             }),
-            SendOp::FetchAdd {
+            WrOp::FetchAdd {
                 remote_addr,
                 rkey,
                 add,
             } => json!({
                 "op": "fetch_add", "remote_addr": remote_addr, "rkey": rkey, "add": add,
             }),
+            other => {
+                return Err(AgentError::Protocol(format!(
+                    "the agent posts SEND, WRITE, READ and atomics, not {other:?}"
+                )))
+            }
         };
         if let (Value::Object(a), Value::Object(e)) = (&mut args, extra) {
             a.extend(e);

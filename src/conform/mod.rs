@@ -5,9 +5,7 @@
 
 mod agent;
 
-pub use agent::{
-    AgentClient, AgentError, Completion, ConnectParams, Hello, MrInfo, QpInfo, SendOp,
-};
+pub use agent::{AgentClient, AgentError, Completion, ConnectParams, Hello, MrInfo, QpInfo};
 
 /// The target agent (Python 3 with pyverbs), as shipped: copy it to the target host.
 pub const AGENT_PY: &str = include_str!("agent.py");

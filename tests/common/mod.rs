@@ -27,6 +27,24 @@ pub fn report_skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test}: {why}");
 }
 
+/// `true` if Debian's python3-pyverbs can import `module` (`pyverbs.cmid`, `pyverbs.qp`);
+/// else a visible skip, or a failure under `XROCE_CI=1`.
+#[allow(dead_code)]
+pub fn pyverbs_or_skip(test: &str, module: &str) -> bool {
+    let found = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        let why = "needs python3-pyverbs (scripts/setup.sh installs it)";
+        if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
+            panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
+        }
+        report_skip(test, why);
+    }
+    found
+}
+
 /// Runs the test `name` of this test binary again in a child process (with `env` set and
 /// `env_remove` removed) and returns what it wrote to stderr, after asserting it passed.
 /// Used to prove that a skip is visible in the harness's normal, captured output.
