@@ -4,7 +4,6 @@
 //! at a glance: a NAK, a go-back-N resend or a packet with a bad ICRC stands out by its
 //! colour and dash.
 
-use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -23,8 +22,9 @@ pub enum RungKind {
     Ack,
     /// A NAK or an RNR NAK.
     Nak,
-    /// A request or response that repeats an earlier one of its sender (same QP, PSN and
-    /// opcode): a go-back-N resend, a timer retry or a READ replay.
+    /// A request or READ response that repeats an earlier packet of its sender (same QP,
+    /// PSN and opcode, as the summary's `retransmitted` counts them): a go-back-N resend, a
+    /// timer retry or a READ replay.
     Retransmit,
     /// A communication-management MAD (a UD SEND to QP1).
     Cm,
@@ -67,8 +67,6 @@ pub struct Ladder {
     columns: Vec<String>,
     limit: usize,
     left_out: usize,
-    /// (sender, dest QP, PSN, opcode) of every request and response drawn so far.
-    seen: HashSet<(String, u32, u32, u8)>,
 }
 
 impl Ladder {
@@ -79,7 +77,6 @@ impl Ladder {
             columns: Vec::new(),
             limit,
             left_out: 0,
-            seen: HashSet::new(),
         }
     }
 
@@ -88,21 +85,17 @@ impl Ladder {
         &self.rungs
     }
 
-    /// Adds a packet of a capture.
-    pub fn frame(&mut self, number: usize, time: Duration, p: &ParsedFrame<'_>) {
+    /// Adds a packet of a capture; `repeated`: it repeats an earlier packet of its sender
+    /// (the capture summary knows).
+    pub fn frame(&mut self, number: usize, time: Duration, p: &ParsedFrame<'_>, repeated: bool) {
         let (from, to) = addresses(p);
         let r = &p.repr.roce;
         let op = r.bth.opcode;
         let mut label = format!("#{number} {} psn={}", short_name(op), r.bth.psn.value());
-        let mut kind = if op == Opcode::RC_RDMA_READ_RESPONSE_FIRST
-            || op == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
-            || op == Opcode::RC_RDMA_READ_RESPONSE_LAST
-            || op == Opcode::RC_RDMA_READ_RESPONSE_ONLY
-            || op == Opcode::RC_ATOMIC_ACKNOWLEDGE
-        {
-            RungKind::Response
-        } else if op == Opcode::RC_ACKNOWLEDGE {
+        let mut kind = if op == Opcode::RC_ACKNOWLEDGE {
             RungKind::Ack
+        } else if op.info().is_some_and(|i| i.is_response) {
+            RungKind::Response
         } else {
             RungKind::Request
         };
@@ -126,12 +119,9 @@ impl Ladder {
             }
             None => {}
         }
-        if matches!(kind, RungKind::Request | RungKind::Response) {
-            let key = (from.clone(), r.bth.dest_qp, r.bth.psn.value(), op.0);
-            if !self.seen.insert(key) {
-                kind = RungKind::Retransmit;
-                label.push_str(" (again)");
-            }
+        if repeated && matches!(kind, RungKind::Request | RungKind::Response) {
+            kind = RungKind::Retransmit;
+            label.push_str(" (again)");
         }
         if !p.icrc_ok() {
             kind = RungKind::BadIcrc;

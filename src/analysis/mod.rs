@@ -72,10 +72,11 @@ struct SenderStats {
 }
 
 impl CaptureSummary {
-    fn count_sender(&mut self, p: &ParsedFrame<'_>) {
+    /// Counts the frame for its sender; true if it repeats an earlier packet of that sender.
+    fn count_sender(&mut self, p: &ParsedFrame<'_>) -> bool {
         let (src, _) = addresses(p);
         let r = &p.repr.roce;
-        self.count_sender_bth(src, &r.bth, r.aeth);
+        self.count_sender_bth(src, &r.bth, r.aeth)
     }
 
     /// As `count_sender`, from the BTH and AETH alone (all a snaplen-cut frame may show).
@@ -84,7 +85,7 @@ impl CaptureSummary {
         src: String,
         bth: &crate::wire::BthRepr,
         aeth: Option<crate::wire::AethRepr>,
-    ) {
+    ) -> bool {
         let stats = self.senders.entry(src.clone()).or_default();
         stats.frames += 1;
         if let Some(a) = aeth {
@@ -106,7 +107,9 @@ impl CaptureSummary {
                 stats.retransmitted += 1;
             }
             stats.most_copies = stats.most_copies.max(*n);
+            return *n > 1;
         }
+        false
     }
 }
 
@@ -155,9 +158,9 @@ fn handle_frame(
         Ok(p) => {
             s.roce += 1;
             *s.per_opcode.entry(p.repr.roce.bth.opcode.0).or_default() += 1;
-            s.count_sender(&p);
+            let repeated = s.count_sender(&p);
             if let Some(ladder) = &mut s.ladder {
-                ladder.frame(f.number, rel, &p);
+                ladder.frame(f.number, rel, &p, repeated);
             }
             if let Some(mad) = crate::wire::cm::gsi_cm_mad(&p.repr.roce) {
                 let (src, dst) = addresses(&p);

@@ -94,6 +94,17 @@ def sync_client(addr):
     cmid.disconnect()
 
 
+def qp_with_inbox(cmid, port_space):
+    """The id's QP (UD for RDMA_PS_UDP, else RC) with one receive posted: (ud, message
+    size, the receive buffer)."""
+    ud = port_space == ce.RDMA_PS_UDP
+    size = UD_SIZE if ud else SIZE
+    cmid.create_qp(init_attr(e.IBV_QPT_UD if ud else e.IBV_QPT_RC))
+    inbox = cmid.reg_msgs(size + GRH)
+    cmid.post_recv(inbox, size + GRH)
+    return ud, size, inbox
+
+
 def async_server(addr, port_space, reject):
     channel = CMEventChannel()
     listener = CMID(creator=channel, port_space=port_space)
@@ -107,11 +118,7 @@ def async_server(addr, port_space, reject):
     if reject:
         child.reject(REJECT_DATA)
         return
-    ud = port_space == ce.RDMA_PS_UDP
-    size = UD_SIZE if ud else SIZE
-    child.create_qp(init_attr(e.IBV_QPT_UD if ud else e.IBV_QPT_RC))
-    inbox = child.reg_msgs(size + GRH)
-    child.post_recv(inbox, size + GRH)
+    ud, size, inbox = qp_with_inbox(child, port_space)
     child.accept(ConnParam(qp_num=child.qpn) if ud else ConnParam())
     if not ud:
         expect(channel, ce.RDMA_CM_EVENT_ESTABLISHED).ack_cm_event()
@@ -137,11 +144,7 @@ def async_client(addr, port_space, reject):
     expect(channel, ce.RDMA_CM_EVENT_ADDR_RESOLVED).ack_cm_event()
     cmid.resolve_route(2000)
     expect(channel, ce.RDMA_CM_EVENT_ROUTE_RESOLVED).ack_cm_event()
-    ud = port_space == ce.RDMA_PS_UDP
-    size = UD_SIZE if ud else SIZE
-    cmid.create_qp(init_attr(e.IBV_QPT_UD if ud else e.IBV_QPT_RC))
-    inbox = cmid.reg_msgs(size + GRH)
-    cmid.post_recv(inbox, size + GRH)
+    ud, size, inbox = qp_with_inbox(cmid, port_space)
     cmid.connect(ConnParam(qp_num=cmid.qpn) if ud else ConnParam())
     if reject:
         event = expect(channel, ce.RDMA_CM_EVENT_REJECTED)
