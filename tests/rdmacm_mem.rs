@@ -580,3 +580,44 @@ fn a_loopback_bind_takes_the_first_device_and_hears_no_network_req() {
     let err = id.bind_addr(addr("127.0.0.1", 5004)).unwrap_err();
     assert_eq!(err.errno(), libc::EADDRNOTAVAIL, "{err}");
 }
+
+/// perftest -R's client sends the test QPs' REQs the moment the last sync message arrives,
+/// while the server may still be sending it: the server listens from `CmQps::new`, so a REQ
+/// that comes long before the server gets to `connect` waits and is accepted (before, it
+/// met REJ "invalid service id", and Debian's ib_write_bw crashed on that REJECTED).
+#[test]
+fn perftest_server_takes_test_qp_reqs_sent_before_it_accepts() {
+    use xroce::tools::perftest_cm::CmQps;
+    use xroce::tools::perftest_oob::Role;
+    let (a, b, _link) = pair(0.0);
+    let (client, server) = (side(&a, quick()), side(&b, quick()));
+    let mut server_qps = CmQps::new(&server.cm, Role::Server, None, 18515, None).unwrap();
+    let mut client_qps =
+        CmQps::new(&client.cm, Role::Client, Some(SERVER_IP), 18515, None).unwrap();
+    let client_qp = client
+        .pd
+        .create_qp(&QpInitAttr::rc(&client.cq, &client.cq))
+        .unwrap();
+    let started = Instant::now();
+    let connecting = std::thread::spawn(move || {
+        client_qps
+            .connect(std::slice::from_ref(&client_qp))
+            .map(|()| (client_qps, client_qp))
+    });
+    // Longer than the client's ten 100 ms retries after a REJECTED.
+    std::thread::sleep(Duration::from_millis(1500));
+    let server_qp = server
+        .pd
+        .create_qp(&QpInitAttr::rc(&server.cq, &server.cq))
+        .unwrap();
+    server_qps
+        .connect(std::slice::from_ref(&server_qp))
+        .unwrap();
+    let (_client_qps, client_qp) = connecting.join().unwrap().unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    let deadline = Instant::now() + WAIT;
+    while client_qp.state().unwrap() != QpState::Rts || server_qp.state().unwrap() != QpState::Rts {
+        assert!(Instant::now() < deadline, "QPs not connected");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

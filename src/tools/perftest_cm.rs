@@ -10,7 +10,7 @@
 //!
 //! | perftest (client / server) | here |
 //! |---|---|
-//! | `rdma_resolve_addr` per id, 2000 ms / `rdma_bind_addr(0.0.0.0:port)`, `rdma_listen(q)` | [`CmQps::connect`] |
+//! | `rdma_resolve_addr` per id, 2000 ms / `rdma_bind_addr(0.0.0.0:port)`, `rdma_listen(q)` | [`CmQps::connect`] / [`CmQps::new`]: listening before the sync rounds end, so no REQ is early |
 //! | ADDR_RESOLVED: `rdma_resolve_route(2000)` | the same |
 //! | ROUTE_RESOLVED: `rdma_create_qp` on the id, `rdma_connect` / CONNECT_REQUEST: `rdma_accept` | [`CmId::attach_qp`] of the next test QP, connect / accept |
 //! | `responder_resources = initiator_depth = out_reads` (READ, atomics; else 0), `retry_count = rnr_retry_count = 7` | [`ConnParam`] |
@@ -350,6 +350,11 @@ pub struct CmQps {
     param: ConnParam,
     ack_timeout: Option<u8>,
     ids: Vec<CmId>,
+    /// The server's listener for the test QPs, up from [`Self::new`]: the client sends its
+    /// REQs as soon as the last sync message arrives, before this side could start
+    /// listening after sending it (a REQ then meets REJ "invalid service id", and Debian's
+    /// perftest client crashes on that REJECTED).
+    listener: Option<CmId>,
 }
 
 impl CmQps {
@@ -367,9 +372,19 @@ impl CmQps {
                     .with_context(|| format!("-R needs the server's IP address, not {h:?}"))
             })
             .transpose()?;
+        let channel = EventChannel::new()?;
+        let listener = match role {
+            Role::Server => {
+                let listen = cm.create_id(&channel, PortSpace::Tcp)?;
+                listen.bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))?;
+                listen.listen(64)?;
+                Some(listen)
+            }
+            Role::Client => None,
+        };
         Ok(CmQps {
             cm: cm.clone(),
-            channel: EventChannel::new()?,
+            channel,
             role,
             server,
             port,
@@ -382,6 +397,7 @@ impl CmQps {
             },
             ack_timeout: None,
             ids: Vec::new(),
+            listener,
         })
     }
 
@@ -468,14 +484,18 @@ impl CmQps {
     }
 
     fn serve(&mut self, qps: &[Qp]) -> anyhow::Result<()> {
-        let listen = self.cm.create_id(&self.channel, PortSpace::Tcp)?;
-        listen.bind_addr(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            self.port,
-        ))?;
-        listen.listen(qps.len() as i32)?;
+        let listen = self
+            .listener
+            .take()
+            .context("rdma_cm: the test QPs' listener is gone (connect called twice?)")?;
         while self.ids.len() < qps.len() {
-            let e = wait_event(&self.channel, CM_STEP_TIMEOUT)?;
+            let e = match wait_event(&self.channel, CM_STEP_TIMEOUT) {
+                Ok(e) => e,
+                Err(err) => {
+                    listen.destroy();
+                    return Err(err);
+                }
+            };
             match e.kind {
                 EventKind::ConnectRequest => {
                     e.id.attach_qp(qps[self.ids.len()].clone())?;
