@@ -36,6 +36,8 @@ enum Command {
     Rping(cli::rping::Args),
     /// perftest: ib_{send,write,read,atomic}_{bw,lat} with perftest's options and TCP exchange.
     Perf(cli::perf::Args),
+    /// RoCE conformance: put a target (rxe, a NIC, xroce) into exact protocol situations.
+    Conform(cli::conform::Args),
     /// Own an interface's AF_XDP driver and share it with every local process on it.
     Relay(cli::relay::Args),
     /// Copy a file with RDMA WRITE + WRITE_WITH_IMM and verify its SHA-256.
@@ -71,6 +73,7 @@ fn main() {
         Command::Pingpong(args) => cli::pingpong::run(args),
         Command::Rping(args) => cli::rping::run(args),
         Command::Perf(args) => cli::perf::run(args),
+        Command::Conform(args) => cli::conform::run(args),
         Command::Relay(args) => cli::relay::run(args),
         Command::File(args) => cli::file::run(args),
         Command::MrCheck(args) => cli::mr_check::run(args),

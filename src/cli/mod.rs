@@ -1,6 +1,7 @@
 //! One module per subcommand. Each has `Args` (clap) and `run(Args) -> anyhow::Result<i32>`
 //! returning the process exit status.
 pub mod bench;
+pub mod conform;
 pub mod demo;
 pub mod devinfo;
 pub mod dump;

@@ -258,6 +258,12 @@ impl AgentClient {
         text(&self.call("query_qp", json!({ "qp": qp.handle }))?, "state")
     }
 
+    /// Moves the QP to `state` (`err` or `reset`): a case ends a QP it left retrying.
+    pub fn modify(&mut self, qp: &QpInfo, state: &str) -> Result<()> {
+        self.call("modify", json!({ "qp": qp.handle, "state": state }))?;
+        Ok(())
+    }
+
     pub fn post_recv(
         &mut self,
         qp: &QpInfo,

@@ -239,6 +239,17 @@ fn settle_before(qp: &mut Qp, sh: &mut DeviceState, psn: Psn) -> bool {
     false
 }
 
+/// A READ response or atomic ACK whose PSN is one of the oldest outstanding SEND's or
+/// WRITE's: the responder answered another kind of request than was sent, a bad response
+/// (IBTA 9.7.5.2; the WR completes with BAD_RESP_ERR).
+fn answers_a_send_or_write(qp: &Qp, psn: Psn) -> bool {
+    qp.sq.front().is_some_and(|w| {
+        !w.op.is_read_or_atomic()
+            && matches!((w.first_psn, w.last_psn()), (Some(first), Some(last))
+                if !psn.is_before(first) && !last.is_before(psn))
+    })
+}
+
 fn read_response(
     qp: &mut Qp,
     sh: &mut DeviceState,
@@ -248,12 +259,23 @@ fn read_response(
 ) {
     let psn = pkt.bth.psn;
     if !settle_before(qp, sh, psn) {
+        if answers_a_send_or_write(qp, psn) {
+            fail_qp(qp, sh, WcStatus::BadRespErr);
+            return;
+        }
         sh.counters.drops.unexpected_response += 1;
         return;
     }
     let mtu = qp.mtu();
     let Some(w) = qp.sq.front_mut() else { return };
     let Some(first) = w.first_psn else { return };
+    let inside = !psn.is_before(first) && psn.is_before(first.wrapping_add(w.npkts));
+    if inside && !matches!(w.op, WrOp::Read { .. }) {
+        // A READ response at the PSN of a SEND, WRITE or atomic: the responder answered
+        // another request than this one (IBTA 9.7.5.2, bad response).
+        fail_qp(qp, sh, WcStatus::BadRespErr);
+        return;
+    }
     if !matches!(w.op, WrOp::Read { .. }) || !psn.is_before(first.wrapping_add(w.npkts)) {
         // An ATOMIC (or a READ response beyond this READ) is still owed: implied NAK.
         let resume = first.wrapping_add(w.read_done_pkts);
@@ -311,11 +333,21 @@ fn atomic_ack(qp: &mut Qp, sh: &mut DeviceState, now: Instant, pkt: &PacketRepr<
         return;
     };
     if !settle_before(qp, sh, psn) {
+        if answers_a_send_or_write(qp, psn) {
+            fail_qp(qp, sh, WcStatus::BadRespErr);
+            return;
+        }
         sh.counters.drops.unexpected_response += 1;
         return;
     }
     let Some(w) = qp.sq.front() else { return };
     let Some(first) = w.first_psn else { return };
+    let inside = !psn.is_before(first) && psn.is_before(first.wrapping_add(w.npkts));
+    if inside && !w.op.is_atomic() {
+        // An atomic ACK at the PSN of a SEND, WRITE or READ: a bad response (IBTA 9.7.5.2).
+        fail_qp(qp, sh, WcStatus::BadRespErr);
+        return;
+    }
     if !w.op.is_atomic() || first != psn {
         sh.counters.drops.unexpected_response += 1;
         let resume = first.wrapping_add(w.read_done_pkts);
