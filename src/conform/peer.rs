@@ -4,7 +4,7 @@
 //! received with the time it left or arrived, for the case's checks, its capture and its
 //! ladder diagram.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use crate::driver::{Driver, DriverError};
@@ -183,6 +183,7 @@ impl Peer {
     #[cfg(feature = "xdp")]
     pub fn open_xdp(target: Ipv4Addr, timeout: Duration) -> Result<Peer, PeerError> {
         use crate::driver::xdp::{XdpConfig, XdpDriver};
+        use std::net::IpAddr;
         let route = crate::netdev::resolve_route(IpAddr::V4(target), timeout)
             .map_err(|e| PeerError::Route(e.to_string()))?;
         if route.gateway.is_some() {

@@ -374,3 +374,69 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;te
     h.push_str("</body></html>\n");
     h
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conform::catalogue;
+
+    #[test]
+    fn patterns_select_by_name_part_and_wildcard() {
+        assert!(selected("duplicate_read_replay", None));
+        assert!(selected("duplicate_read_replay", Some("duplicate")));
+        assert!(selected("rnr_retry_exceeded", Some("ghost_ack, rnr*")));
+        assert!(!selected("ghost_ack", Some("rnr*")));
+        assert!(selected("ack_timeout_retry_cnt_7", Some("*cnt_7")));
+        assert!(!selected("ack_timeout_retry", Some("*cnt_7")));
+        assert!(selected("read_retry_partial", Some("read*partial")));
+        assert!(!selected("read_success", Some("read*partial")));
+        assert!(!selected("read_success", Some(",")));
+    }
+
+    #[test]
+    fn expectations_parse_and_refuse_what_they_cannot_mean() {
+        let e = Expectations::parse(
+            "t",
+            "# c\nghost_ack deviates  # why\n\nbad_response error\n",
+        )
+        .unwrap();
+        assert_eq!(e.expected("ghost_ack"), Verdict::Deviates);
+        assert_eq!(e.expected("bad_response"), Verdict::Error);
+        assert_eq!(e.expected("psn_wrap"), Verdict::Conforms);
+        assert!(Expectations::parse("t", "ghost_ack maybe").is_err());
+        assert!(Expectations::parse("t", "ghost_ack deviates extra").is_err());
+        assert!(Expectations::parse("t", "ghost_ack").is_err());
+        let typo = Expectations::parse("t", "ghost_akc deviates").unwrap();
+        assert_eq!(
+            typo.unknown_cases(&catalogue()),
+            vec!["ghost_akc".to_string()]
+        );
+        assert!(Expectations::load("/no/such/file").is_err());
+    }
+
+    #[test]
+    fn the_shipped_expectations_name_only_catalogue_cases() {
+        for (name, _) in BUILTIN_EXPECTATIONS {
+            let e = Expectations::load(name).unwrap();
+            assert!(e.unknown_cases(&catalogue()).is_empty(), "{name}");
+        }
+        assert_eq!(
+            Expectations::load("rxe")
+                .unwrap()
+                .expected("ack_timeout_retry_cnt_7"),
+            Verdict::Deviates
+        );
+    }
+
+    #[test]
+    fn every_case_has_a_unique_name_and_cites_the_ibta() {
+        let cases = catalogue();
+        let mut names = std::collections::HashSet::new();
+        for c in &cases {
+            assert!(names.insert(c.name), "{} twice", c.name);
+            assert!(c.rule.starts_with("IBTA "), "{}: {}", c.name, c.rule);
+            assert!(!c.rule.contains('?'), "{}: {}", c.name, c.rule);
+            assert!(!c.summary.is_empty());
+        }
+    }
+}
