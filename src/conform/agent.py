@@ -17,6 +17,7 @@ hex strings. One client at a time; its objects are destroyed when it disconnects
   write_mem  mr offset hex            read_mem mr offset len -> hex
   connect    qp remote_qpn remote_gid rq_psn sq_psn [mtu timeout retry_cnt rnr_retry
              min_rnr_timer max_rd_atomic max_dest_rd_atomic]   RESET -> INIT -> RTR -> RTS
+  ud_ready   qp qkey [sq_psn]          a UD QP RESET -> INIT (Q_Key) -> RTR -> RTS
   modify     qp state(err|reset)      query_qp qp -> state, sq_psn, rq_psn
   post_recv  qp wr_id mr offset len
   post_send  qp wr_id op(send|send_imm|write|write_imm|read|cmp_swap|fetch_add) mr offset len
@@ -203,6 +204,20 @@ def cmd_connect(s, req):
     attr.retry_cnt = int(req.get("retry_cnt", 7))
     attr.rnr_retry = int(req.get("rnr_retry", 7))
     attr.max_rd_atomic = int(req.get("max_rd_atomic", 16))
+    qp.to_rts(attr)
+    return {}
+
+
+def cmd_ud_ready(s, req):
+    qp, _ = s.qp(req)
+    attr = QPAttr(qp_state=e.IBV_QPS_INIT)
+    attr.pkey_index = 0
+    attr.port_num = s.port
+    attr.qkey = need(req, "qkey")
+    qp.to_init(attr)
+    qp.to_rtr(QPAttr(qp_state=e.IBV_QPS_RTR))
+    attr = QPAttr(qp_state=e.IBV_QPS_RTS)
+    attr.sq_psn = int(req.get("sq_psn", 0))
     qp.to_rts(attr)
     return {}
 

@@ -258,6 +258,12 @@ impl AgentClient {
         text(&self.call("query_qp", json!({ "qp": qp.handle }))?, "state")
     }
 
+    /// Makes a UD QP ready to send and receive with `qkey` (RESET, INIT, RTR, RTS).
+    pub fn ud_ready(&mut self, qp: &QpInfo, qkey: u32) -> Result<()> {
+        self.call("ud_ready", json!({ "qp": qp.handle, "qkey": qkey }))?;
+        Ok(())
+    }
+
     /// Moves the QP to `state` (`err` or `reset`): a case ends a QP it left retrying.
     pub fn modify(&mut self, qp: &QpInfo, state: &str) -> Result<()> {
         self.call("modify", json!({ "qp": qp.handle, "state": state }))?;

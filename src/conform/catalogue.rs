@@ -175,6 +175,18 @@ pub fn catalogue() -> Vec<Case> {
             run: zero_length_read,
         },
         Case {
+            name: "read_depth_exceeded",
+            rule: "IBTA 9.7.5.1 (the responder keeps max_dest_rd_atomic READ resources; more READs than negotiated are refused with NAK invalid request, or served, never answered with wrong data)",
+            summary: "with max_dest_rd_atomic 1, two READs at once get their right data in order, or NAK invalid request for the second",
+            run: read_depth_exceeded,
+        },
+        Case {
+            name: "ud_qkey_violation",
+            rule: "IBTA 10.2.4 (Q_Keys): a UD datagram whose Q_Key does not match the QP's is dropped silently",
+            summary: "a UD SEND with the wrong Q_Key is not delivered and not answered; with the right one it is",
+            run: ud_qkey_violation,
+        },
+        Case {
             name: "rnr_nak_no_receive",
             rule: "IBTA 9.7.5.2.8 (RNR NAK with the responder's minimum RNR timer; the PSN is not consumed)",
             summary: "a SEND with no receive posted gets RNR NAK carrying min_rnr_timer; the same PSN succeeds once a receive is posted",
@@ -911,6 +923,87 @@ fn zero_length_read(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
             rc.psn
         ),
         describe_all(a.as_slice()),
+    );
+    Ok(())
+}
+
+fn read_depth_exceeded(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
+    let rc = cx.rc(|p| p.max_dest_rd_atomic = 1)?;
+    let data = pattern(24, 200);
+    cx.agent.write_mem(&rc.mr, 0, &data)?;
+    cx.send(&rc.rdma(Opcode::RC_RDMA_READ_REQUEST, rc.psn, 0, 100, &[]))?;
+    cx.send(&rc.rdma(Opcode::RC_RDMA_READ_REQUEST, next(rc.psn, 1), 100, 100, &[]))?;
+    let got: Vec<Heard> = (0..2)
+        .filter_map(|_| cx.answer(&rc).ok().flatten())
+        .collect();
+    let served = got.len() == 2
+        && got[0].opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
+        && got[0].psn == rc.psn
+        && got[0].payload == data[..100]
+        && got[1].opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
+        && got[1].psn == next(rc.psn, 1)
+        && got[1].payload == data[100..];
+    let refused = got.len() == 2
+        && got[0].payload == data[..100]
+        && got[1].is_nak(NakCode::InvalidRequest)
+        && got[1].psn == next(rc.psn, 1);
+    cx.measure("second_refused", if refused { 1.0 } else { 0.0 });
+    cx.check(
+        served || refused,
+        "two READ_RESPONSE_ONLY with bytes 0..100 and 100..200, or the first and NAK invalid request for the second",
+        describe_all(&got),
+    );
+    Ok(())
+}
+
+fn ud_qkey_violation(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
+    const QKEY: u32 = 0x1111_2222;
+    let qp = cx.agent.create_qp(true)?;
+    let mr = cx.agent.reg_mr(4096, &["local_write"])?;
+    cx.agent.ud_ready(&qp, QKEY)?;
+    // A UD receive takes the 40-byte GRH before the payload (IBTA 11.4.1.1).
+    cx.agent.post_recv(&qp, 1, &mr, 0, 1024)?;
+    cx.peer.drain()?;
+    let data = pattern(25, 64);
+    let peer_qpn = cx.next_peer_qpn;
+    cx.next_peer_qpn += 1;
+    let datagram = |qkey: u32| {
+        let mut p = PacketRepr::new(Opcode::UD_SEND_ONLY, qp.qpn);
+        p.payload = &data;
+        p.deth = Some(crate::wire::DethRepr {
+            qkey,
+            src_qp: peer_qpn,
+        });
+        p
+    };
+    cx.send(&datagram(QKEY ^ 0xFF))?;
+    let quiet = cx.windows.quiet;
+    let wcs = cx.agent.poll(&qp, 1, quiet)?;
+    cx.check(
+        wcs.is_empty(),
+        "no receive completion for the wrong Q_Key",
+        describe_completions(&wcs),
+    );
+    cx.send(&datagram(QKEY))?;
+    let wcs = cx.agent.poll(&qp, 1, cx.windows.answer)?;
+    cx.check(
+        wcs.len() == 1 && wcs[0].status_name == "IBV_WC_SUCCESS" && wcs[0].byte_len == 40 + 64,
+        "the right Q_Key's datagram completes the receive: IBV_WC_SUCCESS, 40 + 64 bytes",
+        describe_completions(&wcs),
+    );
+    let got = cx.agent.read_mem(&mr, 40, 64)?;
+    cx.check(
+        got == data,
+        "the payload after the GRH",
+        if got == data { "it is" } else { "it differs" },
+    );
+    let answers = cx
+        .peer
+        .collect_where(Instant::now(), |h| h.dest_qp == peer_qpn)?;
+    cx.check(
+        answers.is_empty(),
+        "nothing sent back (UD has no ACKs)",
+        describe_all(&answers),
     );
     Ok(())
 }
