@@ -205,18 +205,27 @@ impl Ctx<'_> {
     /// A target QP with a 64 KiB MR (all remote access), connected to a fresh peer QPN;
     /// `tune` adjusts the connection's attributes first (PSNs, timeout, retries...).
     pub fn rc(&mut self, tune: impl FnOnce(&mut ConnectParams)) -> Result<Rc, CaseError> {
-        let peer_qpn = self.next_peer_qpn;
-        self.next_peer_qpn += 1;
-        let qp = self.agent.create_qp(false)?;
-        let mr = self.agent.reg_mr(
-            MR_LEN,
+        self.rc_with_access(
             &[
                 "local_write",
                 "remote_write",
                 "remote_read",
                 "remote_atomic",
             ],
-        )?;
+            tune,
+        )
+    }
+
+    /// [`Ctx::rc`] with an MR of only the `access` rights named (the agent's names).
+    pub fn rc_with_access(
+        &mut self,
+        access: &[&str],
+        tune: impl FnOnce(&mut ConnectParams),
+    ) -> Result<Rc, CaseError> {
+        let peer_qpn = self.next_peer_qpn;
+        self.next_peer_qpn += 1;
+        let qp = self.agent.create_qp(false)?;
+        let mr = self.agent.reg_mr(MR_LEN, access)?;
         let mut params = ConnectParams::new(peer_qpn, self.peer_gid.clone(), 0x10_0000, 0x20_0000);
         params.timeout = 14;
         tune(&mut params);

@@ -127,6 +127,18 @@ pub fn catalogue() -> Vec<Case> {
             run: out_of_bounds_atomic,
         },
         Case {
+            name: "wrong_access_write",
+            rule: "IBTA 9.7.4.1.5 (the MR must grant the access the request needs), 9.9.3.1 class C",
+            summary: "a WRITE into an MR registered for remote READ only gets NAK remote access error, memory untouched",
+            run: wrong_access_write,
+        },
+        Case {
+            name: "wrong_access_atomic",
+            rule: "IBTA 9.7.4.1.5, 9.9.3.1 class C",
+            summary: "a FETCH_ADD on an MR registered for remote READ only gets NAK remote access error, memory untouched",
+            run: wrong_access_atomic,
+        },
+        Case {
             name: "misaligned_atomic",
             rule: "IBTA 9.4.5 (an atomic's VA is 8-byte aligned), 9.9.3.1 class C (NAK invalid request)",
             summary: "a FETCH_ADD at an odd address gets NAK invalid request, memory untouched",
@@ -210,6 +222,12 @@ pub fn catalogue() -> Vec<Case> {
             rule: "IBTA 9.6 (transport header checks): a packet for a QP that does not exist is dropped silently",
             summary: "a WRITE to a QPN nobody has gets no answer",
             run: wrong_dest_qp_dropped,
+        },
+        Case {
+            name: "wrong_source_dropped",
+            rule: "IBTA 9.6 (transport header checks): an RC packet from another address than the QP's peer is dropped silently",
+            summary: "a WRITE to the right QP and PSN from another IP address gets no answer and writes nothing",
+            run: wrong_source_dropped,
         },
         // --- the target as requester ---
         Case {
@@ -795,6 +813,23 @@ fn out_of_bounds_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+fn wrong_access_write(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
+    let rc = cx.rc_with_access(&["local_write", "remote_read"], |_| {})?;
+    let data = pattern(26, 64);
+    cx.send(&rc.rdma(Opcode::RC_RDMA_WRITE_ONLY, rc.psn, 0, 64, &data))?;
+    let a = cx.answer(&rc)?;
+    expect_nak(cx, a.as_ref(), rc.psn, NakCode::RemoteAccessError);
+    expect_memory(cx, &rc, 0, &[0; 64], "the memory is untouched")
+}
+
+fn wrong_access_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
+    let rc = cx.rc_with_access(&["local_write", "remote_read"], |_| {})?;
+    cx.send(&rc.atomic(Opcode::RC_FETCH_ADD, rc.psn, 0, 1, 0))?;
+    let a = cx.answer(&rc)?;
+    expect_nak(cx, a.as_ref(), rc.psn, NakCode::RemoteAccessError);
+    expect_memory(cx, &rc, 0, &[0; 8], "the memory is untouched")
+}
+
 fn misaligned_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     cx.send(&rc.atomic(Opcode::RC_FETCH_ADD, rc.psn, 4, 1, 0))?;
@@ -1055,6 +1090,32 @@ fn wrong_pkey_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_nothing(cx, &rc, "for the frame with P_Key 0x1234")?;
     expect_memory(cx, &rc, 0, &[0; 64], "nothing written")?;
     p.bth.pkey = 0xFFFF;
+    cx.send(&p)?;
+    let a = cx.answer(&rc)?;
+    expect_ack(cx, a.as_ref(), rc.psn, Some(1));
+    Ok(())
+}
+
+fn wrong_source_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
+    let rc = cx.rc(|_| {})?;
+    let data = pattern(27, 64);
+    let p = rc.rdma(Opcode::RC_RDMA_WRITE_ONLY, rc.psn, 0, 64, &data);
+    let real = cx.peer.local.ip;
+    let o = real.octets();
+    // Another host of the same /24 (never the peer's own address).
+    let other = std::net::Ipv4Addr::new(o[0], o[1], o[2], o[3] ^ 0x80);
+    cx.peer.local.ip = other;
+    let frame = cx.peer.compose(&p);
+    cx.peer.local.ip = real;
+    cx.peer.send_frame(frame?)?;
+    let quiet = cx.windows.quiet;
+    let got = cx.peer.collect_where(Instant::now() + quiet, |_| true)?;
+    cx.check(
+        got.is_empty(),
+        format!("nothing for the frame from {other}"),
+        describe_all(&got),
+    );
+    expect_memory(cx, &rc, 0, &[0; 64], "nothing written")?;
     cx.send(&p)?;
     let a = cx.answer(&rc)?;
     expect_ack(cx, a.as_ref(), rc.psn, Some(1));
