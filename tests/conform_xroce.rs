@@ -97,6 +97,25 @@ fn the_catalogue_against_xroce_matches_its_expectations() {
         assert_eq!(c["as_expected"], true, "{}: {c}", c["name"]);
     }
     assert_eq!(summary["differ"], serde_json::json!([]), "{summary}");
+    // Each drop is counted under its reason in xroce's counters (the agent reads them with
+    // xroce_read_counters through ctypes), and only there.
+    for (case, counter) in [
+        ("bad_icrc_dropped", "drops.bad_icrc"),
+        ("wrong_pkey_dropped", "drops.bad_pkey"),
+        ("wrong_dest_qp_dropped", "drops.unknown_qp"),
+        ("wrong_source_dropped", "drops.bad_source_addr"),
+        ("ud_qkey_violation", "drops.bad_qkey"),
+    ] {
+        let c = cases.iter().find(|c| c["name"] == case).expect(case);
+        let m = c["measurements"].as_object().expect("measurements");
+        assert_eq!(
+            m.get(&format!("counter {counter}"))
+                .and_then(|v| v.as_f64()),
+            Some(1.0),
+            "{case} counts one {counter}: {c}"
+        );
+    }
+
     assert!(out.status.success(), "exit status {}", out.status);
 
     let report = std::fs::read_to_string(&html).unwrap();

@@ -19,6 +19,8 @@ fn main() {
             "IBVERBS_PRIVATE_34",
             // The rdma_* calls xroce's librdmacm.so.1 forwards to (src/rdmacm).
             "XROCE_RDMACM_PRIVATE",
+            // xroce's own calls (xroce_read_counters).
+            "XROCE_1.0",
         ],
     );
     println!("cargo:rerun-if-changed=build.rs");

@@ -23,12 +23,17 @@ hex strings. One client at a time; its objects are destroyed when it disconnects
   post_send  qp wr_id op(send|send_imm|write|write_imm|read|cmp_swap|fetch_add) mr offset len
              [remote_addr rkey imm compare swap add signaled]
   poll       qp [max timeout_ms]      -> wcs [{wr_id status status_name opcode byte_len imm}]
+  counters                            -> source, counters {name: value}: the device's counters
+                                         (sysfs hw_counters of a kernel device such as rxe, or
+                                         xroce_read_counters of xroce's libibverbs), source
+                                         null and no counters where the stack has none
   bye
 
 Any failure of a call is an answer with ok false and pyverbs' message, never a crash of the
 agent: a conformance case often makes the target fail on purpose.
 """
 import argparse
+import ctypes
 import json
 import os
 import socket
@@ -284,6 +289,52 @@ def cmd_poll(s, req):
         if len(wcs) >= most or time.monotonic() >= deadline:
             return {"wcs": wcs}
         time.sleep(0.0005)
+
+
+def sysfs_counters(device, port):
+    """A kernel device's hw_counters (rxe, NICs), or None where it has none."""
+    where = f"/sys/class/infiniband/{device}/ports/{port}/hw_counters"
+    if not os.path.isdir(where):
+        return None
+    counters = {}
+    for name in sorted(os.listdir(where)):
+        try:
+            with open(os.path.join(where, name)) as f:
+                counters[name] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a counter the driver cannot read now: absent, not zero
+    return counters
+
+
+def xroce_counters(device):
+    """xroce's counters through its libibverbs.so.1 (the library pyverbs runs on), or None."""
+    try:
+        lib = ctypes.CDLL("libibverbs.so.1")
+        read = lib.xroce_read_counters
+    except (OSError, AttributeError):
+        return None  # rdma-core's libibverbs: no such call
+    read.restype = ctypes.c_ssize_t
+    read.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    need = read(device.encode(), None, 0)
+    if need < 0:
+        return None
+    buf = ctypes.create_string_buffer(need + 1)
+    read(device.encode(), buf, need + 1)
+    counters = {}
+    for line in buf.value.decode().splitlines():
+        name, _, value = line.partition(" ")
+        counters[name] = int(value)
+    return counters
+
+
+def cmd_counters(s, req):
+    found = sysfs_counters(s.ctx.name, s.port)
+    if found is not None:
+        return {"source": "sysfs hw_counters", "counters": found}
+    found = xroce_counters(s.ctx.name)
+    if found is not None:
+        return {"source": "xroce_read_counters", "counters": found}
+    return {"source": None, "counters": {}}
 
 
 COMMANDS = {name[4:]: f for name, f in globals().items() if name.startswith("cmd_")}

@@ -27,6 +27,52 @@ pub enum AgentError {
 
 type Result<T> = std::result::Result<T, AgentError>;
 
+/// A snapshot of the target's counters, by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TargetCounters {
+    pub source: Option<String>,
+    pub values: std::collections::BTreeMap<String, u64>,
+}
+
+impl TargetCounters {
+    /// Counters that grew since `before`, with how much, leaving out the traffic totals
+    /// (packets, bytes, messages) that count good frames too.
+    pub fn grown_since(&self, before: &TargetCounters) -> Vec<(String, u64)> {
+        self.values
+            .iter()
+            .filter(|(name, _)| !is_traffic_total(name))
+            .filter_map(|(name, &now)| {
+                let was = before.values.get(name).copied().unwrap_or(0);
+                (now > was).then(|| (name.clone(), now - was))
+            })
+            .collect()
+    }
+}
+
+/// Counters that move for good traffic as well (rxe's, NICs' and xroce's names), and
+/// sysfs files that are settings, not counts.
+fn is_traffic_total(name: &str) -> bool {
+    const TOTALS: &[&str] = &[
+        "sent_pkts",
+        "rcvd_pkts",
+        "rdma_sends",
+        "rdma_recvs",
+        "lifespan",
+        "gsi_sent",
+        "gsi_rcvd",
+        "acks_coalesced",
+        "port_xmit_data",
+        "port_rcv_data",
+        "port_xmit_packets",
+        "port_rcv_packets",
+        "unicast_xmit_packets",
+        "unicast_rcv_packets",
+        "multicast_xmit_packets",
+        "multicast_rcv_packets",
+    ];
+    TOTALS.contains(&name) || name.ends_with("_bytes")
+}
+
 /// The target's facts (`hello`).
 #[derive(Debug, Clone)]
 pub struct Hello {
@@ -262,6 +308,22 @@ impl AgentClient {
     pub fn ud_ready(&mut self, qp: &QpInfo, qkey: u32) -> Result<()> {
         self.call("ud_ready", json!({ "qp": qp.handle, "qkey": qkey }))?;
         Ok(())
+    }
+
+    /// The target device's counters (`source` says where from: sysfs `hw_counters`, xroce's
+    /// `xroce_read_counters`, or `None` where the stack exposes none).
+    pub fn counters(&mut self) -> Result<TargetCounters> {
+        let a = self.call("counters", Value::Null)?;
+        let source = a.get("source").and_then(Value::as_str).map(str::to_string);
+        let mut values = std::collections::BTreeMap::new();
+        if let Some(map) = a.get("counters").and_then(Value::as_object) {
+            for (name, value) in map {
+                if let Some(v) = value.as_u64() {
+                    values.insert(name.clone(), v);
+                }
+            }
+        }
+        Ok(TargetCounters { source, values })
     }
 
     /// Moves the QP to `state` (`err` or `reset`): a case ends a QP it left retrying.

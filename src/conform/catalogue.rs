@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::agent::TargetCounters;
 use super::case::{describe_all, describe_completions, pattern, Case, CaseError, Ctx, Rc};
 use super::peer::{acknowledge, Heard};
 use crate::engine::WrOp;
@@ -194,8 +195,8 @@ pub fn catalogue() -> Vec<Case> {
         },
         Case {
             name: "ud_qkey_violation",
-            rule: "IBTA 10.2.4 (Q_Keys): a UD datagram whose Q_Key does not match the QP's is dropped silently",
-            summary: "a UD SEND with the wrong Q_Key is not delivered and not answered; with the right one it is",
+            rule: "IBTA 10.2.4 (Q_Keys): a UD datagram whose Q_Key does not match the QP's is dropped silently; 14.2.5.6 (PortInfo Q_KeyViolations): and counted",
+            summary: "a UD SEND with the wrong Q_Key is not delivered and not answered, and a counter moves; with the right one it is delivered",
             run: ud_qkey_violation,
         },
         Case {
@@ -207,14 +208,14 @@ pub fn catalogue() -> Vec<Case> {
         // --- the target as responder: what must be dropped ---
         Case {
             name: "bad_icrc_dropped",
-            rule: "IBTA 7.8 (ICRC), Annex A17 (RoCEv2 ICRC): a packet whose ICRC fails is dropped silently",
-            summary: "a WRITE with a corrupted ICRC gets no answer and writes nothing; the same WRITE intact is ACKed",
+            rule: "IBTA 7.8 (ICRC), Annex A17 (RoCEv2 ICRC): a packet whose ICRC fails is dropped silently; 16.1.3.5 (PortCounters PortRcvErrors): and counted",
+            summary: "a WRITE with a corrupted ICRC gets no answer, writes nothing and moves a counter; the same WRITE intact is ACKed",
             run: bad_icrc_dropped,
         },
         Case {
             name: "wrong_pkey_dropped",
-            rule: "IBTA 9.6 (transport header checks), 10.9 (P_Keys): a packet whose P_Key does not match is dropped silently",
-            summary: "a WRITE with P_Key 0x1234 gets no answer and writes nothing",
+            rule: "IBTA 9.6 (transport header checks), 10.9 (P_Keys): a packet whose P_Key does not match is dropped silently; 14.2.5.6 (PortInfo P_KeyViolations): and counted",
+            summary: "a WRITE with P_Key 0x1234 gets no answer, writes nothing and moves a counter",
             run: wrong_pkey_dropped,
         },
         Case {
@@ -332,6 +333,39 @@ fn expect_nak(cx: &mut Ctx<'_>, heard: Option<&Heard>, psn: u32, code: NakCode) 
         ),
         describe_all(heard.cloned().as_slice()),
     );
+}
+
+/// Reads the target's counters after a dropped frame and records each that grew (as a
+/// measurement `counter NAME`). Where IBTA names a counter for the drop (`required`), a
+/// drop nothing counted is a deviation: a tester cannot tell it from a frame never sent.
+fn expect_counted(
+    cx: &mut Ctx<'_>,
+    before: &TargetCounters,
+    what: &str,
+    required: Option<&str>,
+) -> Result<(), CaseError> {
+    let after = cx.agent.counters()?;
+    let grown = after.grown_since(before);
+    for (name, delta) in &grown {
+        cx.measure(&format!("counter {name}"), *delta as f64);
+    }
+    if let Some(counter) = required {
+        let observed = match (&after.source, grown.is_empty()) {
+            (None, _) => "the target exposes no counters".to_string(),
+            (Some(source), true) => format!("no counter moved ({source})"),
+            (Some(_), false) => grown
+                .iter()
+                .map(|(name, delta)| format!("{name} +{delta}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        cx.check(
+            !grown.is_empty(),
+            format!("the drop {what} counted ({counter})"),
+            observed,
+        );
+    }
+    Ok(())
 }
 
 fn expect_nothing(cx: &mut Ctx<'_>, rc: &Rc, what: &str) -> Result<(), CaseError> {
@@ -1011,6 +1045,7 @@ fn ud_qkey_violation(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
         });
         p
     };
+    let counted_before = cx.agent.counters()?;
     cx.send(&datagram(QKEY ^ 0xFF))?;
     let quiet = cx.windows.quiet;
     let wcs = cx.agent.poll(&qp, 1, quiet)?;
@@ -1019,6 +1054,12 @@ fn ud_qkey_violation(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
         "no receive completion for the wrong Q_Key",
         describe_completions(&wcs),
     );
+    expect_counted(
+        cx,
+        &counted_before,
+        "of a wrong Q_Key",
+        Some("IBTA 14.2.5.6 PortInfo Q_KeyViolations"),
+    )?;
     cx.send(&datagram(QKEY))?;
     let wcs = cx.agent.poll(&qp, 1, cx.windows.answer)?;
     cx.check(
@@ -1072,8 +1113,15 @@ fn bad_icrc_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let mut frame = cx.peer.compose(&p)?;
     let n = frame.len();
     frame[n - 1] ^= 0xFF;
+    let counted_before = cx.agent.counters()?;
     cx.peer.send_frame(frame)?;
     expect_nothing(cx, &rc, "for the frame with the bad ICRC")?;
+    expect_counted(
+        cx,
+        &counted_before,
+        "of a bad ICRC",
+        Some("IBTA 16.1.3.5 PortCounters PortRcvErrors"),
+    )?;
     expect_memory(cx, &rc, 0, &[0; 64], "nothing written")?;
     cx.send(&p)?;
     let a = cx.answer(&rc)?;
@@ -1086,8 +1134,15 @@ fn wrong_pkey_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let data = pattern(19, 64);
     let mut p = rc.rdma(Opcode::RC_RDMA_WRITE_ONLY, rc.psn, 0, 64, &data);
     p.bth.pkey = 0x1234;
+    let counted_before = cx.agent.counters()?;
     cx.send(&p)?;
     expect_nothing(cx, &rc, "for the frame with P_Key 0x1234")?;
+    expect_counted(
+        cx,
+        &counted_before,
+        "of a wrong P_Key",
+        Some("IBTA 14.2.5.6 PortInfo P_KeyViolations"),
+    )?;
     expect_memory(cx, &rc, 0, &[0; 64], "nothing written")?;
     p.bth.pkey = 0xFFFF;
     cx.send(&p)?;
@@ -1107,6 +1162,7 @@ fn wrong_source_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     cx.peer.local.ip = other;
     let frame = cx.peer.compose(&p);
     cx.peer.local.ip = real;
+    let counted_before = cx.agent.counters()?;
     cx.peer.send_frame(frame?)?;
     let quiet = cx.windows.quiet;
     let got = cx.peer.collect_where(Instant::now() + quiet, |_| true)?;
@@ -1115,6 +1171,7 @@ fn wrong_source_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
         format!("nothing for the frame from {other}"),
         describe_all(&got),
     );
+    expect_counted(cx, &counted_before, "of a frame from another address", None)?;
     expect_memory(cx, &rc, 0, &[0; 64], "nothing written")?;
     cx.send(&p)?;
     let a = cx.answer(&rc)?;
@@ -1127,6 +1184,7 @@ fn wrong_dest_qp_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let data = pattern(20, 64);
     let mut p = rc.rdma(Opcode::RC_RDMA_WRITE_ONLY, rc.psn, 0, 64, &data);
     p.bth.dest_qp = rc.qpn() ^ 0x80_0000;
+    let counted_before = cx.agent.counters()?;
     cx.send(&p)?;
     let quiet = cx.windows.quiet;
     let got = cx.peer.collect_where(Instant::now() + quiet, |_| true)?;
@@ -1135,6 +1193,7 @@ fn wrong_dest_qp_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
         "nothing for the frame to a QPN nobody has",
         describe_all(&got),
     );
+    expect_counted(cx, &counted_before, "of a frame to a QPN nobody has", None)?;
     Ok(())
 }
 

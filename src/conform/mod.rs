@@ -12,7 +12,9 @@ pub mod catalogue;
 pub mod peer;
 pub mod report;
 
-pub use agent::{AgentClient, AgentError, Completion, ConnectParams, Hello, MrInfo, QpInfo};
+pub use agent::{
+    AgentClient, AgentError, Completion, ConnectParams, Hello, MrInfo, QpInfo, TargetCounters,
+};
 pub use case::{Case, CaseError, Check, Ctx, Rc, Verdict, Windows};
 pub use catalogue::catalogue;
 pub use peer::{Direction, Endpoint, Heard, Peer, PeerError, Record};

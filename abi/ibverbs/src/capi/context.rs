@@ -529,3 +529,52 @@ pub(crate) unsafe fn check_query_input(
     }
     Ok(())
 }
+
+/// The counters of the device a name stands for (`xroce_eth0` or `eth0`), as
+/// `name value` lines: the engine's counters under rxe's `hw_counters` names, then the drops by
+/// reason as `drops.REASON`. `None` while no context of this process has the device open.
+pub(crate) fn counters_text(name: &str) -> Option<String> {
+    let ifname = name.strip_prefix("xroce_").unwrap_or(name);
+    let counters = lock(devices()).get(ifname)?.0.counters();
+    let mut text = String::new();
+    for (field, value) in counters.fields() {
+        text.push_str(&format!("{field} {value}\n"));
+    }
+    for (reason, value) in counters.drops.fields() {
+        text.push_str(&format!("drops.{reason} {value}\n"));
+    }
+    Some(text)
+}
+
+xroce_abi_export::c_export! { "XROCE_1.0";
+    /// xroce's own call (rdma-core has none like it): the counters of an open device, what
+    /// rxe shows in sysfs `hw_counters`, for tools that read them through `dlsym` or ctypes
+    /// (the conformance agent). Writes `name value` lines into `buf` (NUL-terminated,
+    /// truncated to `len`) and returns the whole text's length, as `snprintf`; -1 with errno
+    /// ENODEV when no context of this process has the device open, EINVAL for a NULL name.
+    pub unsafe extern "C" fn xroce_read_counters(
+        device_name: *const std::ffi::c_char,
+        buf: *mut std::ffi::c_char,
+        len: usize,
+    ) -> isize {
+        if device_name.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // Safety: the caller passes a NUL-terminated name (checked non-null above).
+        let name = unsafe { std::ffi::CStr::from_ptr(device_name) }.to_string_lossy();
+        let Some(text) = counters_text(&name) else {
+            set_errno(libc::ENODEV);
+            return -1;
+        };
+        if !buf.is_null() && len > 0 {
+            let n = text.len().min(len - 1);
+            // Safety: the caller's buffer holds `len` bytes; n + 1 <= len.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
+        }
+        text.len() as isize
+    }
+}
