@@ -141,3 +141,65 @@ fn verbs_reports_the_engine_limits() {
     assert_eq!(a.max_ah, limits::MAX_AH);
     assert_eq!(dev.query_port(1).unwrap().max_msg_sz, limits::MAX_MSG_SZ);
 }
+
+/// A UD message is one packet as large as the port carries (IBTA 9.8.3), whatever the port:
+/// 4096 at a 9000-byte link. (It was 1,024 at any link: `ibv_ud_pingpong -s 2048` failed.)
+/// An RC path MTU above the port's is refused (rxe and mlx5 say EINVAL), not accepted and
+/// then lost on the link.
+#[test]
+fn the_port_mtu_bounds_ud_messages_and_rc_paths() {
+    let mut config = EngineConfig::new([2, 0, 0, 0, 0, 1], "198.18.0.1".parse().unwrap());
+    config.port_mtu = Mtu::Mtu2048;
+    let mut e = Engine::new(config);
+    let pd = e.alloc_pd();
+    let cq = e.create_cq(16).unwrap();
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let ud = e
+        .create_qp(QpInit {
+            qp_type: QpType::Ud,
+            ..qp_init(pd, cq, caps)
+        })
+        .unwrap();
+    assert_eq!(e.query_qp(ud).unwrap().0.path_mtu, Mtu::Mtu2048);
+
+    let rc = e.create_qp(qp_init(pd, cq, caps)).unwrap();
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    e.modify_qp(
+        rc,
+        &init,
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
+    let rtr = |mtu| QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: mtu,
+        dest_qp_num: ud,
+        ah_attr: Some(AddressVector::new(
+            [2, 0, 0, 0, 0, 2],
+            "198.18.0.2".parse().unwrap(),
+        )),
+        ..QpAttr::default()
+    };
+    let rtr_mask = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    match e.modify_qp(rc, &rtr(Mtu::Mtu4096), rtr_mask) {
+        Err(EngineError::InvalidAttributeValue { attr, .. }) => assert_eq!(attr, "PATH_MTU"),
+        other => panic!("path MTU 4096 over a 2048 port: {other:?}"),
+    }
+    e.modify_qp(rc, &rtr(Mtu::Mtu2048), rtr_mask).unwrap();
+}

@@ -10,8 +10,9 @@ pub const MAX_QP_WR: u32 = 16 * 1024;
 pub const MAX_SGE: u32 = 32;
 /// Completion queues per device (counted by the verbs layer).
 pub const MAX_CQ: u32 = 1024;
-/// Entries per completion queue.
-pub const MAX_CQE: u32 = 64 * 1024;
+/// Entries per completion queue: mlx5's (2^22 - 1). libfabric's rxm asks for 262,144; a
+/// CQ's storage grows with the completions it holds, not with its depth.
+pub const MAX_CQE: u32 = (1 << 22) - 1;
 /// Memory regions per device (counted by the verbs layer).
 pub const MAX_MR: u32 = 4096;
 /// Protection domains per device (counted by the verbs layer).

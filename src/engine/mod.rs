@@ -140,6 +140,10 @@ pub struct EngineConfig {
     /// [`crate::driver::relay`]) number their QPs disjointly and a frame's destination QPN
     /// names the process that owns it. `None` (the default): QPNs from 0x11 up, as rxe.
     pub qpn_prefix: Option<u8>,
+    /// The port's active MTU: the largest IB MTU the link carries. A UD QP sends messages up
+    /// to it (IBTA 9.8.3: a UD message is one packet), and an RC/UC path MTU above it is
+    /// refused (rxe and mlx5 refuse it too: frames the link cannot carry would be lost).
+    pub port_mtu: Mtu,
 }
 
 impl EngineConfig {
@@ -150,6 +154,7 @@ impl EngineConfig {
             gids: vec![ip],
             fixed_ip_ident: None,
             qpn_prefix: None,
+            port_mtu: Mtu::Mtu4096,
         }
     }
 }

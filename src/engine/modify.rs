@@ -73,6 +73,15 @@ fn validate_values(attr: &QpAttr, mask: QpAttrMask, cfg: &EngineConfig) -> Resul
             format!("index {} (the P_Key table has one entry)", attr.pkey_index),
         );
     }
+    if mask.contains(QpAttrMask::PATH_MTU) && attr.path_mtu > cfg.port_mtu {
+        return bad(
+            "PATH_MTU",
+            format!(
+                "{} is above the port's active MTU {} (its frames would not fit the link)",
+                attr.path_mtu, cfg.port_mtu
+            ),
+        );
+    }
     if mask.contains(QpAttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
         return bad("RETRY_CNT", format!("{} > 7", attr.retry_cnt));
     }

@@ -532,7 +532,14 @@ impl Engine {
             recv_cq: init.recv_cq,
             caps: init.caps,
             sq_sig_all: init.sq_sig_all,
-            attr: QpAttr::default(),
+            attr: QpAttr {
+                // A UD QP has no path: its messages are as large as the port carries.
+                path_mtu: match init.qp_type {
+                    QpType::Ud => self.sh.cfg.port_mtu,
+                    _ => QpAttr::default().path_mtu,
+                },
+                ..QpAttr::default()
+            },
             sq: VecDeque::new(),
             rq: VecDeque::new(),
             req: Default::default(),

@@ -50,12 +50,12 @@ impl CompletionChannel {
             context: "creating a completion channel",
             source,
         })?;
-        for s in [&rx, &tx] {
-            s.set_nonblocking(true).map_err(|source| VerbsError::Io {
-                context: "making a completion channel non-blocking",
-                source,
-            })?;
-        }
+        // Only the write end: the read end is the fd programs see, blocking until they say
+        // otherwise (rdma-core's channel fds are).
+        tx.set_nonblocking(true).map_err(|source| VerbsError::Io {
+            context: "making a completion channel non-blocking",
+            source,
+        })?;
         let inner = Arc::new(ChannelShared {
             rx,
             tx,

@@ -1,6 +1,5 @@
 //! `Device`: one xroce RDMA device on one network interface, with its progress thread.
 use std::collections::{HashMap, VecDeque};
-use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
@@ -949,6 +948,7 @@ impl Device {
         engine_config.fixed_ip_ident = fixed_ip_ident;
         let qpn_prefix = drivers[0].qpn_prefix();
         engine_config.qpn_prefix = qpn_prefix;
+        engine_config.port_mtu = net.active_mtu().unwrap_or(Mtu::Mtu256);
         let driver_info = drivers[0].info();
         let engines = Engine::new_shards(engine_config, drivers.len() as u32);
         let mut shards = Vec::with_capacity(drivers.len());
@@ -1415,11 +1415,11 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 /// Empties a non-blocking wake-up socket (each byte in it is one "something happened").
 pub(crate) fn drain(sock: &UnixDatagram) {
     let mut buf = [0u8; 64];
-    loop {
-        match sock.recv(&mut buf) {
-            Ok(_) => continue,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-            Err(_) => break,
+    // MSG_DONTWAIT, not the fd's flag: an event fd handed to a C program stays blocking
+    // until the program itself sets O_NONBLOCK (and then expects EAGAIN from the verbs).
+    while let Ok((n, _)) = rustix::net::recv(sock, &mut buf, rustix::net::RecvFlags::DONTWAIT) {
+        if n == 0 {
+            break;
         }
     }
 }

@@ -33,12 +33,12 @@ impl AsyncQueue {
             context: "creating the asynchronous event fd",
             source,
         })?;
-        for s in [&rx, &tx] {
-            s.set_nonblocking(true).map_err(|source| VerbsError::Io {
-                context: "making the asynchronous event fd non-blocking",
-                source,
-            })?;
-        }
+        // Only the write end: the read end is the fd programs see, blocking until they say
+        // otherwise (rdma-core's channel fds are).
+        tx.set_nonblocking(true).map_err(|source| VerbsError::Io {
+            context: "making the asynchronous event fd non-blocking",
+            source,
+        })?;
         Ok(AsyncQueue {
             events: Mutex::new(VecDeque::new()),
             rx,

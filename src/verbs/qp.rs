@@ -64,6 +64,20 @@ impl<'a> QpInitAttr<'a> {
     }
 }
 
+/// Inline data is kept in send-queue slots of [`INLINE_SLOT`] bytes.
+pub const INLINE_SLOT: u32 = 64;
+
+/// The inline room a QP gets for `requested` bytes: a whole number of slots, at least the
+/// room its SGE list would take (as rxe sizes a WQE), at most the device's limit. The QP
+/// reports it in `cap.max_inline_data` and accepts that much, as rxe and mlx5 do (libfabric
+/// asks for 16 and then sends 32 when the QP says it may).
+pub fn inline_room(requested: u32, max_send_sge: u32) -> u32 {
+    let wqe = requested.max(max_send_sge.saturating_mul(16));
+    wqe.div_ceil(INLINE_SLOT)
+        .saturating_mul(INLINE_SLOT)
+        .min(limits::MAX_INLINE_DATA)
+}
+
 fn check_cap(what: &'static str, requested: u32, max: u32, zero_ok: bool) -> Result<()> {
     if requested == 0 && !zero_ok {
         return Err(VerbsError::Zero { what });
@@ -209,7 +223,8 @@ impl Qp {
             cap.max_recv_wr = 0;
             cap.max_recv_sge = 0;
         } else {
-            check_cap("max_recv_wr", cap.max_recv_wr, limits::MAX_QP_WR, false)?;
+            // 0 makes a send-only QP (rxe and mlx5 accept it; a SEND to it meets RNR).
+            check_cap("max_recv_wr", cap.max_recv_wr, limits::MAX_QP_WR, true)?;
             check_cap("max_recv_sge", cap.max_recv_sge, limits::MAX_SGE, true)?;
         }
         check_cap(
@@ -218,6 +233,7 @@ impl Qp {
             limits::MAX_INLINE_DATA,
             true,
         )?;
+        cap.max_inline_data = inline_room(cap.max_inline_data, cap.max_send_sge);
         let slot = ObjectSlot::take(&pd.inner.core, ObjectKind::Qp)?;
         let engine_init = QpInit {
             qp_type: init.qp_type,
@@ -540,5 +556,25 @@ impl Qp {
             ..QpAttr::default()
         };
         self.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{inline_room, INLINE_SLOT};
+    use crate::engine::limits;
+
+    #[test]
+    fn inline_room_is_whole_slots_within_the_limit() {
+        // libfabric asks for 16 and then sends up to what the QP reports.
+        assert_eq!(inline_room(16, 1), INLINE_SLOT);
+        assert_eq!(inline_room(65, 1), 2 * INLINE_SLOT);
+        // At least the SGE list's room, as rxe sizes a WQE.
+        assert_eq!(inline_room(0, 8), 2 * INLINE_SLOT);
+        assert_eq!(
+            inline_room(limits::MAX_INLINE_DATA, 1),
+            limits::MAX_INLINE_DATA
+        );
+        assert_eq!(inline_room(200, limits::MAX_SGE), limits::MAX_INLINE_DATA);
     }
 }

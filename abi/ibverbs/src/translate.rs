@@ -4,6 +4,7 @@
 //! Nothing here decides anything: a value the engine or the verbs layer does not report
 //! stays zero, as a C caller's `memset` would leave it.
 
+use xroce::engine::av::MAX_FLOW_LABEL;
 use xroce::engine::{Mtu, QpState, Wc, WcOpcode, WcStatus};
 use xroce::netdev::{Gid, GidEntry, GidType};
 use xroce::verbs::attr::AtomicCap;
@@ -155,6 +156,9 @@ impl From<AhAttr> for ibv_ah_attr {
 }
 
 /// A C address without a GRH (`is_global == 0`) names a LID, which RoCE does not have.
+///
+/// The flow label keeps its low 20 bits, the GRH field's width (IBTA 8.3.1), as Linux's
+/// uverbs and mlx5 do: UCX passes `~0` and expects that to work.
 impl TryFrom<ibv_ah_attr> for AhAttr {
     type Error = ibv_ah_attr;
     fn try_from(c: ibv_ah_attr) -> Result<AhAttr, ibv_ah_attr> {
@@ -166,8 +170,21 @@ impl TryFrom<ibv_ah_attr> for AhAttr {
             sgid_index: c.grh.sgid_index,
             hop_limit: c.grh.hop_limit,
             traffic_class: c.grh.traffic_class,
-            flow_label: c.grh.flow_label,
+            flow_label: c.grh.flow_label & MAX_FLOW_LABEL,
         })
+    }
+}
+
+/// `ibv_wc::sl` of a UD receive over RoCE: there is no service level on Ethernet, and mlx5
+/// reports the frame's L3 header type there (0 GRH, 1 IPv6, 2 IPv4; RoCEv2 Annex A17.4.5.1:
+/// a UD completion says which header the GRH area holds). UCX reads it to find the
+/// destination GID in the 40-byte area (an IPv4 header sits in its last 20 bytes) and drops
+/// every packet it cannot match.
+fn roce_packet_type(sender: Option<std::net::IpAddr>) -> u8 {
+    match sender {
+        Some(std::net::IpAddr::V4(_)) => 2,
+        Some(std::net::IpAddr::V6(_)) => 1,
+        None => 0,
     }
 }
 
@@ -195,6 +212,7 @@ impl From<&Wc> for ibv_wc {
             qp_num: wc.qp_num,
             src_qp: wc.src_qp,
             wc_flags: flags,
+            sl: roce_packet_type(wc.sender_ip),
             ..ibv_wc::default()
         }
     }
@@ -444,6 +462,30 @@ mod tests {
             ..c
         };
         assert_eq!(AhAttr::try_from(lid_only), Err(lid_only));
+    }
+
+    #[test]
+    fn a_flow_label_keeps_its_low_20_bits() {
+        // UCX sets every bit; Linux's uverbs and mlx5 take the GRH field's 20.
+        let c = ibv_ah_attr {
+            is_global: 1,
+            grh: ibv_global_route {
+                flow_label: u32::MAX,
+                ..bytemuck::Zeroable::zeroed()
+            },
+            ..ibv_ah_attr::default()
+        };
+        assert_eq!(AhAttr::try_from(c).unwrap().flow_label, 0xF_FFFF);
+    }
+
+    #[test]
+    fn a_ud_receive_reports_its_l3_header_type_in_sl() {
+        let mut wc = engine_wc();
+        assert_eq!(ibv_wc::from(&wc).sl, 0, "no sender: no GRH area");
+        wc.sender_ip = Some(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)));
+        assert_eq!(ibv_wc::from(&wc).sl, 2, "IPv4 (mlx5's L3 header type)");
+        wc.sender_ip = Some("2001:2::2".parse().unwrap());
+        assert_eq!(ibv_wc::from(&wc).sl, 1, "IPv6");
     }
 
     fn engine_wc() -> Wc {

@@ -8,7 +8,7 @@
 //! | `XROCE_PROGRESS` | `wakeup` or `busy-poll` | `wakeup` |
 //! | `XROCE_SHARDS` | engine shards per device | 1 |
 //! | `XROCE_PCAP` | write every frame to this pcap file (`%p`: the process id) | none |
-//! | `XROCE_LOG` | `off`: no failure lines on stderr | failures printed |
+//! | `XROCE_LOG` | `off`: no lines on stderr; `all`: also refusals of a size above a limit | failures printed, limit probes not |
 
 use std::sync::OnceLock;
 
@@ -25,6 +25,10 @@ pub struct LibraryConfig {
     pub problems: Vec<String>,
     /// `XROCE_LOG=off`.
     pub quiet: bool,
+    /// `XROCE_LOG=all`: also print refusals of a size above a device limit, which libraries
+    /// probing the limits (libfabric grows a QP's inline size until one is refused) meet by
+    /// design; rdma-core prints nothing for them, and neither does xroce by default.
+    pub log_limit_probes: bool,
 }
 
 impl LibraryConfig {
@@ -66,12 +70,23 @@ impl LibraryConfig {
             let path = path.replace("%p", &std::process::id().to_string());
             device.pcap = Some(path.into());
         }
-        let quiet = var("XROCE_LOG").as_deref() == Some("off");
+        let (quiet, log_limit_probes) = match var("XROCE_LOG").as_deref() {
+            None | Some("") | Some("failures") => (false, false),
+            Some("off") => (true, false),
+            Some("all") => (false, true),
+            Some(other) => {
+                problems.push(format!(
+                    "XROCE_LOG={other:?} is not a level (off, failures or all); using failures"
+                ));
+                (false, false)
+            }
+        };
         LibraryConfig {
             netdevs,
             device,
             problems,
             quiet,
+            log_limit_probes,
         }
     }
 

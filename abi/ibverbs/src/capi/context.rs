@@ -47,7 +47,7 @@ pub(crate) struct Context {
     pub registry: Mutex<Registry>,
     /// `cmd_fd`: /dev/null.
     _cmd_fd: OwnedFd,
-    /// `async_fd`: an eventfd until the device opens, then (dup3) the device's event fd.
+    /// `async_fd`: an epoll set that holds the device's event fd once the device opens.
     async_fd: OwnedFd,
 }
 
@@ -89,21 +89,8 @@ impl Context {
         }
         match shared_device(&self.ifname) {
             Ok(device) => {
-                // Safety: both fds are open; dup3 replaces our placeholder's file with the
-                // device's event fd, so a program polling ctx->async_fd sees its events.
-                let rc = unsafe {
-                    libc::dup3(
-                        device.async_fd().as_raw_fd(),
-                        self.async_fd.as_raw_fd(),
-                        libc::O_CLOEXEC,
-                    )
-                };
-                if rc < 0 {
-                    eprintln!(
-                        "xroce: {}: cannot share the async event fd: {}",
-                        self.name,
-                        std::io::Error::last_os_error()
-                    );
+                if let Err(e) = watch_device_events(&self.async_fd, device.async_fd().as_raw_fd()) {
+                    eprintln!("xroce: {}: cannot watch the async event fd: {e}", self.name);
                 }
                 let _ = self.device.set(device);
                 Ok(self.device.get().expect("just set"))
@@ -185,14 +172,39 @@ fn dev_null() -> std::io::Result<OwnedFd> {
     Ok(OwnedFd::from(std::fs::File::open("/dev/null")?))
 }
 
-fn placeholder_event_fd() -> std::io::Result<OwnedFd> {
-    // Safety: eventfd has no pointer arguments; a non-negative result is a new fd we own.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+/// The context's `async_fd`: an epoll set, empty until the device opens and then holding
+/// the device's event fd, so it is readable exactly when an asynchronous event waits. The fd
+/// number and its file never change: a program (UCX) registers it with its own epoll at
+/// open, before the device exists, and that registration must keep working and be removable.
+fn async_event_set() -> std::io::Result<OwnedFd> {
+    // Safety: epoll_create1 has no pointer arguments; a non-negative result is a new fd.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // Safety: fd was just returned by eventfd and is owned by nobody else.
+    // Safety: fd was just returned by epoll_create1 and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Puts the device's event fd into the context's epoll set.
+fn watch_device_events(set: &OwnedFd, device_fd: c_int) -> std::io::Result<()> {
+    let mut interest = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 0,
+    };
+    // Safety: both fds are open; `interest` is a valid epoll_event for the call's duration.
+    let rc = unsafe {
+        libc::epoll_ctl(
+            set.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            device_fd,
+            &mut interest,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn ops_table() -> ibv_context_ops {
@@ -321,7 +333,7 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
             Ok(n) => n,
             Err(e) => return fail_ptr("ibv_open_device", &VerbsError::Netdev(e)),
         };
-        let (cmd_fd, async_fd) = match (dev_null(), placeholder_event_fd()) {
+        let (cmd_fd, async_fd) = match (dev_null(), async_event_set()) {
             (Ok(c), Ok(a)) => (c, a),
             (Err(e), _) | (_, Err(e)) => {
                 return fail_ptr(

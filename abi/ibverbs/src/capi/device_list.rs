@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr};
+use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use xroce::netdev::{self, NetdevInfo};
@@ -59,8 +60,16 @@ pub(crate) fn entry_for(ifname: &str) -> *mut DeviceEntry {
         dev_path: [0; IBV_SYSFS_PATH_MAX],
         ibdev_path: [0; IBV_SYSFS_PATH_MAX],
     };
-    copy_c_string(&mut c.name, &format!("xroce_{ifname}"));
-    copy_c_string(&mut c.dev_name, ifname);
+    let name = format!("xroce_{ifname}");
+    copy_c_string(&mut c.name, &name);
+    copy_c_string(&mut c.dev_name, &name);
+    if let Err(e) = ensure_device_node(Path::new(DEVICE_NODE_DIR), &name) {
+        // Without the privilege to make it there is nothing to say: the verbs work, and
+        // docs/engines.md tells what UCX needs.
+        if e.kind() != std::io::ErrorKind::PermissionDenied && !LibraryConfig::get().quiet {
+            eprintln!("xroce: cannot make {DEVICE_NODE_DIR}/{name} ({e}); UCX will not see {name}");
+        }
+    }
     let sysfs = format!("/sys/class/net/{ifname}");
     copy_c_string(&mut c.dev_path, &sysfs);
     copy_c_string(&mut c.ibdev_path, &sysfs);
@@ -70,6 +79,47 @@ pub(crate) fn entry_for(ifname: &str) -> *mut DeviceEntry {
     }));
     known.insert(ifname.to_string(), RawObj::of(entry));
     entry
+}
+
+/// Where rdma-core's devices have their character devices (`uverbs0`, ...).
+pub(crate) const DEVICE_NODE_DIR: &str = "/dev/infiniband";
+
+/// Makes `dir/name` a character device a program may open for reading and writing, unless
+/// something is there already.
+///
+/// `ibv_device::dev_name` names a node in /dev/infiniband, and some programs check that it
+/// is there before they use a device (UCX `stat()`s and `access()`es it and skips the
+/// device otherwise). xroce's library needs no kernel device, so the node is /dev/null's
+/// twin (same major and minor): opening it is harmless, and reads and writes go nowhere.
+pub(crate) fn ensure_device_node(dir: &Path, name: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    let node = dir.join(name);
+    if let Ok(meta) = std::fs::symlink_metadata(&node) {
+        return if meta.file_type().is_char_device() {
+            Ok(())
+        } else {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "something that is not a character device is there",
+            ))
+        };
+    }
+    std::fs::create_dir_all(dir)?;
+    let null = std::fs::metadata("/dev/null")?;
+    let path = std::ffi::CString::new(node.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // Safety: `path` is a NUL-terminated string that outlives the call.
+    let rc = unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, null.rdev()) };
+    if rc < 0 {
+        let e = std::io::Error::last_os_error();
+        // Another process of the job made it meanwhile.
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            return Ok(());
+        }
+        return Err(e);
+    }
+    // mknod's mode is cut by the umask; every user may use the device, as with uverbs.
+    std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o666))
 }
 
 /// Whether an interface can carry RoCE: Ethernet, not loopback.
@@ -212,4 +262,57 @@ pub(crate) unsafe fn device_name(device: *mut ibv_device) -> String {
     unsafe { CStr::from_ptr((*device).name.as_ptr()) }
         .to_string_lossy()
         .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+    use super::ensure_device_node;
+
+    fn may_mknod() -> bool {
+        // Safety: geteuid has no arguments and cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root {
+            let why = "making a character device needs root";
+            assert!(std::env::var("XROCE_CI").as_deref() != Ok("1"), "{why}");
+            eprintln!("SKIPPED: device node test: {why}");
+        }
+        root
+    }
+
+    #[test]
+    fn a_device_node_is_a_read_write_character_device() {
+        if !may_mknod() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let infiniband = dir.path().join("infiniband");
+        ensure_device_node(&infiniband, "xroce_veth0").unwrap();
+        let node = infiniband.join("xroce_veth0");
+        let meta = std::fs::metadata(&node).unwrap();
+        assert!(meta.file_type().is_char_device());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o666);
+        // What UCX asks: access(R_OK | W_OK).
+        let path = std::ffi::CString::new(node.to_str().unwrap()).unwrap();
+        // Safety: a NUL-terminated path.
+        assert_eq!(
+            unsafe { libc::access(path.as_ptr(), libc::R_OK | libc::W_OK) },
+            0
+        );
+        // Twice is fine (another process of the job made it).
+        ensure_device_node(&infiniband, "xroce_veth0").unwrap();
+    }
+
+    #[test]
+    fn a_file_in_the_way_is_refused_not_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("xroce_eth0"), b"keep").unwrap();
+        let e = ensure_device_node(dir.path(), "xroce_eth0").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(
+            std::fs::read(dir.path().join("xroce_eth0")).unwrap(),
+            b"keep"
+        );
+    }
 }

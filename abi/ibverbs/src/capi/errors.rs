@@ -37,13 +37,44 @@ fn engine_errno(e: &EngineError) -> c_int {
     }
 }
 
-/// Prints why a verb failed, once per failure, unless `XROCE_LOG=off`.
+/// Prints why a verb failed, once per failure, unless `XROCE_LOG=off`. A size above a
+/// device limit is a probe's expected answer (the errno says it all) and is printed only
+/// with `XROCE_LOG=all`.
 pub(crate) fn log_failure(call: &str, errno: c_int, err: &VerbsError) {
-    if super::config::quiet() {
+    let config = super::config::LibraryConfig::get();
+    if !should_log(err, config.quiet, config.log_limit_probes) {
         return;
     }
     eprintln!(
         "xroce: {call} failed ({}): {err}",
         std::io::Error::from_raw_os_error(errno)
     );
+}
+
+/// Whether [`log_failure`] prints `err` at this level.
+fn should_log(err: &VerbsError, quiet: bool, log_limit_probes: bool) -> bool {
+    let limit_probe = matches!(err, VerbsError::LimitExceeded { .. });
+    !quiet && (!limit_probe || log_limit_probes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limit_probe_is_printed_only_when_asked() {
+        let probe = VerbsError::LimitExceeded {
+            what: "max_inline_data",
+            requested: 512,
+            max: 256,
+        };
+        let real = VerbsError::InvalidArgument("no such thing".into());
+        // Default level: real failures yes, probes no (rdma-core prints neither).
+        assert!(should_log(&real, false, false));
+        assert!(!should_log(&probe, false, false));
+        // XROCE_LOG=all, XROCE_LOG=off.
+        assert!(should_log(&probe, false, true));
+        assert!(!should_log(&real, true, false));
+        assert_eq!(errno_of(&probe), libc::EINVAL);
+    }
 }

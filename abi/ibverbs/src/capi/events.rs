@@ -2,13 +2,16 @@
 //! (`ibv_get_async_event`, `ibv_ack_async_event`).
 //!
 //! Both channels are real fds a program can poll: a completion channel's `fd` is readable
-//! while an event is queued, and so is `ibv_context::async_fd` (the device's event fd).
-//! Both fds are non-blocking underneath; `ibv_get_cq_event` and `ibv_get_async_event` wait
-//! themselves, as the calls do on a blocking channel.
+//! while an event is queued, and so is `ibv_context::async_fd` (an epoll set holding the
+//! device's event fd).
+//! Both start blocking, as rdma-core's do: `ibv_get_cq_event` and `ibv_get_async_event`
+//! wait, and once the program sets `O_NONBLOCK` on the fd they return EAGAIN instead.
 
 use std::ffi::{c_int, c_void};
+use std::time::Duration;
 
 use xroce::engine::Event;
+use xroce::verbs::VerbsError;
 
 use super::context::Context;
 use super::resources::{ChannelObj, CqObj, QpObj, SrqObj};
@@ -23,6 +26,13 @@ const IBV_EVENT_PORT_ACTIVE: u32 = 9;
 const IBV_EVENT_PORT_ERR: u32 = 10;
 const IBV_EVENT_SRQ_LIMIT_REACHED: u32 = 15;
 const IBV_EVENT_QP_LAST_WQE_REACHED: u32 = 16;
+
+/// Whether the program set `O_NONBLOCK` on an fd it was handed (`fcntl(F_SETFL)`).
+fn fd_is_nonblocking(fd: c_int) -> bool {
+    // Safety: F_GETFL only reads the flags of the fd; a closed fd gives -1.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
+}
 
 xroce_abi_export::c_export! { "IBVERBS_1.1";
     /// `ibv_get_cq_event`: waits for the next completion event on the channel.
@@ -40,9 +50,16 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
             let ch = &*(channel as *mut ChannelObj);
             (ch, Context::from_c(ch.c.context))
         };
+        // A program that made the channel's fd O_NONBLOCK drains it until EAGAIN (UCX and
+        // libfabric do, before arming), as with rdma-core, whose call is a read() of that fd.
+        let wait = if fd_is_nonblocking(ch.c.fd) { Some(Duration::ZERO) } else { None };
         loop {
-            let id = match ch.ch.get_cq_event(None) {
+            let id = match ch.ch.get_cq_event(wait) {
                 Ok(id) => id,
+                Err(VerbsError::Timeout(_)) => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
                 Err(e) => {
                     let errno = errors::errno_of(&e);
                     errors::log_failure("ibv_get_cq_event", errno, &e);
@@ -89,9 +106,18 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
                 return -1;
             }
         };
+        let wait = if fd_is_nonblocking(context.vctx.context.async_fd) {
+            Some(Duration::ZERO)
+        } else {
+            None
+        };
         loop {
-            let ev = match device.get_async_event(None) {
+            let ev = match device.get_async_event(wait) {
                 Ok(ev) => ev,
+                Err(VerbsError::Timeout(_)) => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
                 Err(e) => {
                     set_errno(super::fail_int("ibv_get_async_event", &e));
                     return -1;

@@ -37,16 +37,20 @@ const ACCESS_KNOWN: u32 = 0x1f;
 /// kernel as for any access: every region is "on demand", nothing is pinned. (Implicit ODP,
 /// a region of the whole address space, is not offered.)
 const ACCESS_ON_DEMAND: u32 = 0x40;
+/// `IBV_ACCESS_HUGETLB`: the region lies in huge pages (a hint for on-demand paging's page
+/// size). xroce touches the memory through the process like any other, whatever its pages,
+/// so the hint needs nothing (rdma-core's ODP tests pass it on machines with huge pages).
+const ACCESS_HUGETLB: u32 = 0x80;
 /// `IBV_ACCESS_RELAXED_ORDERING` and the other optional bits from bit 20 up: hints a
 /// provider may ignore (rdma-core's rule for `IBV_ACCESS_OPTIONAL_RANGE`).
 const ACCESS_OPTIONAL: u32 = 0x3ff0_0000;
 
 pub(crate) fn access_from_c(flags: u32) -> Result<Access, VerbsError> {
-    let required = flags & !ACCESS_OPTIONAL & !ACCESS_ON_DEMAND;
+    let required = flags & !ACCESS_OPTIONAL & !ACCESS_ON_DEMAND & !ACCESS_HUGETLB;
     if required & !ACCESS_KNOWN != 0 {
         return Err(VerbsError::InvalidArgument(format!(
-            "access flags {flags:#x}: {:#x} not supported (zero-based, on-demand paging and \
-             huge-page hints are not)",
+            "access flags {flags:#x}: {:#x} not supported (zero-based regions and implicit \
+             on-demand paging are not)",
             required & !ACCESS_KNOWN
         )));
     }
