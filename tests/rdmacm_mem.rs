@@ -555,9 +555,13 @@ fn both_ends_on_one_device() {
 
 /// A loopback bind takes the first device, as Linux's rdma_cm does (cma_bind_loopback; the
 /// libfabric verbs provider binds 127.0.0.1 to find a device), and keeps the loopback
-/// address: a listener there hears no REQ from the network. Without a device it is refused.
+/// address, which listens like the wildcard (Linux's cma_any_addr counts loopback as "any"):
+/// a REQ from the network for the port, to the device's real address, is heard, and the
+/// connection's id has that real address (libfabric's `fi_pingpong -e msg` server listens on
+/// 127.0.0.1; its client is given the server's address). The port is taken on every
+/// address. Without a device the bind is refused.
 #[test]
-fn a_loopback_bind_takes_the_first_device_and_hears_no_network_req() {
+fn a_loopback_listener_hears_reqs_for_any_local_address() {
     let (a, b, _link) = pair(0.0);
     let (client, server) = (side(&a, quick()), side(&b, quick()));
     let lo = server.cm.create_id(&server.ch, PortSpace::Tcp).unwrap();
@@ -567,12 +571,26 @@ fn a_loopback_bind_takes_the_first_device_and_hears_no_network_req() {
         Some(b.name().to_string())
     );
     lo.listen(1).unwrap();
+    assert_eq!(lo.local_addr(), Some(addr("127.0.0.1", 5003)));
+    let same_port = server.cm.create_id(&server.ch, PortSpace::Tcp).unwrap();
+    assert!(
+        same_port.bind_addr(addr(SERVER_IP, 5003)).is_err(),
+        "the loopback listener's port is taken on the device's address too"
+    );
+
     let id = resolved(&client, PortSpace::Tcp, 5003);
-    rc_qp(&client, &id);
+    let cqp = rc_qp(&client, &id);
     id.connect(&ConnParam::default()).unwrap();
-    let e = client.ch.expect(EventKind::Rejected, WAIT).unwrap();
-    assert_eq!(e.status, 8, "invalid service id (IBTA 12.6.7)");
-    assert!(server.ch.try_get_event().is_none());
+    let req = server.ch.expect(EventKind::ConnectRequest, WAIT).unwrap();
+    assert_eq!(req.listen_id.as_ref(), Some(&lo));
+    let child = req.id.clone();
+    assert_eq!(child.local_addr(), Some(addr(SERVER_IP, 5003)));
+    assert_eq!(child.remote_addr(), id.local_addr());
+    let sqp = rc_qp(&server, &child);
+    child.accept(&ConnParam::default()).unwrap();
+    client.ch.expect(EventKind::Established, WAIT).unwrap();
+    server.ch.expect(EventKind::Established, WAIT).unwrap();
+    send_one(&client, &cqp, &server, &sqp, b"over loopback's listener");
 
     let no_device = Cm::with_config(&[], quick(), None).unwrap();
     let ch = EventChannel::new().unwrap();

@@ -1669,14 +1669,21 @@ impl CmAgent {
                 private_data: PrivateData::zeroed(),
             }),
         };
-        let Some(c) = self.conns.get(&dreq.remote_comm_id) else {
-            // The connection is gone (time wait over): let the peer finish its (IBTA 12.9.6).
+        let known = self
+            .conns
+            .get(&dreq.remote_comm_id)
+            .filter(|c| c.remote_comm_id == dreq.local_comm_id);
+        let Some(c) = known else {
+            // No connection has these comm ids: it is over and forgotten (time wait ended),
+            // or our id went to a newer connection. A DREP lets the peer finish its
+            // (IBTA 12.9.6); Linux's cm_dreq_handler answers so too (cm_issue_drep).
             self.stats.dropped_unknown_connection += 1;
             self.send(from, drep(dreq.remote_comm_id, dreq.local_comm_id));
             return;
         };
         let id = dreq.remote_comm_id;
-        if c.remote_comm_id != dreq.local_comm_id || c.local_qpn != dreq.remote_qpn {
+        // Our connection, but not our QP: not ours to close (Linux drops it too).
+        if c.local_qpn != dreq.remote_qpn {
             self.stats.dropped_mismatch += 1;
             return;
         }

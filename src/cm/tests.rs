@@ -1582,3 +1582,111 @@ fn mra_for_the_rep_holds_the_passive_side_and_is_sent_again_for_a_duplicate_rep(
     sim.run_until(sim.now + Duration::from_millis(1));
     assert_eq!(sim.agents[B].state(b), Some(State::Established));
 }
+
+/// The passive side's (B's) connection and QP as the peer's DREQ names them.
+fn established_pair(sim: &mut Sim) -> (ConnId, ConnId, u32) {
+    let a = sim.connect();
+    sim.run_until(sim.now + Duration::from_micros(100));
+    let b = sim.events[B]
+        .iter()
+        .rev()
+        .find_map(|(_, e)| match e {
+            CmEvent::ReqReceived { conn, .. } => Some(*conn),
+            _ => None,
+        })
+        .expect("B got the REQ");
+    let b_qpn = sim.agents[B].conns[&b.0].local_qpn;
+    (a, b, b_qpn)
+}
+
+#[test]
+fn dreq_naming_no_connection_of_ours_is_answered_with_drep() {
+    // Our comm id, but the peer's comm id is not the one our connection knows: the DREQ is
+    // for a connection we no longer have (the id went to a newer one). IBTA 12.9.6 and
+    // Linux's cm_dreq_handler (cm_issue_drep): DREP, so that the peer can finish; the
+    // connection holding the id now is not touched.
+    let mut sim = Sim::new();
+    let (_, b, b_qpn) = established_pair(&mut sim);
+    let stale = CmMessage::Dreq(CmDreq {
+        local_comm_id: 0x5151,
+        remote_comm_id: b.0,
+        remote_qpn: b_qpn,
+        private_data: PrivateData::zeroed(),
+    });
+    let answers = answer_to(&mut sim.agents[B], sim.now, stale);
+    assert!(
+        matches!(
+            answers.as_slice(),
+            [CmMessage::Drep(d)] if d.local_comm_id == b.0 && d.remote_comm_id == 0x5151
+        ),
+        "{answers:?}"
+    );
+    assert_eq!(sim.agents[B].state(b), Some(State::Established));
+    assert_eq!(sim.agents[B].poll_event(), None);
+}
+
+#[test]
+fn dreq_for_an_abandoned_connection_is_answered_in_and_after_time_wait() {
+    // perftest's server destroys its id while the client disconnects: the server's one DREQ
+    // (abandon) is lost, so only the client's DREQs tell; each is answered, first from time
+    // wait, then (time wait over, the connection forgotten) as a DREQ of no connection.
+    for late in [false, true] {
+        let mut sim = Sim::new();
+        sim.auto[A].answer_dreq = false;
+        let (a, b, _) = established_pair(&mut sim);
+        sim.drop_when(|from, m| from == B && matches!(m, CmMessage::Dreq(_)));
+        let now = sim.now;
+        sim.agents[B].abandon(now, b).unwrap();
+        assert_eq!(sim.agents[B].state(b), Some(State::TimeWait));
+        if late {
+            sim.run();
+            assert_eq!(sim.agents[B].state(b), None);
+        }
+        let now = sim.now;
+        sim.agents[A].disconnect(now, a, &[]).unwrap();
+        sim.run();
+        assert_eq!(sim.sent_times(A, "DREQ"), vec![now], "answered at once");
+        assert_eq!(sim.sent_times(B, "DREP"), vec![now + LATENCY]);
+        assert!(sim.events_of(A).contains(&CmEvent::Disconnected {
+            conn: a,
+            private_data: vec![0; 224],
+            timed_out: false,
+        }));
+    }
+}
+
+#[test]
+fn perftest_teardown_every_dreq_gets_its_drep() {
+    // perftest 4.5-0.17 -R over two connections: the client (A) sends DREQ on both at once;
+    // the server (B) sends its own DREQ on the second (crossing A's) and destroys the first
+    // without a disconnect (abandon while its DREQ waits for the user), under duplication
+    // and reordering. Every DREQ of A is answered and A sees both connections end without
+    // a timeout.
+    for seed in 0..32 {
+        let mut sim = Sim::lossy(seed, 0.0, 0.3, 0.3);
+        sim.auto[A].answer_dreq = false;
+        sim.auto[B].answer_dreq = false;
+        let (a1, b1, _) = established_pair(&mut sim);
+        let (a2, b2, _) = established_pair(&mut sim);
+        let now = sim.now;
+        sim.agents[A].disconnect(now, a1, &[]).unwrap();
+        sim.agents[A].disconnect(now, a2, &[]).unwrap();
+        sim.agents[B].disconnect(now, b2, &[]).unwrap();
+        sim.run_until(now + Duration::from_micros(20 + seed));
+        let now = sim.now;
+        sim.agents[B].abandon(now, b1).unwrap();
+        sim.run();
+        for a in [a1, a2] {
+            let ended = sim.count(
+                A,
+                |e| matches!(e, CmEvent::Disconnected { conn, timed_out: false, .. } if *conn == a),
+            );
+            assert_eq!(ended, 1, "seed {seed}: {:?}", sim.events_of(A));
+        }
+        assert_eq!(sim.agents[A].stats().retransmits, 0, "seed {seed}");
+        assert_eq!(
+            sim.agents[A].connection_count() + sim.agents[B].connection_count(),
+            0
+        );
+    }
+}

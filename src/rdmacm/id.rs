@@ -13,7 +13,9 @@ use crate::netdev::{Gid, MacAddr};
 use crate::verbs::{Access, AhAttr, Pd, Qp, QpInitAttr};
 use crate::wire::cma::{service_id, CmaHeader};
 
-use super::service::{after_call, cma_header, port_taken, CmShared, CmState, Port, UD_QKEY};
+use super::service::{
+    after_call, cma_header, listens_anywhere, port_taken, CmShared, CmState, Port, UD_QKEY,
+};
 use super::{lock, ChannelInner, ConnParam, EventChannel, EventKind, EventParam, IdState};
 use super::{PathInfo, PortSpace, RdmaCmError, RdmaCmEvent, Result, UdParam};
 use crate::cm::State as AgentState;
@@ -255,7 +257,7 @@ fn passive_data(
     header: &CmaHeader,
 ) -> Option<IdData> {
     let listen_addr = l.local?;
-    if !listen_addr.ip().is_unspecified() && !same_ip(listen_addr.ip(), header.dst_addr) {
+    if !listens_anywhere(listen_addr.ip()) && !same_ip(listen_addr.ip(), header.dst_addr) {
         return None;
     }
     let local_ip = header.dst_addr;
@@ -667,6 +669,20 @@ impl CmId {
         lock(&self.inner.data).state
     }
 
+    /// Whether the id sent a DREQ that no DREP answered yet (a DREQ received instead waits
+    /// for this side's own DREP, which nothing but the user or a destroy sends).
+    pub fn awaits_drep(&self) -> bool {
+        let state = lock(&self.inner.cm.state);
+        let d = lock(&self.inner.data);
+        let (Some(index), Some(conn)) = (d.port, d.conn) else {
+            return false;
+        };
+        state
+            .ports
+            .get(index)
+            .is_some_and(|p| p.agent.state(conn) == Some(AgentState::DreqSent))
+    }
+
     pub fn local_addr(&self) -> Option<SocketAddr> {
         lock(&self.inner.data).local
     }
@@ -1038,8 +1054,9 @@ impl CmId {
     }
 
     /// Starts listening (`rdma_listen`) on the bound address: on its device, or on every
-    /// device of the [`super::Cm`] for the unspecified address. `backlog` is taken and not
-    /// used, as the kernel's rdma_cm does on IB and RoCE (only iWARP passes it on).
+    /// device of the [`super::Cm`] for the unspecified or a loopback address (Linux's
+    /// cma_any_addr). `backlog` is taken and not used, as the kernel's rdma_cm does on IB
+    /// and RoCE (only iWARP passes it on).
     pub fn listen(&self, _backlog: i32) -> Result<()> {
         let cm = self.inner.cm.clone();
         let mut state = lock(&cm.state);
@@ -1054,8 +1071,8 @@ impl CmId {
         let local = d.local.expect("bound ids have an address");
         let sid = service_id(self.inner.ps, local.port());
         let ports: Vec<usize> = match d.port {
-            Some(p) => vec![p],
-            None => (0..state.ports.len()).collect(),
+            Some(p) if !listens_anywhere(local.ip()) => vec![p],
+            _ => (0..state.ports.len()).collect(),
         };
         if ports.is_empty() {
             return Err(RdmaCmError::AddressNotAvailable(local.ip()));

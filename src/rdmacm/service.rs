@@ -311,9 +311,9 @@ impl CmShared {
             return Ok(i);
         }
         // A loopback address binds to the first device, as Linux's rdma_cm does
-        // (cma_bind_loopback); the id keeps the loopback address, so a listener there hears
-        // no REQ from the network. libfabric's verbs provider binds 127.0.0.1 to find a
-        // device.
+        // (cma_bind_loopback): libfabric's verbs provider binds 127.0.0.1 to find a device.
+        // The id keeps the loopback address, which listens like the wildcard
+        // (`listens_anywhere`).
         if ip.is_loopback() && !state.ports.is_empty() {
             return Ok(0);
         }
@@ -340,8 +340,16 @@ impl CmShared {
 
 pub(crate) fn port_taken(state: &CmState, space: u16, port: u16, ip: IpAddr) -> bool {
     state.bound.iter().any(|&(s, p, a)| {
-        s == space && p == port && (a == ip || a.is_unspecified() || ip.is_unspecified())
+        s == space && p == port && (a == ip || listens_anywhere(a) || listens_anywhere(ip))
     })
+}
+
+/// An address that stands for every local address: the unspecified one, and, as Linux's
+/// rdma_cm counts it (cma_any_addr: cma_zero_addr or cma_loopback_addr), a loopback one.
+/// A listener bound there hears a REQ for any address of any device, and its port is
+/// taken on all of them.
+pub(crate) fn listens_anywhere(ip: IpAddr) -> bool {
+    ip.is_unspecified() || ip.is_loopback()
 }
 
 /// Sends what the agent of `port` has queued and turns its events into rdma_cm events.

@@ -16,6 +16,8 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod structs;
+#[cfg(test)]
+mod tests;
 
 pub use structs::*;
 
@@ -83,26 +85,21 @@ macro_rules! rdmacm_export {
 
 /// -1 with errno, and one line on stderr saying why (unless `XROCE_LOG=off`).
 fn fail(call: &str, err: &RdmaCmError) -> c_int {
-    let errno = err.errno();
-    if !crate::capi::config::quiet() {
-        eprintln!(
-            "xroce: {call} failed ({}): {err}",
-            std::io::Error::from_raw_os_error(errno)
-        );
-    }
-    set_errno(errno);
-    -1
+    fail_with(call, err.errno(), &err.to_string())
 }
 
-/// -1 with errno `errno` and a line.
+/// -1 with errno `errno`, and a line whose reason is that errno's text (the value the call
+/// returns, not one of its own: a caller reading the line and `errno` sees one story).
 fn fail_with(call: &str, errno: c_int, why: &str) -> c_int {
-    fail(
-        call,
-        &RdmaCmError::Io(std::io::Error::new(
-            std::io::Error::from_raw_os_error(errno).kind(),
-            why.to_string(),
-        )),
+    let line = format!(
+        "xroce: {call} failed ({}): {why}",
+        std::io::Error::from_raw_os_error(errno)
     );
+    #[cfg(test)]
+    tests::LAST_FAILURE.with(|last| *last.borrow_mut() = Some(line.clone()));
+    if !crate::capi::config::quiet() {
+        eprintln!("{line}");
+    }
     set_errno(errno);
     -1
 }
@@ -860,20 +857,27 @@ rdmacm_export! {
         // The kernel's CM keeps resending a DREQ after the process is gone; ours lives in
         // the process, so give the peer's DREP a moment (rping's client disconnects,
         // destroys and exits at once, and a lost DREQ would leave the server waiting).
+        // Only for a DREQ we sent: one we received waits for our DREP, which the destroy
+        // below sends.
         let until = std::time::Instant::now() + Duration::from_secs(1);
-        while obj.id.state() == IdState::Disconnecting && std::time::Instant::now() < until {
+        while obj.id.awaits_drep() && std::time::Instant::now() < until {
             std::thread::sleep(Duration::from_millis(2));
         }
-        // The last MAD of a connection (a DREP, a REJ) is queued to the device's background
-        // thread; a program that exits right after rdma_destroy_id would take it along, and
-        // the peer would resend its DREQ to nobody for a minute. xroce's verbs have no
-        // "wait until sent", so give the thread a moment.
-        if matches!(obj.id.state(), IdState::Closed | IdState::Disconnecting | IdState::Established) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let connected = matches!(
+            obj.id.state(),
+            IdState::Closed | IdState::Disconnecting | IdState::Established
+        );
         lock(ids()).remove(&obj.id.key());
         take_back(Handed::Id, id);
+        // The connection's last MAD (DREQ, DREP, REJ) is queued here, for the device's
+        // background thread; a program that exits right after rdma_destroy_id (perftest's
+        // server) would take it along, and the peer would resend its DREQ to nobody
+        // (IBTA 12.9.6 wants every DREQ answered). xroce's verbs have no "wait until
+        // sent", so give the thread a moment.
         obj.id.destroy();
+        if connected {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         if obj.synchronous {
             destroy_channel("rdma_destroy_id", obj.c.channel);
         }
@@ -966,6 +970,13 @@ rdmacm_export! {
             Ok(obj) => obj,
             Err(rc) => return rc,
         };
+        // A loopback listener hears every device, as the wildcard's (Linux's cma_any_addr);
+        // its bind opened only the first, which is all a bind without listen needs.
+        if obj.id.local_addr().is_some_and(|a| a.ip().is_loopback()) {
+            if let Ok(cm) = cm() {
+                open_all(cm);
+            }
+        }
         match obj.id.listen(backlog) {
             Ok(()) => {
                 obj.sync();
@@ -1299,8 +1310,11 @@ rdmacm_export! {
         }
     }
 
-    /// `rdma_migrate_id`: the id and its queued events to another channel (after the
-    /// events it had are acked).
+    /// `rdma_migrate_id`: the id and its queued events to another channel, once the events
+    /// it handed out are acked. As rdma-core's cma.c: a synchronous id's held event is acked
+    /// here (only the library can) and its own channel freed, so it becomes asynchronous;
+    /// a NULL channel makes the id synchronous on a new channel of its own (EINVAL for an id
+    /// that is synchronous already).
     pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int {
         const CALL: &str = "rdma_migrate_id";
         // Safety: the program's id, not destroyed meanwhile (contract).
@@ -1308,17 +1322,34 @@ rdmacm_export! {
             Ok(obj) => obj,
             Err(rc) => return rc,
         };
-        if channel.is_null() {
-            return refuse(CALL, "a synchronous id (NULL channel)");
+        let to_synchronous = channel.is_null();
+        if to_synchronous && obj.synchronous {
+            return fail_with(CALL, libc::EINVAL, "the id is synchronous already (NULL channel)");
         }
-        // Safety: as for the id.
-        let ch = match unsafe { channel_of(CALL, channel) } {
+        let target = if to_synchronous {
+            match new_channel(CALL) {
+                Ok(own) => own,
+                Err(rc) => return rc,
+            }
+        } else {
+            channel
+        };
+        // Safety: the program's channel (or the new one), not destroyed meanwhile.
+        let ch = match unsafe { channel_of(CALL, target) } {
             Ok(ch) => ch,
             Err(rc) => return rc,
         };
-        obj.wait_acks();
+        let (old_channel, was_synchronous) = (obj.c.channel, obj.synchronous);
+        if was_synchronous {
+            obj.ack_held_event();
+        }
         obj.id.migrate(&ch.ch);
-        obj.c.channel = channel;
+        obj.c.channel = target;
+        obj.synchronous = to_synchronous;
+        if was_synchronous && old_channel != target {
+            destroy_channel(CALL, old_channel);
+        }
+        obj.wait_acks();
         0
     }
 
@@ -1758,11 +1789,18 @@ unsafe fn getaddrinfo(
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
     const CALL: &str = "rdma_getaddrinfo";
-    if res.is_null() || (node.is_null() && service.is_null()) {
-        return fail_with(CALL, libc::EINVAL, "no node and no service");
+    if res.is_null() {
+        return fail_with(CALL, libc::EINVAL, "no place for the answer");
     }
     // Safety: per the contract.
     let h = (!hints.is_null()).then(|| unsafe { &*hints });
+    if node.is_null() && service.is_null() {
+        return match h {
+            // Safety: per the contract.
+            Some(h) => unsafe { answer_from_hints(h, res) },
+            None => fail_with(CALL, libc::EINVAL, "no node, no service and no hints"),
+        };
+    }
     let flags = h.map_or(0, |h| h.ai_flags);
     let ps = match h.map_or(0, |h| h.ai_port_space) {
         0 => match h.map_or(0, |h| h.ai_qp_type) as u32 {
@@ -1866,6 +1904,71 @@ unsafe fn getaddrinfo(
     }
     // Safety: a valid out-pointer.
     unsafe { *res = first };
+    0
+}
+
+/// `rdma_getaddrinfo` without node and service (libfabric's verbs provider asks so): one
+/// entry made of the hints alone, as rdma-core's addrinfo.c does: their flags, family, QP
+/// type and port space as given, and copies of their destination and source addresses.
+///
+/// # Safety
+/// The hints' addresses are null or valid for their lengths; `res` is valid.
+unsafe fn answer_from_hints(h: &rdma_addrinfo, res: *mut *mut rdma_addrinfo) -> c_int {
+    const CALL: &str = "rdma_getaddrinfo";
+    // A length without an address would be a read of nothing (rdma-core would crash on it).
+    let given = |addr: *mut libc::sockaddr, len: libc::socklen_t| -> Result<Option<&[u8]>, ()> {
+        match (addr.is_null(), len) {
+            (_, 0) => Ok(None),
+            (true, _) => Err(()),
+            // Safety: valid for its length (contract).
+            (false, n) => Ok(Some(unsafe {
+                std::slice::from_raw_parts(addr as *const u8, n as usize)
+            })),
+        }
+    };
+    let (Ok(dst), Ok(src)) = (
+        given(h.ai_dst_addr, h.ai_dst_len),
+        given(h.ai_src_addr, h.ai_src_len),
+    ) else {
+        return fail_with(
+            CALL,
+            libc::EINVAL,
+            "a hint address length without an address",
+        );
+    };
+    let copy = |bytes: Option<&[u8]>| {
+        bytes.map_or((std::ptr::null_mut(), 0), |b| {
+            (malloc_copy(b), b.len() as libc::socklen_t)
+        })
+    };
+    let ((dst_addr, dst_len), (src_addr, src_len)) = (copy(dst), copy(src));
+    // Safety: calloc'ed, zeroed: a valid rdma_addrinfo.
+    let entry =
+        unsafe { libc::calloc(1, std::mem::size_of::<rdma_addrinfo>()) } as *mut rdma_addrinfo;
+    if entry.is_null()
+        || (dst.is_some() && dst_addr.is_null())
+        || (src.is_some() && src_addr.is_null())
+    {
+        // Safety: malloc'ed above, or null.
+        unsafe {
+            libc::free(dst_addr);
+            libc::free(src_addr);
+            libc::free(entry as *mut c_void);
+        }
+        return fail_with(CALL, libc::ENOMEM, "no memory for the answer");
+    }
+    // Safety: just allocated.
+    let e = unsafe { &mut *entry };
+    e.ai_flags = h.ai_flags;
+    e.ai_family = h.ai_family;
+    e.ai_qp_type = h.ai_qp_type;
+    e.ai_port_space = h.ai_port_space;
+    e.ai_dst_addr = dst_addr as *mut libc::sockaddr;
+    e.ai_dst_len = dst_len;
+    e.ai_src_addr = src_addr as *mut libc::sockaddr;
+    e.ai_src_len = src_len;
+    // Safety: a valid out-pointer.
+    unsafe { *res = entry };
     0
 }
 
