@@ -171,7 +171,9 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
 }
 
 /// The directories to look in, in order: `XROCE_LIB_DIR` alone if it is set (an explicit
-/// choice is not second-guessed), else the executable's directory, then [`SYSTEM_LIB_DIR`].
+/// choice is not second-guessed), else the executable's directory, then `lib/xroce` beside
+/// the executable's `bin` (where the Debian package puts them: /usr/bin, /usr/lib/xroce),
+/// then [`SYSTEM_LIB_DIR`].
 pub fn candidate_dirs(
     lib_dir_env: Option<&OsStr>,
     exe: Option<&Path>,
@@ -182,6 +184,9 @@ pub fn candidate_dirs(
     let mut dirs = Vec::new();
     if let Some(dir) = exe.and_then(Path::parent) {
         dirs.push((dir.to_path_buf(), "next to the xroce executable"));
+        if let Some(prefix) = dir.parent().filter(|_| dir.ends_with("bin")) {
+            dirs.push((prefix.join("lib/xroce"), "the package's directory"));
+        }
     }
     dirs.push((PathBuf::from(SYSTEM_LIB_DIR), "the install directory"));
     dirs
@@ -555,6 +560,15 @@ mod tests {
             dirs.iter().map(|d| d.0.clone()).collect::<Vec<_>>(),
             [
                 PathBuf::from("/opt/x/target/debug"),
+                PathBuf::from(SYSTEM_LIB_DIR)
+            ]
+        );
+        let packaged = candidate_dirs(None, Some(Path::new("/usr/bin/xroce")));
+        assert_eq!(
+            packaged.iter().map(|d| d.0.clone()).collect::<Vec<_>>(),
+            [
+                PathBuf::from("/usr/bin"),
+                PathBuf::from("/usr/lib/xroce"),
                 PathBuf::from(SYSTEM_LIB_DIR)
             ]
         );
