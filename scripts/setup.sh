@@ -14,6 +14,8 @@ PKGS="clang llvm libelf-dev zlib1g-dev pkg-config make m4 iproute2 tcpdump pytho
 PKGS="$PKGS ibverbs-utils perftest rdmacm-utils python3-pyverbs libibverbs-dev librdmacm-dev ibverbs-providers gcc binutils"
 # libfabric's verbs provider over xroce's libraries (tests/rdmacm_netns.rs).
 PKGS="$PKGS libfabric-bin"
+# The engines on xroce (tests/engines_netns.rs, docs/engines.md): UCX, Open MPI, MPICH, libfabric.
+PKGS="$PKGS ucx-utils libucx0 openmpi-bin libopenmpi-dev mpich libmpich-dev libfabric-bin libfabric-dev"
 missing=$(for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
 if [ -n "$missing" ]; then
   echo "setup.sh: installing $missing"
