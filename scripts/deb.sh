@@ -27,6 +27,13 @@ install -m 0755 -s "$build/xroce" "$root/usr/bin/xroce"
 for lib in libxroce_ibverbs.so libxroce_rdmacm.so libxroce_mlx5.so libxroce_efa.so; do
   install -m 0644 -s "$build/$lib" "$root/usr/lib/xroce/$lib"
 done
+# The sonames programs ask for, at one path on every node: `xroce run` puts this folder on
+# LD_LIBRARY_PATH, and a launcher that passes its environment to other hosts passes a path
+# that exists there too.
+install -d "$root/usr/lib/xroce/sonames"
+for pair in ibverbs:libibverbs.so.1 rdmacm:librdmacm.so.1 mlx5:libmlx5.so.1 efa:libefa.so.1; do
+  ln -s "../libxroce_${pair%%:*}.so" "$root/usr/lib/xroce/sonames/${pair#*:}"
+done
 install -m 0644 README.md "$root/usr/share/doc/xroce/README.md"
 for doc in engines ibverbs rdmacm; do
   install -m 0644 "docs/$doc.md" "$root/usr/share/doc/xroce/$doc.md"

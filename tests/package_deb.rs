@@ -2,7 +2,8 @@
 //! binary and the drop-in libraries), and the package is installed with dpkg, used, and
 //! removed, as an administrator would on each node:
 //!
-//! - `dpkg -i` puts `xroce` in /usr/bin and the libraries in /usr/lib/xroce;
+//! - `dpkg -i` puts `xroce` in /usr/bin and the libraries in /usr/lib/xroce, with links of
+//!   their sonames in /usr/lib/xroce/sonames, the same path on every node;
 //! - the installed `xroce run` (no XROCE_LIB_DIR, started from outside the source tree)
 //!   finds them and runs rdma-core's unmodified `ibv_devinfo` on xroce's libibverbs, in a
 //!   namespace whose veth end becomes the device `xroce_<ifname>`;
@@ -19,7 +20,8 @@ use std::process::Command;
 
 use xroce::netns::{LinkConfig, VethLink};
 
-const INSTALLED: [&str; 5] = [
+const INSTALLED: [&str; 6] = [
+    "/usr/lib/xroce/sonames/libibverbs.so.1",
     "/usr/bin/xroce",
     "/usr/lib/xroce/libxroce_ibverbs.so",
     "/usr/lib/xroce/libxroce_rdmacm.so",
@@ -81,7 +83,7 @@ fn the_debian_package_installs_runs_and_removes() {
     assert!(ok, "dpkg -i failed:\n{text}");
     let result = std::panic::catch_unwind(|| {
         for file in INSTALLED {
-            assert!(Path::new(file).is_file(), "{file} was not installed");
+            assert!(Path::new(file).is_file(), "{file} was not installed (or is a broken link)");
         }
         let link = VethLink::create(&LinkConfig::default()).expect("namespaces and veth pair");
         let (ok, text) = run(link
@@ -97,6 +99,12 @@ fn the_debian_package_installs_runs_and_removes() {
             "ibv_devinfo did not see the device:\n{text}"
         );
         assert!(text.contains("PORT_ACTIVE"), "{text}");
+        // The packaged links are what the program was given, not a private folder.
+        let (ok, env) = run(Command::new("/usr/bin/xroce")
+            .args(["run", "--", "sh", "-c", "echo $LD_LIBRARY_PATH"])
+            .env_remove("LD_LIBRARY_PATH"));
+        assert!(ok, "{env}");
+        assert_eq!(env.trim(), "/usr/lib/xroce/sonames", "{env}");
     });
     let (removed, text) = run(Command::new("dpkg").args(["-r", "xroce"]));
     if let Err(panic) = result {

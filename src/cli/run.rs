@@ -328,6 +328,64 @@ pub fn xroce_env(
     env
 }
 
+/// The folder of soname links beside the libraries in the Debian package (scripts/deb.sh).
+pub const PACKAGED_LINKS: &str = "sonames";
+
+/// The options of this `xroce run` that the processes an MPI launcher starts on other hosts
+/// should get too (not `--pcap`: one file per host would be overwritten by every process).
+fn forwarded_options(args: &Args) -> Vec<String> {
+    let mut out = Vec::new();
+    if !args.devices.is_empty() {
+        out.push("-d".to_string());
+        out.push(args.devices.join(","));
+    }
+    if let Some(d) = args.driver {
+        out.push(format!("--driver={}", d.name()));
+    }
+    if let Some(p) = args.progress {
+        out.push(format!("--progress={}", p.name()));
+    }
+    if let Some(n) = args.shards {
+        out.push(format!("--shards={n}"));
+    }
+    out
+}
+
+/// What makes the engines choose xroce's device without settings of their own, unless the
+/// user set the variable already:
+/// - Open MPI 4.1 takes UCX only for devices named `mlx*` (`opal_common_ucx_devices`); xroce's
+///   are added, so `mpirun` alone picks `pml ucx` as it would on a Mellanox NIC;
+/// - Open MPI starts an `orted` on every other host through ssh, outside this process: its
+///   launch agent becomes `xroce run [these options] -- orted`, so the ranks there load
+///   xroce's libraries too (with `xroce` at the same path on every host, as the package puts
+///   it).
+///
+/// MPICH's hydra hands the ranks `mpiexec`'s environment itself, and UCX and libfabric find
+/// the device as they find any (docs/engines.md).
+pub fn engine_env(
+    exe: Option<&Path>,
+    forwarded: &[String],
+    existing: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(&'static str, OsString)> {
+    let mut env = Vec::new();
+    if existing("OMPI_MCA_opal_common_ucx_devices").is_none()
+        && existing("OMPI_MCA_pml_ucx_devices").is_none()
+    {
+        env.push(("OMPI_MCA_opal_common_ucx_devices", "mlx*,xroce_*".into()));
+    }
+    if let (Some(exe), None) = (exe, existing("OMPI_MCA_orte_launch_agent")) {
+        let mut agent = OsString::from(exe.as_os_str());
+        agent.push(" run");
+        for option in forwarded {
+            agent.push(" ");
+            agent.push(option);
+        }
+        agent.push(" -- orted");
+        env.push(("OMPI_MCA_orte_launch_agent", agent));
+    }
+    env
+}
+
 /// `--pcap FILE` made absolute, its directory checked.
 fn check_pcap(file: &Path) -> Result<PathBuf, RunError> {
     let abs = std::path::absolute(file).map_err(io_err(format!("--pcap {}", file.display())))?;
@@ -371,6 +429,15 @@ fn run_program(args: Args) -> Result<i32, RunError> {
     let lib_dir_env = std::env::var_os("XROCE_LIB_DIR");
     let lib_dir = find_lib_dir(candidate_dirs(lib_dir_env.as_deref(), exe.as_deref()))?;
     let links = LinkDir::create(&lib_dir)?;
+    // The package's link directory is the same path on every node, so a launcher that hands
+    // its environment to the ranks of other hosts (MPICH's hydra does) hands them a path
+    // that exists there; the private one exists only here, while this runs.
+    let packaged_links = lib_dir.join(PACKAGED_LINKS);
+    let library_path = if packaged_links.join(LIBRARIES[0].1).is_file() {
+        packaged_links
+    } else {
+        links.path().to_path_buf()
+    };
     if !links.missing.is_empty() {
         let list: Vec<String> = links
             .missing
@@ -392,8 +459,12 @@ fn run_program(args: Args) -> Result<i32, RunError> {
     cmd.args(program_args);
     cmd.env(
         "LD_LIBRARY_PATH",
-        prepend_path(links.path(), std::env::var_os("LD_LIBRARY_PATH").as_deref()),
+        prepend_path(&library_path, std::env::var_os("LD_LIBRARY_PATH").as_deref()),
     );
+    let forwarded = forwarded_options(&args);
+    for (key, value) in engine_env(exe.as_deref(), &forwarded, |k| std::env::var_os(k)) {
+        cmd.env(key, value);
+    }
     for (key, value) in xroce_env(
         &netdevs,
         args.driver,
@@ -550,6 +621,30 @@ mod tests {
             "/t/x"
         );
         assert_eq!(prepend_path(Path::new("/t/x"), None), "/t/x");
+    }
+
+    #[test]
+    fn open_mpi_is_told_about_xroce_unless_the_user_said_otherwise() {
+        let none = |_: &str| None;
+        let exe = Path::new("/usr/bin/xroce");
+        let forwarded = vec!["-d".to_string(), "eth0".to_string()];
+        let env = engine_env(Some(exe), &forwarded, none);
+        assert_eq!(
+            env,
+            [
+                ("OMPI_MCA_opal_common_ucx_devices", "mlx*,xroce_*".into()),
+                (
+                    "OMPI_MCA_orte_launch_agent",
+                    "/usr/bin/xroce run -d eth0 -- orted".into()
+                ),
+            ]
+        );
+        let users = |k: &str| (k == "OMPI_MCA_pml_ucx_devices").then(|| OsString::from("any"));
+        let env = engine_env(Some(exe), &[], users);
+        assert_eq!(
+            env,
+            [("OMPI_MCA_orte_launch_agent", "/usr/bin/xroce run -- orted".into())]
+        );
     }
 
     #[test]
