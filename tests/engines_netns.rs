@@ -230,19 +230,31 @@ impl<'a> Lane<'a> {
 
     /// `program` in namespace A (`side_a`) or B, under `xroce run -d <veth>` unless `plain`.
     fn command(&self, side_a: bool, plain: bool, program: &[&str]) -> Command {
+        self.command_with(side_a, if plain { Run::Plain } else { Run::OnDevice }, program)
+    }
+
+    fn command_with(&self, side_a: bool, how: Run, program: &[&str]) -> Command {
         let (ns, ifname) = if side_a {
             (&self.link.a, &self.link.a_if)
         } else {
             (&self.link.b, &self.link.b_if)
         };
-        let mut cmd = if plain {
-            let mut c = ns.command(program[0]);
-            c.args(&program[1..]);
-            c
-        } else {
-            let mut c = ns.command(xroce_bin());
-            c.args(["run", "-d", ifname, "--"]).args(program);
-            c
+        let mut cmd = match how {
+            Run::Plain => {
+                let mut c = ns.command(program[0]);
+                c.args(&program[1..]);
+                c
+            }
+            Run::OnDevice => {
+                let mut c = ns.command(xroce_bin());
+                c.args(["run", "-d", ifname, "--"]).args(program);
+                c
+            }
+            Run::AsUserRuns => {
+                let mut c = ns.command(xroce_bin());
+                c.args(["run", "--"]).args(program);
+                c
+            }
         };
         for var in [
             "XROCE_LIB_DIR",
@@ -550,9 +562,25 @@ fn fi_pingpong(lane: &Lane, prov: &str, ep: &str, size: &str, row: &str) -> Outc
     }
 }
 
+/// How a program is started in its namespace.
+#[derive(Clone, Copy)]
+enum Run {
+    /// Without xroce.
+    Plain,
+    /// `xroce run -d <the namespace's veth> --`.
+    OnDevice,
+    /// `xroce run --`, as the one documented step: every Ethernet interface that is up.
+    AsUserRuns,
+}
+
 /// How an MPI case runs.
 #[derive(Clone, Copy)]
 enum Mpi {
+    /// Open MPI as a user runs it on xroce: `xroce run -- mpirun` and no MCA setting that
+    /// names a PML or a device: `xroce run` makes Open MPI take UCX on xroce's device and start
+    /// the other host's `orted` under `xroce run` (netns-rsh adds nothing: plain `ip netns
+    /// exec`).
+    OmpiAsUserRuns,
     /// Open MPI, `--mca pml ucx`.
     OmpiUcx,
     /// Open MPI, `--mca pml cm --mca mtl ofi`, `FI_PROVIDER` as given.
@@ -569,6 +597,8 @@ fn mpi_case(lane: &Lane, engine: Mpi, ranks: u32) -> Outcome {
     let b = lane.link.b_ip.to_string();
     let n = ranks.to_string();
     let plain = matches!(engine, Mpi::OmpiTcp);
+    // netns-rsh plays ssh only: the launch agent xroce run set brings xroce to the ranks.
+    let rsh_plain = plain || matches!(engine, Mpi::OmpiAsUserRuns);
     let hostfile = lane.scratch.0.join("hosts");
     let per_host = ranks / 2;
     std::fs::write(
@@ -641,6 +671,18 @@ fn mpi_case(lane: &Lane, engine: Mpi, ranks: u32) -> Outcome {
                         &format!("UCX_TLS={UCX_MPI_TLS}"),
                     ],
                 ),
+                // Only what keeps UCX off the shared memory the two namespaces share (one
+                // machine to UCX); nothing that names xroce, a device or a PML.
+                Mpi::OmpiAsUserRuns => push(
+                    &mut argv,
+                    &[
+                        "--mca",
+                        "btl",
+                        "self",
+                        "-x",
+                        &format!("UCX_TLS={UCX_MPI_TLS}"),
+                    ],
+                ),
                 Mpi::OmpiOfi(prov) => push(
                     &mut argv,
                     &[
@@ -667,7 +709,12 @@ fn mpi_case(lane: &Lane, engine: Mpi, ranks: u32) -> Outcome {
     }
     push(&mut argv, &MPI_ARGS);
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let mut cmd = lane.command(true, plain, &words);
+    let how = match engine {
+        Mpi::OmpiTcp => Run::Plain,
+        Mpi::OmpiAsUserRuns => Run::AsUserRuns,
+        _ => Run::OnDevice,
+    };
+    let mut cmd = lane.command_with(true, how, &words);
     cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("XROCE_BIN", xroce_bin())
@@ -681,7 +728,7 @@ fn mpi_case(lane: &Lane, engine: Mpi, ranks: u32) -> Outcome {
                 lane.link.b_if
             ),
         )
-        .env("XROCE_RSH_PLAIN", if plain { "1" } else { "0" })
+        .env("XROCE_RSH_PLAIN", if rsh_plain { "1" } else { "0" })
         .env_remove("XROCE_RSH_RUN_OPTS")
         .env_remove("XROCE_RSH_LOG");
     let _relays = if ranks > 2 && !plain {
@@ -741,6 +788,10 @@ fn cases() -> Vec<Case<'static>> {
     v.push((
         "MPI Open MPI TCP baseline, 2 ranks".into(),
         Box::new(|l: &Lane| mpi_case(l, Mpi::OmpiTcp, 2)),
+    ));
+    v.push((
+        "MPI Open MPI under xroce run, no MCA choice, 2 ranks".into(),
+        Box::new(|l: &Lane| mpi_case(l, Mpi::OmpiAsUserRuns, 2)),
     ));
     for ranks in [2, 4] {
         v.push((

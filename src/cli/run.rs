@@ -353,8 +353,13 @@ fn forwarded_options(args: &Args) -> Vec<String> {
 
 /// What makes the engines choose xroce's device without settings of their own, unless the
 /// user set the variable already:
-/// - Open MPI 4.1 takes UCX only for devices named `mlx*` (`opal_common_ucx_devices`); xroce's
-///   are added, so `mpirun` alone picks `pml ucx` as it would on a Mellanox NIC;
+/// - Open MPI 4.1 takes UCX only for devices whose kernel driver matches `mlx*`
+///   (`opal_common_ucx_devices`, held against `/sys/class/infiniband/<dev>/device/driver`);
+///   xroce's devices have no kernel driver, so the list becomes `any` (the transports still
+///   have to be `rc_verbs`/`ud_verbs`, `opal_common_ucx_tls`), and `mpirun` alone picks `pml
+///   ucx` as it would on a Mellanox NIC; Debian's Open MPI excludes `pml ucx` in its site
+///   file (`/etc/openmpi/openmpi-mca-params.conf`: `pml = ^ucx`, for machines without RDMA),
+///   so the PMLs become `ucx,ob1` (UCX first, ob1 where UCX finds no device);
 /// - Open MPI starts an `orted` on every other host through ssh, outside this process: its
 ///   launch agent becomes `xroce run [these options] -- orted`, so the ranks there load
 ///   xroce's libraries too (with `xroce` at the same path on every host, as the package puts
@@ -371,7 +376,10 @@ pub fn engine_env(
     if existing("OMPI_MCA_opal_common_ucx_devices").is_none()
         && existing("OMPI_MCA_pml_ucx_devices").is_none()
     {
-        env.push(("OMPI_MCA_opal_common_ucx_devices", "mlx*,xroce_*".into()));
+        env.push(("OMPI_MCA_opal_common_ucx_devices", "any".into()));
+    }
+    if existing("OMPI_MCA_pml").is_none() {
+        env.push(("OMPI_MCA_pml", "ucx,ob1".into()));
     }
     if let (Some(exe), None) = (exe, existing("OMPI_MCA_orte_launch_agent")) {
         let mut agent = OsString::from(exe.as_os_str());
@@ -632,14 +640,17 @@ mod tests {
         assert_eq!(
             env,
             [
-                ("OMPI_MCA_opal_common_ucx_devices", "mlx*,xroce_*".into()),
+                ("OMPI_MCA_opal_common_ucx_devices", "any".into()),
+                ("OMPI_MCA_pml", "ucx,ob1".into()),
                 (
                     "OMPI_MCA_orte_launch_agent",
                     "/usr/bin/xroce run -d eth0 -- orted".into()
                 ),
             ]
         );
-        let users = |k: &str| (k == "OMPI_MCA_pml_ucx_devices").then(|| OsString::from("any"));
+        let users = |k: &str| {
+            matches!(k, "OMPI_MCA_pml_ucx_devices" | "OMPI_MCA_pml").then(|| OsString::from("x"))
+        };
         let env = engine_env(Some(exe), &[], users);
         assert_eq!(
             env,
