@@ -288,3 +288,240 @@ fn a_stopped_relay_stops_its_clients_with_an_error() {
     assert!(text.contains("relay"), "{text}");
     assert!(c1.stopped_reason().is_some_and(|r| r.contains("relay")));
 }
+
+// ---- The RDMA CM behind a relay (issue 28): the relay hands each CM MAD on QP1 to the
+// process it is for, as Linux's CM does for the processes of one port.
+
+mod cm {
+    use super::*;
+    use std::net::SocketAddr;
+    use xroce::cm::CmConfig;
+    use xroce::rdmacm::*;
+
+    /// Short CM timers (as tests/rdmacm_mem.rs).
+    fn quick() -> CmConfigRdma {
+        CmConfigRdma {
+            agent: CmConfig {
+                packet_life_time: 8,
+                local_cm_response_timeout: 12,
+                ..CmConfigRdma::default().agent
+            },
+            cm_response_timeout: 12,
+            ..CmConfigRdma::default()
+        }
+    }
+
+    /// The next event of `s` but for the end of a time wait (those of earlier connections
+    /// come whenever their time is up), which must be `kind`.
+    fn expect(s: &CmSide, kind: EventKind) -> RdmaCmEvent {
+        loop {
+            let e = s.ch.get_event(Some(WAIT)).unwrap();
+            if e.kind != EventKind::TimewaitExit {
+                assert_eq!(e.kind, kind, "status {}", e.status);
+                return e;
+            }
+        }
+    }
+
+    struct CmSide {
+        cm: Cm,
+        ch: EventChannel,
+        pd: Pd,
+        cq: Cq,
+    }
+
+    fn cm_side(dev: &Device) -> CmSide {
+        CmSide {
+            cm: Cm::with_config(std::slice::from_ref(dev), quick(), None).unwrap(),
+            ch: EventChannel::new().unwrap(),
+            pd: dev.alloc_pd().unwrap(),
+            cq: dev.create_cq(64, None).unwrap(),
+        }
+    }
+
+    fn listen(s: &CmSide, port: u16) -> std::result::Result<CmId, RdmaCmError> {
+        let id = s.cm.create_id(&s.ch, PortSpace::Tcp).unwrap();
+        id.bind_addr(SocketAddr::new([0, 0, 0, 0].into(), port))?;
+        id.listen(8)?;
+        Ok(id)
+    }
+
+    /// `client` sends a REQ to `ip:port`; the returned id waits for the answer.
+    fn request(client: &CmSide, ip: IpAddr, port: u16) -> (CmId, Qp) {
+        let id = client.cm.create_id(&client.ch, PortSpace::Tcp).unwrap();
+        id.resolve_addr(None, SocketAddr::new(ip, port), WAIT)
+            .unwrap();
+        expect(&client, EventKind::AddrResolved);
+        id.resolve_route(WAIT).unwrap();
+        expect(&client, EventKind::RouteResolved);
+        let qp = id
+            .create_qp(&client.pd, &QpInitAttr::rc(&client.cq, &client.cq))
+            .unwrap();
+        id.connect(&ConnParam::default()).unwrap();
+        (id, qp)
+    }
+
+    /// REQ, REP, RTU: `client` connects to the listener of `server` on `port`.
+    fn connect(client: &CmSide, server: &CmSide, ip: IpAddr, port: u16) -> (CmId, CmId, Qp, Qp) {
+        let (id, cqp) = request(client, ip, port);
+        let req = expect(&server, EventKind::ConnectRequest);
+        let child = req.id.clone();
+        let sqp = child
+            .create_qp(&server.pd, &QpInitAttr::rc(&server.cq, &server.cq))
+            .unwrap();
+        child.accept(&ConnParam::default()).unwrap();
+        expect(&client, EventKind::Established);
+        let est = expect(&server, EventKind::Established);
+        assert_eq!(est.id, child);
+        (id, child, cqp, sqp)
+    }
+
+    /// No connection event for `s` within 100 ms (its own time waits may end meanwhile).
+    fn quiet(s: &CmSide, who: &str) {
+        std::thread::sleep(Duration::from_millis(100));
+        while let Some(e) = s.ch.try_get_event() {
+            assert_eq!(
+                e.kind,
+                EventKind::TimewaitExit,
+                "{who} got an event that is not its own"
+            );
+        }
+    }
+
+    fn send_recv(from: &CmSide, qp: &Qp, to: &CmSide, to_qp: &Qp) {
+        let rmr = to.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        to_qp
+            .post_recv(&RecvWr {
+                wr_id: 1,
+                sg_list: vec![rmr.sge(0, 64).unwrap()],
+            })
+            .unwrap();
+        let smr = from.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        smr.write(0, b"through the relay").unwrap();
+        qp.post_send(&SendWr {
+            wr_id: 2,
+            op: WrOp::Send,
+            sg_list: vec![smr.sge(0, 17).unwrap()],
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        })
+        .unwrap();
+        assert_eq!(one(&from.cq).status, WcStatus::Success);
+        assert_eq!(one(&to.cq).status, WcStatus::Success);
+        assert_eq!(rmr.to_vec(0, 17).unwrap(), b"through the relay");
+    }
+
+    #[test]
+    fn two_clients_listen_behind_one_relay_and_a_remote_cm_reaches_each() {
+        let h = host("cm");
+        let (c1, c2) = (h.client(), h.client());
+        let (s1, s2, peer) = (cm_side(&c1), cm_side(&c2), cm_side(&h.peer));
+        // Both clients hold QP1 (rdma_bind_addr used to fail with EINVAL here).
+        let l1 = listen(&s1, 7001).unwrap();
+        let _l2 = listen(&s2, 7002).unwrap();
+        // One listener per port on the interface, as on one Linux host.
+        match listen(&s2, 7001) {
+            Err(e @ RdmaCmError::AddressInUse { .. }) => assert_eq!(e.errno(), libc::EADDRINUSE),
+            other => panic!("{other:?}"),
+        }
+
+        // The remote CM connects to each: REQ by service id, REP/RTU by comm id.
+        let (a1, b1, qa1, qb1) = connect(&peer, &s1, host_ip(), 7001);
+        quiet(&s2, "client 2");
+        let (a2, b2, qa2, qb2) = connect(&peer, &s2, host_ip(), 7002);
+        quiet(&s1, "client 1");
+        assert_eq!(qb1.qp_num() >> 16, 1);
+        assert_eq!(qb2.qp_num() >> 16, 2);
+        send_recv(&peer, &qa1, &s1, &qb1);
+        send_recv(&s2, &qb2, &peer, &qa2);
+
+        // DREQ from the remote to client 1, DREP back; DREQ from client 2, DREP to it.
+        a1.disconnect().unwrap();
+        let e = expect(&s1, EventKind::Disconnected);
+        assert_eq!(e.id, b1);
+        b1.disconnect().unwrap();
+        expect(&peer, EventKind::Disconnected);
+        quiet(&s2, "client 2");
+        b2.disconnect().unwrap();
+        let e = expect(&peer, EventKind::Disconnected);
+        assert_eq!(e.id, a2);
+        a2.disconnect().unwrap();
+        expect(&s2, EventKind::Disconnected);
+        quiet(&s1, "client 1");
+
+        // A port nobody behind the relay listens on: REJ "invalid service id" (8).
+        let (_id, _qp) = request(&peer, host_ip(), 7003);
+        let e = expect(&peer, EventKind::Rejected);
+        assert_eq!(e.status, 8, "invalid service id (IBTA 12.6.7)");
+
+        // Client 2 connects to client 1 on the same host: client to client through the relay.
+        let (_a3, _b3, qa3, qb3) = connect(&s2, &s1, host_ip(), 7001);
+        send_recv(&s2, &qa3, &s1, &qb3);
+
+        // Client 1's listener ends: client 2 may take its port at once.
+        l1.destroy();
+        let _l = listen(&s2, 7001).unwrap();
+        let (_a4, _b4, _, _) = connect(&peer, &s2, host_ip(), 7001);
+
+        let stats = h.relay().stats();
+        assert!(
+            stats.cm_routed.load(Ordering::Relaxed) >= 12,
+            "{}",
+            stats.summary()
+        );
+        assert_eq!(
+            stats.cm_unlistened.load(Ordering::Relaxed),
+            1,
+            "{}",
+            stats.summary()
+        );
+        assert_eq!(
+            stats.dropped_gsi.load(Ordering::Relaxed),
+            0,
+            "{}",
+            stats.summary()
+        );
+        assert_eq!(
+            stats.dropped_no_client.load(Ordering::Relaxed),
+            0,
+            "{}",
+            stats.summary()
+        );
+    }
+
+    #[test]
+    fn malformed_mads_to_qp1_are_counted_and_dropped() {
+        let h = host("badmad");
+        let c1 = h.client();
+        let s1 = cm_side(&c1);
+        let _l1 = listen(&s1, 7001).unwrap();
+        // The remote sends raw MADs from its QP1.
+        let gsi = h.peer.open_gsi().unwrap();
+        let gid = c1.query_gid(c1.ipv4_gid_index().unwrap()).unwrap();
+        let mut to = MadAddress::gsi(gid, h.peer.ipv4_gid_index().unwrap() as u8);
+        to.mac = Some(MacAddr(HOST));
+        let mut sa = [0u8; 256];
+        sa[..4].copy_from_slice(&[1, 0x03, 2, 0x01]); // a subnet administration Get
+        gsi.send(&to, &sa).unwrap();
+        let mut cpi = [0u8; 256];
+        cpi[..4].copy_from_slice(&[1, 0x07, 2, 0x01]); // CM ClassPortInfo Get
+        cpi[16..18].copy_from_slice(&0x0001u16.to_be_bytes());
+        gsi.send(&to, &cpi).unwrap();
+        let mut rtu = [0u8; 256]; // an RTU naming no comm id
+        rtu[..4].copy_from_slice(&[1, 0x07, 2, 0x03]);
+        rtu[16..18].copy_from_slice(&0x0014u16.to_be_bytes());
+        gsi.send(&to, &rtu).unwrap();
+        let stats = h.relay().stats();
+        let end = Instant::now() + WAIT;
+        while stats.dropped_gsi.load(Ordering::Relaxed) < 3 {
+            assert!(Instant::now() < end, "{}", stats.summary());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(stats.cm_routed.load(Ordering::Relaxed), 0);
+        // The client's CM saw none of it, and still works.
+        assert_eq!(s1.cm.stats()[0].1.received, 0);
+        drop(gsi);
+        let peer = cm_side(&h.peer);
+        connect(&peer, &s1, host_ip(), 7001);
+    }
+}

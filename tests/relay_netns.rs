@@ -251,3 +251,76 @@ fn a_client_killed_mid_transfer_does_not_disturb_the_other() {
     let _ = s2.kill();
     let _ = s2.wait();
 }
+
+/// `xroce rping` through the relay of `ifname`: the server of `addr` on `port`, or its
+/// client, `count` pings.
+fn rping(ifname: &str, addr: &str, port: u16, count: u32, server: bool) -> Vec<String> {
+    let mut a = args(&["rping", if server { "-s" } else { "-c" }, "-v", "-a", addr]);
+    a.extend([
+        "-p".into(),
+        port.to_string(),
+        "-C".into(),
+        count.to_string(),
+    ]);
+    a.extend(args(&["-D", ifname, "--driver", "relay"]));
+    a
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "xdp"),
+    ignore = "runs over AF_XDP: needs the `xdp` feature"
+)]
+fn the_rdma_cm_of_two_processes_per_interface() {
+    if !common::privileged_or_skip("the_rdma_cm_of_two_processes_per_interface") {
+        return;
+    }
+    let link = link();
+    let relay_a = RelayProc::start(&link.a, &link.a_if);
+    let relay_b = RelayProc::start(&link.b, &link.b_if);
+    let host = link.a_ip.to_string();
+    // Two rping servers behind A's relay on two ports, two clients behind B's: each REQ
+    // reaches the server listening on its port, each REP/RTU/DREQ/DREP the right process.
+    let s1 = spawn(&link.a, &rping(&link.a_if, &host, 18611, 5, true));
+    let s2 = spawn(&link.a, &rping(&link.a_if, &host, 18612, 5, true));
+    std::thread::sleep(Duration::from_millis(700));
+    let c1 = spawn(&link.b, &rping(&link.b_if, &host, 18611, 5, false));
+    let c2 = spawn(&link.b, &rping(&link.b_if, &host, 18612, 5, false));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (child, what) in [
+        (c1, "client 1"),
+        (c2, "client 2"),
+        (s1, "server 1"),
+        (s2, "server 2"),
+    ] {
+        let text = ok(&wait(child, deadline, what), what);
+        if what.starts_with("client") {
+            assert!(text.contains("ping data: rdma-ping-4: "), "{what}: {text}");
+        }
+    }
+    // A port nobody listens on: the REQ gets its REJ (from a CM behind the relay).
+    let s3 = spawn(&link.a, &rping(&link.a_if, &host, 18613, 2, true));
+    std::thread::sleep(Duration::from_millis(700));
+    let lone = spawn(&link.b, &rping(&link.b_if, &host, 18614, 2, false));
+    let out = wait(lone, Instant::now() + Duration::from_secs(30), "unlistened");
+    assert!(
+        !out.status.success(),
+        "a connection to a port nobody listens on"
+    );
+    // And a local client of the server on the same interface, through A's relay.
+    let c3 = spawn(&link.a, &rping(&link.a_if, &host, 18613, 2, false));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (child, what) in [(c3, "local client"), (s3, "server 3")] {
+        ok(&wait(child, deadline, what), what);
+    }
+    for (relay, which) in [(&relay_a, "A"), (&relay_b, "B")] {
+        let line = relay.stats_after(Duration::from_millis(1200));
+        assert!(
+            RelayProc::counter(&line, "CM MADs routed") >= 4,
+            "{which}: {line}"
+        );
+        assert_eq!(RelayProc::counter(&line, "QP1"), 0, "{which}: {line}");
+    }
+    let line = relay_a.stats_after(Duration::from_millis(0));
+    assert!(RelayProc::counter(&line, "unlistened") >= 1, "{line}");
+}

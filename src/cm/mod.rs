@@ -93,6 +93,12 @@ pub struct CmConfig {
     /// The first local communication id handed out (a random start makes ids of a restarted
     /// agent unlikely to meet the peer's memory of the old ones).
     pub first_comm_id: u32,
+    /// `Some(p)`: every local communication id and SIDR request id has `p` in bits 24..31
+    /// (only the low 24 bits count up). Behind an `xroce relay` this is the process's slot:
+    /// the relay hands a CM MAD that echoes one of our ids (REP, RTU, REJ, MRA, DREQ, DREP,
+    /// LAP, APR: the remote comm id; SIDR_REP: the request id) to the process it names, as
+    /// Linux's CM finds the id's owner by comm id (cm_acquire_id). `None`: all 32 bits.
+    pub comm_id_prefix: Option<u8>,
     /// The first transaction id.
     pub first_tid: u64,
     /// More connections than this are refused with REJ "no resources" (a REQ flood is
@@ -112,6 +118,7 @@ impl Default for CmConfig {
             duplicate_req_mra_timeout: 24,
             max_peer_timeout_exponent: 24,
             first_comm_id: 1,
+            comm_id_prefix: None,
             first_tid: 1,
             max_connections: 65536,
             sidr_reply_linger: Duration::from_secs(2),
@@ -596,9 +603,17 @@ impl CmAgent {
             .map(|l| l.id)
     }
 
+    /// `counter` as an id of ours: with the configured prefix in bits 24..31, if any.
+    fn local_id(&self, counter: u32) -> u32 {
+        match self.config.comm_id_prefix {
+            Some(p) => (u32::from(p) << 24) | (counter & 0x00ff_ffff),
+            None => counter,
+        }
+    }
+
     fn alloc_comm_id(&mut self) -> u32 {
         loop {
-            let id = self.next_comm_id;
+            let id = self.local_id(self.next_comm_id);
             self.next_comm_id = self.next_comm_id.wrapping_add(1);
             if id != 0 && !self.conns.contains_key(&id) {
                 return id;
@@ -1015,7 +1030,7 @@ impl CmAgent {
         let private_data = private(&request.private_data)?;
         check_bits("timeout", request.timeout.into(), 5)?;
         let request_id = loop {
-            let id = self.next_sidr_request;
+            let id = self.local_id(self.next_sidr_request);
             self.next_sidr_request = self.next_sidr_request.wrapping_add(1);
             if id != 0 && !self.sidr_out.contains_key(&id) {
                 break id;

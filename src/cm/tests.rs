@@ -963,6 +963,44 @@ fn comm_ids_are_not_reused_while_in_time_wait() {
 }
 
 #[test]
+fn a_comm_id_prefix_fills_bits_24_to_31_of_every_local_id() {
+    // Behind a relay (issue 28) the slot names the process a MAD echoing our id is for.
+    let mut sim = Sim::new();
+    let slotted = |side: usize, slot: u8| {
+        CmAgent::new(CmConfig {
+            comm_id_prefix: Some(slot),
+            first_comm_id: 0x00ff_fffe,
+            ..config(side)
+        })
+    };
+    sim.agents[A] = slotted(A, 3);
+    sim.agents[B] = slotted(B, 9);
+    sim.agents[B].listen(SERVICE, None).unwrap();
+    let ids: Vec<u32> = (0..3).map(|_| sim.connect().0).collect();
+    // The low 24 bits count up and wrap; the top byte stays the slot.
+    assert_eq!(ids, vec![0x03ff_fffe, 0x03ff_ffff, 0x0300_0000]);
+    sim.run_until(t(100));
+    // B's REPs carry its slot, and A's RTUs (which echo them) reached it: established.
+    for id in &ids {
+        assert_eq!(sim.agents[A].state(ConnId(*id)), Some(State::Established));
+    }
+    let sidr = sim.agents[A]
+        .sidr_request(
+            sim.now,
+            SidrRequest {
+                to: peer(B),
+                service_id: SERVICE,
+                pkey: 0xffff,
+                timeout: 12,
+                max_retries: 2,
+                private_data: Vec::new(),
+            },
+        )
+        .unwrap();
+    assert_eq!(sidr.0 >> 24, 3, "{:#x}", sidr.0);
+}
+
+#[test]
 fn dreq_resent_then_disconnected_timed_out() {
     let mut sim = Sim::new();
     let mut request = sim.request();

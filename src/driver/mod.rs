@@ -133,6 +133,13 @@ pub trait Driver: Send {
     fn qpn_prefix(&self) -> Option<u8> {
         None
     }
+
+    /// The relay this driver goes through and the slot it holds: where the device's CM
+    /// registers the service ids it listens on ([`relay::ServiceRegistration`]). `None` for
+    /// every driver but [`relay::RelayDriver`].
+    fn relay_endpoint(&self) -> Option<relay::RelayEndpoint> {
+        None
+    }
 }
 
 impl<D: Driver + ?Sized> Driver for Box<D> {
@@ -173,6 +180,9 @@ impl<D: Driver + ?Sized> Driver for Box<D> {
     }
     fn qpn_prefix(&self) -> Option<u8> {
         (**self).qpn_prefix()
+    }
+    fn relay_endpoint(&self) -> Option<relay::RelayEndpoint> {
+        (**self).relay_endpoint()
     }
 }
 

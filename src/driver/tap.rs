@@ -236,6 +236,10 @@ impl<D: Driver> Driver for PcapTap<D> {
         self.inner.qpn_prefix()
     }
 
+    fn relay_endpoint(&self) -> Option<super::relay::RelayEndpoint> {
+        self.inner.relay_endpoint()
+    }
+
     fn info(&self) -> DriverInfo {
         self.inner.info()
     }

@@ -117,7 +117,7 @@ pub(crate) fn bury(state: &mut CmState, c: Cleanup) {
     }
     for (port, listen) in c.listens {
         if let Some(p) = state.ports.get_mut(port) {
-            let _ = p.agent.unlisten(listen);
+            super::relay_listen::unlisten(p, listen);
             p.listens.remove(&listen);
         }
     }
@@ -759,7 +759,10 @@ impl CmId {
                 expected: "new",
             });
         }
-        let port_index = if addr.ip().is_unspecified() {
+        // The wildcard and a loopback address take no device (Linux's rdma_bind_addr acquires
+        // one only when !cma_any_addr): `verbs` stays NULL, which libfabric's verbs provider
+        // reads as "use the devices' own addresses" instead of publishing 127.0.0.1.
+        let port_index = if listens_anywhere(addr.ip()) {
             None
         } else {
             Some(cm.port_for_local(&mut state, addr.ip())?)
@@ -1079,7 +1082,7 @@ impl CmId {
         }
         let mut made = Vec::new();
         for p in ports {
-            match state.ports[p].agent.listen(sid, None) {
+            match super::relay_listen::listen(&mut state.ports[p], sid) {
                 Ok(listen) => {
                     state.ports[p]
                         .listens
@@ -1088,16 +1091,18 @@ impl CmId {
                 }
                 Err(e) => {
                     for (p, l) in made {
-                        let _ = state.ports[p].agent.unlisten(l);
+                        super::relay_listen::unlisten(&mut state.ports[p], l);
                         state.ports[p].listens.remove(&l);
                     }
                     return Err(match e {
-                        crate::cm::CmError::ServiceIdInUse { .. } => RdmaCmError::AddressInUse {
-                            space: self.inner.ps.name(),
-                            port: local.port(),
-                            addr: local.ip(),
-                        },
-                        e => e.into(),
+                        RdmaCmError::Cm(crate::cm::CmError::ServiceIdInUse { .. }) => {
+                            RdmaCmError::AddressInUse {
+                                space: self.inner.ps.name(),
+                                port: local.port(),
+                                addr: local.ip(),
+                            }
+                        }
+                        e => e,
                     });
                 }
             }

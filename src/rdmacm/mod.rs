@@ -22,6 +22,7 @@
 //! create, RTR/RTS when the REQ is accepted or the REP arrives, ERR on reject and
 //! disconnect).
 mod id;
+mod relay_listen;
 mod service;
 mod types;
 

@@ -141,6 +141,8 @@ pub(crate) struct Port {
     pub(crate) sidrs: HashMap<SidrId, Weak<IdInner>>,
     /// Passive SIDR exchanges: the answering side's handle → the child id.
     pub(crate) sidr_children: HashMap<SidrId, Weak<IdInner>>,
+    /// Behind a relay: the service id registration of each listener (`relay_listen`).
+    pub(crate) relay_services: HashMap<ListenId, crate::driver::relay::ServiceRegistration>,
     wake: UnixDatagram,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -239,6 +241,7 @@ fn add_port(shared: &Arc<CmShared>, state: &mut CmState, device: &Device) -> Res
     if config.local_ca_guid == 0 {
         config.local_ca_guid = ca_guid(device);
     }
+    super::relay_listen::agent_config(device, &mut config);
     let index = state.ports.len();
     state.ports.push(Port {
         device: device.clone(),
@@ -248,6 +251,7 @@ fn add_port(shared: &Arc<CmShared>, state: &mut CmState, device: &Device) -> Res
         listens: HashMap::new(),
         sidrs: HashMap::new(),
         sidr_children: HashMap::new(),
+        relay_services: HashMap::new(),
         wake: wake_tx,
         thread: None,
     });

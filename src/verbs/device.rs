@@ -220,6 +220,8 @@ pub(crate) struct DeviceState {
     /// address whose QPN has another prefix belongs to another process on the interface,
     /// and goes to the driver (the relay), not back to this device.
     pub qpn_prefix: Option<u8>,
+    /// The relay the device goes through, and its slot ([`Driver::relay_endpoint`]).
+    pub relay: Option<crate::driver::relay::RelayEndpoint>,
     pub stats: ProgressStats,
     pub xdp_stats: Mutex<Option<XdpStats>>,
     /// Set by [`Device::xdp_stats`] to ask the progress thread for fresh counters.
@@ -947,6 +949,7 @@ impl Device {
         engine_config.gids = gid_table.iter().map(|g| g.gid.to_ip()).collect();
         engine_config.fixed_ip_ident = fixed_ip_ident;
         let qpn_prefix = drivers[0].qpn_prefix();
+        let relay = drivers[0].relay_endpoint();
         engine_config.qpn_prefix = qpn_prefix;
         engine_config.port_mtu = net.active_mtu().unwrap_or(Mtu::Mtu256);
         let driver_info = drivers[0].info();
@@ -996,6 +999,7 @@ impl Device {
             async_events: AsyncQueue::new()?,
             local_ips,
             qpn_prefix,
+            relay,
             stats: ProgressStats::default(),
             xdp_stats: Mutex::new(None),
             xdp_stats_wanted: AtomicBool::new(false),
@@ -1131,6 +1135,12 @@ impl Device {
     /// The driver in use.
     pub fn driver_info(&self) -> &DriverInfo {
         &self.shared().driver_info
+    }
+
+    /// The relay the device shares its interface through, and the slot it holds (`None`:
+    /// the device has its driver to itself).
+    pub fn relay_endpoint(&self) -> Option<&crate::driver::relay::RelayEndpoint> {
+        self.shared().relay.as_ref()
     }
 
     /// A snapshot of the engine's counters (rxe names, drops by reason).

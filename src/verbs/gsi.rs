@@ -161,7 +161,7 @@ impl std::fmt::Debug for Gsi {
 impl Device {
     /// Opens the device's GSI, QP1, ready to send and receive MADs. One per device: while
     /// one is open, another is [`crate::engine::EngineError::GsiExists`]. A device behind a
-    /// relay has no QP1 (its QPN range is its slot's).
+    /// relay has its own: the relay hands it the CM MADs for its process.
     pub fn open_gsi(&self) -> Result<Gsi> {
         let pd = self.alloc_pd()?;
         let channel = self.create_comp_channel()?;

@@ -899,7 +899,8 @@ rdmacm_export! {
             Ok(obj) => obj,
             Err(rc) => return rc,
         };
-        if addr.ip().is_unspecified() {
+        // A listener there hears every device (Linux's cma_any_addr: zero or loopback).
+        if addr.ip().is_unspecified() || addr.ip().is_loopback() {
             if let Ok(cm) = cm() {
                 open_all(cm);
             }
