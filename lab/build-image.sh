@@ -14,7 +14,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/common.sh"
 need_root
 
-GUEST_PKGS=kmod,iproute2,procps,iputils-ping,rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,python3-pyverbs
+GUEST_PKGS=kmod,iproute2,procps,iputils-ping,rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,python3-pyverbs,libfabric1,libfabric-bin
 # Kernel modules the guest loads, with their dependencies resolved below.
 GUEST_MODS="virtio_pci virtio_net rdma_rxe ib_uverbs rdma_ucm ib_umad crc32_generic crc32_pclmul
   sch_netem ifb act_mirred cls_matchall sch_ingress"

@@ -241,6 +241,23 @@ const CONFORM_ALL: &[u8] = &[
     COMPARE_SWAP,
     FETCH_ADD,
 ];
+/// tests/engines/fi_msg_check.c at path MTU 1024: the CM's MADs, 1 KiB ping-pongs, the 64 KiB
+/// READs and WRITE, the 1 MiB SEND.
+const FI_MSG_ALL: &[u8] = &[
+    UD_SEND_ONLY,
+    SEND_ONLY,
+    SEND_FIRST,
+    SEND_MIDDLE,
+    SEND_LAST,
+    WRITE_FIRST,
+    WRITE_MIDDLE,
+    WRITE_LAST,
+    READ_REQUEST,
+    READ_RESPONSE_FIRST,
+    READ_RESPONSE_MIDDLE,
+    READ_RESPONSE_LAST,
+    ACK,
+];
 const MR_LOSS: &[u8] = &[READ_REQUEST, READ_RESPONSE_FIRST, WRITE_FIRST, WRITE_LAST];
 
 /// perftest flags used everywhere: rxe0, GID index 1, no CPU-frequency warning.
@@ -992,6 +1009,51 @@ const CASES: &[Case] = &[
         server: (G2, "timeout 60 rdma_server -s {srv}"),
         client: (HOST2, "{lib} rdma_client -s {srv}"),
         opcodes: &[UD_SEND_ONLY, SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    // --- libfabric 1.17's verbs provider on xroce's libraries (host2) against the same on rxe
+    // (g2), both roles. FI_EP_MSG: the project's tests/engines/fi_msg_check.c (built on the
+    // host, copied into the guest): CM events, 100 checked 1 KiB ping-pongs, a 64 KiB fi_read,
+    // fi_write and fi_read back, a 1 MiB fi_send, fi_shutdown; xroce's server asks fi_getinfo
+    // without a node (it listens on 127.0.0.1, which hears REQs on every address), rxe's is
+    // bound to its address. fi_pingpong (checked data, -c) over FI_EP_RDM on `verbs;ofi_rxm`
+    // (RC through the RDMA CM) and on `verbs;ofi_rxd` (over UD), and FI_EP_DGRAM on `verbs`;
+    // its control socket on the tools' port. Each side must print its result. rxm sizes its
+    // MSG CQ (rx + tx size) x FI_UNIVERSE_SIZE (256: 65536 entries), past rxe's max_cqe
+    // (32767: "Unable to create verbs CQ", fi_enable EINVAL), hence 64. The verbs provider's
+    // UD endpoints take GID index 0 unless told (FI_VERBS_GID_IDX): RoCEv2 over IPv6
+    // link-local, which works but which the capture's IPv4 checks would not see.
+    Case { name: "xroce_lib_srv_fi_msg", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} {fimsg} -s -p 7471 -t 60"),
+        client: (G2, "timeout 120 fi_msg_check -c {srv} -p 7471 -t 60"),
+        opcodes: FI_MSG_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_fi_msg", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 fi_msg_check -s -b {srv} -p 7471 -t 60"),
+        client: (HOST2, "{lib} {fimsg} -c {srv} -p 7471 -t 60"),
+        opcodes: FI_MSG_ALL, loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_fi_rdm_rxm", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} FI_UNIVERSE_SIZE=64 fi_pingpong -p 'verbs;ofi_rxm' -e rdm -I 100 -S 1024 -c -B 18515"),
+        client: (G2, "timeout 120 env FI_UNIVERSE_SIZE=64 fi_pingpong -p 'verbs;ofi_rxm' -e rdm -I 100 -S 1024 -c -P 18515 {srv}"),
+        opcodes: &[UD_SEND_ONLY, ACK], loss_evidence: None,
+        state: State::Pending("rxe's rxm client fails rdma_resolve_route (ENODEV) on the address xroce's rxm server publishes") },
+    Case { name: "xroce_lib_cli_fi_rdm_rxm", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 env FI_UNIVERSE_SIZE=64 fi_pingpong -p 'verbs;ofi_rxm' -e rdm -I 100 -S 1024 -c -B 18515"),
+        client: (HOST2, "{lib} FI_UNIVERSE_SIZE=64 fi_pingpong -p 'verbs;ofi_rxm' -e rdm -I 100 -S 1024 -c -P 18515 {srv}"),
+        opcodes: &[UD_SEND_ONLY, ACK], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_fi_dgram", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} FI_VERBS_GID_IDX=1 fi_pingpong -p verbs -e dgram -I 100 -S 512 -c -B 18515"),
+        client: (G2, "timeout 120 env FI_VERBS_GID_IDX=1 fi_pingpong -p verbs -e dgram -I 100 -S 512 -c -P 18515 {srv}"),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_fi_dgram", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 env FI_VERBS_GID_IDX=1 fi_pingpong -p verbs -e dgram -I 100 -S 512 -c -B 18515"),
+        client: (HOST2, "{lib} FI_VERBS_GID_IDX=1 fi_pingpong -p verbs -e dgram -I 100 -S 512 -c -P 18515 {srv}"),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_srv_fi_rdm_rxd", mtu: 1500, netem: None,
+        server: (HOST2, "{lib} FI_VERBS_GID_IDX=1 fi_pingpong -p 'verbs;ofi_rxd' -e rdm -I 100 -S 1024 -c -B 18515"),
+        client: (G2, "timeout 120 env FI_VERBS_GID_IDX=1 fi_pingpong -p 'verbs;ofi_rxd' -e rdm -I 100 -S 1024 -c -P 18515 {srv}"),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
+    Case { name: "xroce_lib_cli_fi_rdm_rxd", mtu: 1500, netem: None,
+        server: (G2, "timeout 120 env FI_VERBS_GID_IDX=1 fi_pingpong -p 'verbs;ofi_rxd' -e rdm -I 100 -S 1024 -c -B 18515"),
+        client: (HOST2, "{lib} FI_VERBS_GID_IDX=1 fi_pingpong -p 'verbs;ofi_rxd' -e rdm -I 100 -S 1024 -c -P 18515 {srv}"),
+        opcodes: &[UD_SEND_ONLY], loss_evidence: None, state: State::Runs },
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -1026,6 +1088,8 @@ fn rdmacm_utils_port(cmd: &str) -> Option<u16> {
         Some(7174)
     } else if program("ucmatose") || program("rdma_server") || program("rdma_client") {
         Some(7471)
+    } else if program(FIMSG_GUEST) || program("{fimsg}") {
+        flag_value(cmd, "-p").and_then(|p| p.parse().ok())
     } else {
         None
     }
@@ -1051,8 +1115,10 @@ struct Lab {
     ctut: Option<PathBuf>,
     /// The directory whose libibverbs.so.1 is xroce's, if a selected case needs it.
     ctut_lib: Option<PathBuf>,
-    /// Guests the C program has been copied into.
-    ctut_installed: Mutex<Vec<u8>>,
+    /// The host's build of tests/engines/fi_msg_check.c, if a selected case runs it.
+    fimsg: Option<PathBuf>,
+    /// Guests each program built on the host has been copied into.
+    installed: Mutex<Vec<(&'static str, u8)>>,
     /// xroce's libibverbs.so.1 and stand-ins under their sonames, for `{lib}` commands.
     abi_lib: Option<PathBuf>,
 }
@@ -1100,7 +1166,8 @@ impl Lab {
             netem: Mutex::new(HashMap::new()),
             ctut: None,
             ctut_lib: None,
-            ctut_installed: Mutex::new(Vec::new()),
+            fimsg: None,
+            installed: Mutex::new(Vec::new()),
             abi_lib: None,
         };
         assert!(
@@ -1464,6 +1531,38 @@ fn install_guest_scripts(lab: &Lab, case: &Case) -> Result<(), String> {
 
 /// Name of the C program in the guests (on their PATH).
 const CTUT_GUEST: &str = "verbs_tutorial";
+/// Name of the libfabric program (tests/engines/fi_msg_check.c) in the guests.
+const FIMSG_GUEST: &str = "fi_msg_check";
+
+/// Whether a case runs libfabric (fi_msg_check or fi_pingpong) on either side.
+fn uses_libfabric(case: &Case) -> bool {
+    [case.server, case.client].into_iter().any(|(_, cmd)| {
+        cmd.contains("fi_pingpong") || cmd.contains(FIMSG_GUEST) || cmd.contains("{fimsg}")
+    })
+}
+
+/// Builds tests/engines/fi_msg_check.c on the host (gcc, libfabric-dev) into `dir`.
+fn compile_fimsg(dir: &Path) -> Result<PathBuf, String> {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/engines/fi_msg_check.c");
+    let out = dir.join(FIMSG_GUEST);
+    let res = Command::new("gcc")
+        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-s", "-o"])
+        .arg(&out)
+        .arg(src)
+        .arg("-lfabric")
+        .output()
+        .map_err(|e| format!("cannot run gcc (apt-get install gcc): {e}"))?;
+    if !res.status.success() {
+        return Err(format!(
+            "gcc did not compile {src} (libfabric-dev installed?):\n{}",
+            String::from_utf8_lossy(&res.stderr)
+        ));
+    }
+    if !Path::new("/usr/bin/fi_pingpong").exists() {
+        return Err("/usr/bin/fi_pingpong is missing (apt-get install libfabric-bin)".into());
+    }
+    Ok(out)
+}
 
 /// Whether a command runs the C program on rdma-core in a guest.
 fn runs_ctut_in_guest((at, cmd): (At, &str)) -> bool {
@@ -1481,38 +1580,51 @@ fn uses_ctut(case: &Case) -> bool {
         .any(|c| runs_ctut_in_guest(c) || runs_ctut_on_xroce(c))
 }
 
-/// Copies the host's build of the C program into the guests a case runs it in (host and
-/// guests are both Debian bookworm, so it runs there on the guest's rdma-core), once per
+/// Copies the host's builds of the C programs (tests/c/verbs_tutorial.c,
+/// tests/engines/fi_msg_check.c) into the guests a case runs them in (host and guests are
+/// both Debian bookworm, so they run there on the guest's rdma-core and libfabric), once per
 /// guest, as base64 in pieces of one command-channel line each.
 fn install_guest_binaries(lab: &Lab, case: &Case) -> Result<(), String> {
     for side in [case.server, case.client] {
         let At::Guest(g) = side.0 else { continue };
-        if !runs_ctut_in_guest(side) || lab.ctut_installed.lock().unwrap().contains(&g) {
-            continue;
-        }
-        let prog = lab.ctut.clone().ok_or("the C program was not compiled")?;
-        let bytes = fs::read(&prog).map_err(|e| format!("{}: {e}", prog.display()))?;
-        let b64_path = format!("/tmp/{CTUT_GUEST}.b64");
-        let mut script = format!("rm -f {b64_path}");
-        for piece in bytes.chunks(6000) {
-            let (ok, out) = lab.exec(g, &script);
-            if !ok {
-                return Err(format!("copying {CTUT_GUEST} into guest {g}: {out}"));
+        for (name, built) in [(CTUT_GUEST, &lab.ctut), (FIMSG_GUEST, &lab.fimsg)] {
+            let runs = if name == CTUT_GUEST {
+                runs_ctut_in_guest(side)
+            } else {
+                side.1.split_whitespace().any(|w| w == name)
+            };
+            if !runs || lab.installed.lock().unwrap().contains(&(name, g)) {
+                continue;
             }
-            script = format!("printf '%s' '{}' >>{b64_path}", base64(piece));
+            let prog = built.clone().ok_or(format!("{name} was not compiled"))?;
+            install_guest_binary(lab, g, name, &prog)?;
+            lab.installed.lock().unwrap().push((name, g));
         }
-        let dest = format!("/usr/local/bin/{CTUT_GUEST}");
-        script.push_str(&format!(
-            "\nbase64 -d {b64_path} >{dest} && chmod 755 {dest} && sha256sum {dest}"
-        ));
+    }
+    Ok(())
+}
+
+fn install_guest_binary(lab: &Lab, g: u8, name: &str, prog: &Path) -> Result<(), String> {
+    let bytes = fs::read(prog).map_err(|e| format!("{}: {e}", prog.display()))?;
+    let b64_path = format!("/tmp/{name}.b64");
+    let mut script = format!("rm -f {b64_path}");
+    for piece in bytes.chunks(6000) {
         let (ok, out) = lab.exec(g, &script);
-        let want = common::hex(&sha2::Sha256::digest(&bytes));
-        if !ok || !out.contains(&want) {
-            return Err(format!(
-                "installing {CTUT_GUEST} in guest {g} (SHA-256 {want} expected): {out}"
-            ));
+        if !ok {
+            return Err(format!("copying {name} into guest {g}: {out}"));
         }
-        lab.ctut_installed.lock().unwrap().push(g);
+        script = format!("printf '%s' '{}' >>{b64_path}", base64(piece));
+    }
+    let dest = format!("/usr/local/bin/{name}");
+    script.push_str(&format!(
+        "\nbase64 -d {b64_path} >{dest} && chmod 755 {dest} && sha256sum {dest}"
+    ));
+    let (ok, out) = lab.exec(g, &script);
+    let want = common::hex(&sha2::Sha256::digest(&bytes));
+    if !ok || !out.contains(&want) {
+        return Err(format!(
+            "installing {name} in guest {g} (SHA-256 {want} expected): {out}"
+        ));
     }
     Ok(())
 }
@@ -1557,6 +1669,12 @@ fn expand(cmd: &str, srv: &str, lab: &Lab) -> String {
         .replace("{xroce}", &lab.xroce.display().to_string())
         .replace("{ctut_xroce}", &ctut_xroce)
         .replace("{lib}", &lib)
+        .replace(
+            "{fimsg}",
+            &lab.fimsg
+                .as_ref()
+                .map_or("false".to_string(), |p| p.display().to_string()),
+        )
 }
 
 /// Debian's binaries the host2 cases run on the host.
@@ -1646,6 +1764,29 @@ fn check_tool_output(cmd: &str, server: bool, out: &str) -> Vec<String> {
     let who = if server { "server" } else { "client" };
     let mut problems = Vec::new();
     let num = |flag: &str| flag_value(cmd, flag).and_then(|v| v.parse::<u64>().ok());
+    if cmd.contains("fi_pingpong ") {
+        // fi_pingpong's result row on both sides: size (1k, 512), sent, =acked, bytes, ...
+        let (Some(size), Some(iters)) = (flag_value(cmd, "-S"), num("-I")) else {
+            return vec![format!(
+                "{who}: the case's command names no -S and -I: {cmd}"
+            )];
+        };
+        let size = match size {
+            "1024" => "1k",
+            other => other,
+        };
+        let acked = format!("={iters}");
+        if !out.lines().any(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.first() == Some(&size) && cols.get(2) == Some(&acked.as_str())
+        }) {
+            problems.push(format!(
+                "the {who} printed no `{size} {iters} {acked}` result row:\n{}",
+                tail(out, 8)
+            ));
+        }
+        return problems;
+    }
     if cmd.contains("_pingpong ") {
         // rdma-core's four pingpongs: "<size * iters * 2> bytes in <s> seconds = ..." and
         // "<iters> iters in <s> seconds = ..." on both sides.
@@ -1707,6 +1848,22 @@ fn check_tool_output(cmd: &str, server: bool, out: &str) -> Vec<String> {
 /// set out to do completed (the exit status alone is 0 for some failures: rdma_server's
 /// `end` line carries its status).
 fn check_cm_tool_output(cmd: &str, out: &str) -> Vec<String> {
+    if cmd.contains(FIMSG_GUEST) || cmd.contains("{fimsg}") {
+        // fi_msg_check's last line says every check passed, with its role.
+        let role = if cmd.split_whitespace().any(|w| w == "-s") {
+            "server"
+        } else {
+            "client"
+        };
+        let want = format!("fi_msg_check ok role={role} ");
+        if out.lines().any(|l| l.starts_with(&want)) {
+            return Vec::new();
+        }
+        return vec![format!(
+            "fi_msg_check printed no `{want}...` line:\n{}",
+            tail(out, 8)
+        )];
+    }
     let program = cmd
         .split_whitespace()
         .find(|w| ["ucmatose", "udaddy", "rdma_server", "rdma_client"].contains(w))
@@ -2259,6 +2416,20 @@ fn interop_with_rxe() {
             }
         }
     }
+    // libfabric's cases: fi_msg_check compiled here (gcc, libfabric-dev) and fi_pingpong.
+    let mut fimsg = None;
+    if selected.iter().any(|c| uses_libfabric(c)) {
+        match compile_fimsg(&work) {
+            Ok(prog) => fimsg = Some(prog),
+            Err(why) if ci => {
+                panic!("interop_with_rxe cannot run its libfabric cases in CI: {why}")
+            }
+            Err(why) => {
+                common::report_skip("interop_with_rxe, the libfabric (fi_) cases", &why);
+                selected.retain(|c| !uses_libfabric(c));
+            }
+        }
+    }
     if selected.is_empty() {
         return;
     }
@@ -2268,6 +2439,7 @@ fn interop_with_rxe() {
     lab.ctut = ctut_prog;
     lab.ctut_lib = ctut_lib;
     lab.abi_lib = abi_lib;
+    lab.fimsg = fimsg;
     let lab = lab;
     check_stuck_programs_are_killed(&lab);
     // Cases run in table order in three phases: (1) the MTU 1500 cases that use g2, then (2)
