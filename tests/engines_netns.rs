@@ -230,7 +230,11 @@ impl<'a> Lane<'a> {
 
     /// `program` in namespace A (`side_a`) or B, under `xroce run -d <veth>` unless `plain`.
     fn command(&self, side_a: bool, plain: bool, program: &[&str]) -> Command {
-        self.command_with(side_a, if plain { Run::Plain } else { Run::OnDevice }, program)
+        self.command_with(
+            side_a,
+            if plain { Run::Plain } else { Run::OnDevice },
+            program,
+        )
     }
 
     fn command_with(&self, side_a: bool, how: Run, program: &[&str]) -> Command {

@@ -83,7 +83,10 @@ fn the_debian_package_installs_runs_and_removes() {
     assert!(ok, "dpkg -i failed:\n{text}");
     let result = std::panic::catch_unwind(|| {
         for file in INSTALLED {
-            assert!(Path::new(file).is_file(), "{file} was not installed (or is a broken link)");
+            assert!(
+                Path::new(file).is_file(),
+                "{file} was not installed (or is a broken link)"
+            );
         }
         let link = VethLink::create(&LinkConfig::default()).expect("namespaces and veth pair");
         let (ok, text) = run(link

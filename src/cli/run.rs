@@ -332,13 +332,11 @@ pub fn xroce_env(
 pub const PACKAGED_LINKS: &str = "sonames";
 
 /// The options of this `xroce run` that the processes an MPI launcher starts on other hosts
-/// should get too (not `--pcap`: one file per host would be overwritten by every process).
+/// should get too. Not `-d`: another host's interfaces have names of their own (there the
+/// device is every Ethernet interface that is up, or its own XROCE_NETDEV); not `--pcap`: one
+/// file per host would be overwritten by every process.
 fn forwarded_options(args: &Args) -> Vec<String> {
     let mut out = Vec::new();
-    if !args.devices.is_empty() {
-        out.push("-d".to_string());
-        out.push(args.devices.join(","));
-    }
     if let Some(d) = args.driver {
         out.push(format!("--driver={}", d.name()));
     }
@@ -467,7 +465,10 @@ fn run_program(args: Args) -> Result<i32, RunError> {
     cmd.args(program_args);
     cmd.env(
         "LD_LIBRARY_PATH",
-        prepend_path(&library_path, std::env::var_os("LD_LIBRARY_PATH").as_deref()),
+        prepend_path(
+            &library_path,
+            std::env::var_os("LD_LIBRARY_PATH").as_deref(),
+        ),
     );
     let forwarded = forwarded_options(&args);
     for (key, value) in engine_env(exe.as_deref(), &forwarded, |k| std::env::var_os(k)) {
@@ -635,7 +636,7 @@ mod tests {
     fn open_mpi_is_told_about_xroce_unless_the_user_said_otherwise() {
         let none = |_: &str| None;
         let exe = Path::new("/usr/bin/xroce");
-        let forwarded = vec!["-d".to_string(), "eth0".to_string()];
+        let forwarded = vec!["--driver=relay".to_string()];
         let env = engine_env(Some(exe), &forwarded, none);
         assert_eq!(
             env,
@@ -644,7 +645,7 @@ mod tests {
                 ("OMPI_MCA_pml", "ucx,ob1".into()),
                 (
                     "OMPI_MCA_orte_launch_agent",
-                    "/usr/bin/xroce run -d eth0 -- orted".into()
+                    "/usr/bin/xroce run --driver=relay -- orted".into()
                 ),
             ]
         );
@@ -654,7 +655,10 @@ mod tests {
         let env = engine_env(Some(exe), &[], users);
         assert_eq!(
             env,
-            [("OMPI_MCA_orte_launch_agent", "/usr/bin/xroce run -- orted".into())]
+            [(
+                "OMPI_MCA_orte_launch_agent",
+                "/usr/bin/xroce run -- orted".into()
+            )]
         );
     }
 
