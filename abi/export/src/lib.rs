@@ -72,6 +72,8 @@ macro_rules! c_alias {
 /// | `MinusOne` | `int`, "-1 and errno" | `-1` |
 /// | `SsizeMinusOne` | `ssize_t`, `size_t`, `off_t` | `-1` |
 /// | `False` | `bool` | `false` |
+/// | `NotThisVendorFalse` | `bool`, silently (a vendor query: "not mine") | `false` |
+/// | `NotThisVendorErrno` | `int`, silently (a vendor query: "not mine") | `EOPNOTSUPP` |
 /// | `Zero16` | `uint16_t` | `0` |
 /// | `Void` | `void` | |
 /// | `Str("text")` | `const char *` that is never NULL | the static string |
@@ -113,7 +115,11 @@ macro_rules! __c_stub {
             #[allow(clippy::unused_unit)]
             pub unsafe extern "C" fn $name() -> $crate::__stub_kind!(ty $kind) {
                 static SAID: ::core::sync::atomic::AtomicBool = ::core::sync::atomic::AtomicBool::new(false);
-                $crate::stub::unsupported(&SAID, stringify!($name), $why);
+                if $crate::__stub_says!($kind) {
+                    $crate::stub::unsupported(&SAID, stringify!($name), $why);
+                } else {
+                    $crate::stub::quietly_unsupported();
+                }
                 $crate::__stub_kind!(val $kind)
             }
         }

@@ -49,12 +49,40 @@ macro_rules! __stub_kind {
     // `bool`: false.
     (ty False) => { bool };
     (val False) => { false };
+    // A question about the device whose answer for a device that is not the vendor's is
+    // "no", silently, as rdma-core's library answers it for another vendor's device
+    // (`mlx5dv_is_supported`: false; `efadv_query_device`: EOPNOTSUPP). UCX and libfabric ask
+    // it of every device they see.
+    (ty NotThisVendorFalse) => { bool };
+    (val NotThisVendorFalse) => { false };
+    (ty NotThisVendorErrno) => { ::core::ffi::c_int };
+    (val NotThisVendorErrno) => { $crate::stub::ERROR };
     // `uint16_t` (a port number in network order): 0, no port.
     (ty Zero16) => { u16 };
     (val Zero16) => { 0 };
     // `void`.
     (ty Void) => { () };
     (val Void) => { () };
+}
+
+/// Whether a stub of this kind says on stderr that it was called.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stub_says {
+    (NotThisVendorFalse) => {
+        false
+    };
+    (NotThisVendorErrno) => {
+        false
+    };
+    ($other:ident) => {
+        true
+    };
+}
+
+/// Sets `errno` to [`ERROR`] without a word (a stub whose kind answers silently).
+pub fn quietly_unsupported() {
+    set_errno(ERROR);
 }
 
 /// A `const char *` to a static string (for functions that return a name and have no NULL

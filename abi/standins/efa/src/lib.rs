@@ -17,7 +17,7 @@ xroce_abi_export::c_stubs! { why: "xroce's devices are not EFA devices";
     "EFA_1.1" {
         efadv_create_qp_ex: Null,
         efadv_query_ah: Errno,
-        efadv_query_device: Errno,
+        efadv_query_device: NotThisVendorErrno,
     }
     "EFA_1.2" {
         efadv_cq_from_ibv_cq_ex: Null,

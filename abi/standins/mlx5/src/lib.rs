@@ -63,7 +63,7 @@ xroce_abi_export::c_stubs! { why: "xroce's devices are not mlx5 devices";
         mlx5dv_devx_srq_query: Errno,
         mlx5dv_devx_wq_modify: Errno,
         mlx5dv_devx_wq_query: Errno,
-        mlx5dv_is_supported: False,
+        mlx5dv_is_supported: NotThisVendorFalse,
     }
     "MLX5_1.9" {
         mlx5dv_devx_create_cmd_comp: Null,
