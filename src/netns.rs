@@ -378,6 +378,23 @@ pub struct VethLink {
     pub mtu: u32,
 }
 
+impl Drop for VethLink {
+    fn drop(&mut self) {
+        // xroce's library makes /dev/infiniband/xroce_<ifname> for each device it offers (UCX
+        // looks for it); these interfaces go with the namespaces, so their nodes go too.
+        for ifname in [&self.a_if, &self.b_if] {
+            let node = std::path::Path::new("/dev/infiniband").join(format!("xroce_{ifname}"));
+            let is_node = std::fs::symlink_metadata(&node).is_ok_and(|m| {
+                use std::os::unix::fs::FileTypeExt;
+                m.file_type().is_char_device()
+            });
+            if is_node {
+                let _ = std::fs::remove_file(&node);
+            }
+        }
+    }
+}
+
 impl VethLink {
     /// Create both namespaces and the veth pair, set MTU, addresses, and bring everything up.
     pub fn create(cfg: &LinkConfig) -> Result<Self, NetnsError> {

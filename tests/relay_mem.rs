@@ -351,9 +351,9 @@ mod cm {
         let id = client.cm.create_id(&client.ch, PortSpace::Tcp).unwrap();
         id.resolve_addr(None, SocketAddr::new(ip, port), WAIT)
             .unwrap();
-        expect(&client, EventKind::AddrResolved);
+        expect(client, EventKind::AddrResolved);
         id.resolve_route(WAIT).unwrap();
-        expect(&client, EventKind::RouteResolved);
+        expect(client, EventKind::RouteResolved);
         let qp = id
             .create_qp(&client.pd, &QpInitAttr::rc(&client.cq, &client.cq))
             .unwrap();
@@ -364,14 +364,14 @@ mod cm {
     /// REQ, REP, RTU: `client` connects to the listener of `server` on `port`.
     fn connect(client: &CmSide, server: &CmSide, ip: IpAddr, port: u16) -> (CmId, CmId, Qp, Qp) {
         let (id, cqp) = request(client, ip, port);
-        let req = expect(&server, EventKind::ConnectRequest);
+        let req = expect(server, EventKind::ConnectRequest);
         let child = req.id.clone();
         let sqp = child
             .create_qp(&server.pd, &QpInitAttr::rc(&server.cq, &server.cq))
             .unwrap();
         child.accept(&ConnParam::default()).unwrap();
-        expect(&client, EventKind::Established);
-        let est = expect(&server, EventKind::Established);
+        expect(client, EventKind::Established);
+        let est = expect(server, EventKind::Established);
         assert_eq!(est.id, child);
         (id, child, cqp, sqp)
     }
