@@ -585,6 +585,10 @@ enum Mpi {
     /// the other host's `orted` under `xroce run` (netns-rsh adds nothing: plain `ip netns
     /// exec`).
     OmpiAsUserRuns,
+    /// MPICH as a user runs it on xroce: `xroce run -- mpiexec.hydra`, whose ranks on the other
+    /// host get `mpiexec`'s environment (xroce's `LD_LIBRARY_PATH` among it) from hydra
+    /// itself (netns-rsh adds nothing: plain `ip netns exec`).
+    MpichAsUserRuns,
     /// Open MPI, `--mca pml ucx`.
     OmpiUcx,
     /// Open MPI, `--mca pml cm --mca mtl ofi`, `FI_PROVIDER` as given.
@@ -602,7 +606,7 @@ fn mpi_case(lane: &Lane, engine: Mpi, ranks: u32) -> Outcome {
     let n = ranks.to_string();
     let plain = matches!(engine, Mpi::OmpiTcp);
     // netns-rsh plays ssh only: the launch agent xroce run set brings xroce to the ranks.
-    let rsh_plain = plain || matches!(engine, Mpi::OmpiAsUserRuns);
+    let rsh_plain = plain || matches!(engine, Mpi::OmpiAsUserRuns | Mpi::MpichAsUserRuns);
     let hostfile = lane.scratch.0.join("hosts");
     let per_host = ranks / 2;
     std::fs::write(
@@ -618,6 +622,27 @@ fn mpi_case(lane: &Lane, engine: Mpi, ranks: u32) -> Outcome {
     let push =
         |argv: &mut Vec<String>, words: &[&str]| argv.extend(words.iter().map(|w| w.to_string()));
     match engine {
+        Mpi::MpichAsUserRuns => {
+            // Only what keeps UCX off the namespaces' shared memory, and the ssh stand-in.
+            push(
+                &mut argv,
+                &[
+                    "mpiexec.hydra",
+                    "-genv",
+                    "UCX_TLS",
+                    UCX_MPI_TLS,
+                    "-launcher",
+                    "ssh",
+                    "-launcher-exec",
+                    &rsh,
+                    "-hosts",
+                    &format!("{a},{b}"),
+                    "-n",
+                    &n,
+                    &mpich,
+                ],
+            );
+        }
         Mpi::Mpich => {
             // -genvnone: hydra would hand every rank mpiexec's environment, A's xroce
             // settings included; each rank keeps its own proxy's (netns-rsh's xroce run).
@@ -711,11 +736,16 @@ fn mpi_case(lane: &Lane, engine: Mpi, ranks: u32) -> Outcome {
             argv.push(ompi);
         }
     }
-    push(&mut argv, &MPI_ARGS);
+    // benches/engines.sh asks for longer runs (more ping-pongs and windows) this way.
+    let bench_args = std::env::var("XROCE_ENGINES_MPI_ARGS").ok();
+    match &bench_args {
+        Some(words) => argv.extend(words.split_whitespace().map(str::to_string)),
+        None => push(&mut argv, &MPI_ARGS),
+    }
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
     let how = match engine {
         Mpi::OmpiTcp => Run::Plain,
-        Mpi::OmpiAsUserRuns => Run::AsUserRuns,
+        Mpi::OmpiAsUserRuns | Mpi::MpichAsUserRuns => Run::AsUserRuns,
         _ => Run::OnDevice,
     };
     let mut cmd = lane.command_with(true, how, &words);
@@ -796,6 +826,10 @@ fn cases() -> Vec<Case<'static>> {
     v.push((
         "MPI Open MPI under xroce run, no MCA choice, 2 ranks".into(),
         Box::new(|l: &Lane| mpi_case(l, Mpi::OmpiAsUserRuns, 2)),
+    ));
+    v.push((
+        "MPI MPICH under xroce run, hydra's environment, 2 ranks".into(),
+        Box::new(|l: &Lane| mpi_case(l, Mpi::MpichAsUserRuns, 2)),
     ));
     for ranks in [2, 4] {
         v.push((
