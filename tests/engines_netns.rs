@@ -64,34 +64,8 @@ const MPI_ARGS: [&str; 6] = ["-l", "500", "-b", "10", "-w", "4"];
 /// the bandwidth run (11 windows of 4 MiB, the first a warm-up).
 const MPI_MIN_BYTES: u64 = 45 * 1024 * 1024;
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-        .unwrap_or(false)
-}
-
 fn ready(test: &str) -> bool {
-    if !common::privileged_or_skip(test) {
-        return false;
-    }
-    let missing: Vec<String> = PROGRAMS
-        .iter()
-        .filter(|(p, _)| !on_path(p))
-        .map(|(p, pkg)| format!("{p} ({pkg})"))
-        .collect();
-    if !missing.is_empty() {
-        let why = format!(
-            "needs {} (scripts/setup.sh installs them)",
-            missing.join(", ")
-        );
-        if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
-            panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
-        }
-        common::report_skip(test, &why);
-        return false;
-    }
-    common::ensure_abi_libraries();
-    true
+    common::programs_ready(test, &PROGRAMS)
 }
 
 fn engines_dir() -> PathBuf {
@@ -622,35 +596,17 @@ fn mpi_case(lane: &Lane, engine: Mpi, ranks: u32) -> Outcome {
     let push =
         |argv: &mut Vec<String>, words: &[&str]| argv.extend(words.iter().map(|w| w.to_string()));
     match engine {
-        Mpi::MpichAsUserRuns => {
+        Mpi::Mpich | Mpi::MpichAsUserRuns => {
+            push(&mut argv, &["mpiexec.hydra"]);
+            if matches!(engine, Mpi::Mpich) {
+                // hydra would hand every rank mpiexec's environment, A's xroce settings
+                // included; each rank keeps its own proxy's (netns-rsh's xroce run).
+                push(&mut argv, &["-genvnone"]);
+            }
             // Only what keeps UCX off the namespaces' shared memory, and the ssh stand-in.
             push(
                 &mut argv,
                 &[
-                    "mpiexec.hydra",
-                    "-genv",
-                    "UCX_TLS",
-                    UCX_MPI_TLS,
-                    "-launcher",
-                    "ssh",
-                    "-launcher-exec",
-                    &rsh,
-                    "-hosts",
-                    &format!("{a},{b}"),
-                    "-n",
-                    &n,
-                    &mpich,
-                ],
-            );
-        }
-        Mpi::Mpich => {
-            // -genvnone: hydra would hand every rank mpiexec's environment, A's xroce
-            // settings included; each rank keeps its own proxy's (netns-rsh's xroce run).
-            push(
-                &mut argv,
-                &[
-                    "mpiexec.hydra",
-                    "-genvnone",
                     "-genv",
                     "UCX_TLS",
                     UCX_MPI_TLS,

@@ -27,8 +27,8 @@ mod common;
 #[path = "common/ctut.rs"]
 mod ctut;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::child::{printed, wait};
@@ -57,23 +57,6 @@ const ALWAYS: [&str; 15] = [
 
 fn ci() -> bool {
     std::env::var("XROCE_CI").is_ok_and(|v| v == "1")
-}
-
-fn compile(dir: &Path) -> PathBuf {
-    let out = dir.join("engine_conventions");
-    let res = Command::new("gcc")
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-o"])
-        .arg(&out)
-        .arg(SOURCE)
-        .arg("-libverbs")
-        .output()
-        .expect("cannot run gcc");
-    assert!(
-        res.status.success(),
-        "gcc did not compile {SOURCE}:\n{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
-    out
 }
 
 /// Runs the program on one veth end of a link with `mtu`; returns the problems found.
@@ -141,7 +124,7 @@ fn a_device_is_what_ucx_libfabric_and_mpi_expect() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let prog = compile(dir.path());
+    let prog = ctut::compile_verbs_program(dir.path(), Path::new(SOURCE), "engine_conventions");
     let libdir = match ctut::xroce_lib_dir(dir.path()) {
         Ok(d) => d,
         Err(why) if ci() => panic!("{TEST} cannot run in CI: {why}"),

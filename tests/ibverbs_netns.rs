@@ -69,19 +69,16 @@ const FAILURE_WORDS: [&str; 8] = [
     "Error",
 ];
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-        .unwrap_or(false)
-}
-
 /// Root, the `xdp` feature and the Debian programs: `true` to go on; otherwise a visible
 /// skip, or a failure under `XROCE_CI=1`.
 fn ready(test: &str) -> bool {
     if !common::privileged_or_skip(test) {
         return false;
     }
-    let missing: Vec<&str> = PROGRAMS.into_iter().filter(|p| !on_path(p)).collect();
+    let missing: Vec<&str> = PROGRAMS
+        .into_iter()
+        .filter(|p| !common::on_path(p))
+        .collect();
     if !missing.is_empty() {
         let why = format!(
             "needs {} (apt-get install ibverbs-utils perftest)",

@@ -39,34 +39,9 @@ fn skip_or_fail(test: &str, why: &str) {
     common::report_skip(test, why);
 }
 
-/// What is missing to build the program: gcc, or libfabric-dev's header and library.
+/// What is missing to build the program: gcc, or libfabric-dev's header.
 fn missing_toolchain() -> Option<String> {
-    let gcc = Command::new("gcc")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !gcc.is_ok_and(|s| s.success()) {
-        return Some("needs gcc (apt-get install gcc; scripts/setup.sh)".into());
-    }
-    let mut child = Command::new("gcc")
-        .args(["-E", "-x", "c", "-o", "/dev/null", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gcc ran a moment ago");
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().unwrap();
-        let _ = stdin.write_all(b"#include <rdma/fabric.h>\n");
-    }
-    if !child.wait().is_ok_and(|s| s.success()) {
-        return Some(
-            "needs libfabric-dev: no <rdma/fabric.h> (apt-get install libfabric-dev)".into(),
-        );
-    }
-    None
+    common::missing_c_header("rdma/fabric.h", "libfabric-dev")
 }
 
 /// Builds `fi_msg_check` into `dir`; `Err` with gcc's output if it does not compile.

@@ -55,30 +55,9 @@ const FAILURE_WORDS: [&str; 7] = [
     "No RDMA devices",
 ];
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-        .unwrap_or(false)
-}
-
 fn ready(test: &str) -> bool {
-    if !common::privileged_or_skip(test) {
-        return false;
-    }
-    let missing: Vec<&str> = PROGRAMS.into_iter().filter(|p| !on_path(p)).collect();
-    if !missing.is_empty() {
-        let why = format!(
-            "needs {} (apt-get install rdmacm-utils)",
-            missing.join(", ")
-        );
-        if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
-            panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
-        }
-        common::report_skip(test, &why);
-        return false;
-    }
-    common::ensure_abi_libraries();
-    true
+    let programs: Vec<(&str, &str)> = PROGRAMS.iter().map(|p| (*p, "rdmacm-utils")).collect();
+    common::programs_ready(test, &programs)
 }
 
 /// Whether `pid` or one of its children runs a thread named `xroce-cm-*` (the CM service of
@@ -493,7 +472,7 @@ fn perftest_over_rdma_cm() {
         return;
     }
     for p in ["ib_send_bw", "ib_read_bw", "ib_write_lat"] {
-        if !on_path(p) {
+        if !common::on_path(p) {
             let why = format!("needs {p} (apt-get install perftest)");
             if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
                 panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
@@ -804,7 +783,7 @@ fn libfabric_verbs_provider_on_xroce() {
     if !ready(test) {
         return;
     }
-    if !on_path("fi_pingpong") || !on_path("fi_info") {
+    if !common::on_path("fi_pingpong") || !common::on_path("fi_info") {
         let why = "needs fi_info and fi_pingpong (apt-get install libfabric-bin)";
         if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
             panic!("{test}: {why}; XROCE_CI=1 forbids skipping");

@@ -8,7 +8,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// The program's source.
 pub const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/verbs_tutorial.c");
@@ -31,51 +31,30 @@ pub const STEPS: &[&str] = &[
 
 /// What is missing to compile the program (gcc, or libibverbs-dev's header), if anything.
 pub fn missing_toolchain() -> Option<String> {
-    let gcc = Command::new("gcc")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !gcc.is_ok_and(|s| s.success()) {
-        return Some("gcc is not installed (apt-get install gcc; scripts/setup.sh)".into());
-    }
-    // Preprocess an include of the header: the same search path the compile uses.
-    let mut child = Command::new("gcc")
-        .args(["-E", "-x", "c", "-o", "/dev/null", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gcc ran a moment ago");
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().unwrap();
-        let _ = stdin.write_all(b"#include <infiniband/verbs.h>\n");
-    }
-    if !child.wait().is_ok_and(|s| s.success()) {
-        return Some(
-            "libibverbs-dev is not installed: no <infiniband/verbs.h> \
-             (apt-get install libibverbs-dev; scripts/setup.sh)"
-                .into(),
-        );
-    }
-    None
+    crate::common::missing_c_header("infiniband/verbs.h", "libibverbs-dev")
 }
 
 /// Compiles the program into `dir/verbs_tutorial` (C99, every warning an error, linked
 /// against the system's libibverbs); panics with gcc's output if it does not compile.
 pub fn compile(dir: &Path) -> PathBuf {
-    let out = dir.join("verbs_tutorial");
+    compile_verbs_program(dir, Path::new(SOURCE), "verbs_tutorial")
+}
+
+/// Compiles the C program `source` into `dir/name` as a user builds a verbs program (C99,
+/// every warning an error, `-libverbs`); panics with gcc's output if it does not compile.
+pub fn compile_verbs_program(dir: &Path, source: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
     let res = Command::new("gcc")
         .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-s", "-o"])
         .arg(&out)
-        .arg(SOURCE)
+        .arg(source)
         .arg("-libverbs")
         .output()
         .expect("cannot run gcc");
     assert!(
         res.status.success(),
-        "gcc did not compile {SOURCE}:\n{}{}",
+        "gcc did not compile {}:\n{}{}",
+        source.display(),
         String::from_utf8_lossy(&res.stdout),
         String::from_utf8_lossy(&res.stderr)
     );

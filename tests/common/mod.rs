@@ -306,3 +306,69 @@ pub fn xroce_run(ns: &Netns, ifname: &str, extra: &[String], program: &[String])
         .stderr(Stdio::piped());
     cmd
 }
+
+/// Whether `program` is an executable file in a directory of `PATH`.
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// `true` if the test may go on: root, and every `(program, Debian package)` on PATH; then
+/// the ABI libraries are built. Otherwise a visible skip, or a failure under `XROCE_CI=1`.
+pub fn programs_ready(test: &str, programs: &[(&str, &str)]) -> bool {
+    if !privileged_or_skip(test) {
+        return false;
+    }
+    let missing: Vec<String> = programs
+        .iter()
+        .filter(|(p, _)| !on_path(p))
+        .map(|(p, pkg)| format!("{p} ({pkg})"))
+        .collect();
+    if !missing.is_empty() {
+        let why = format!(
+            "needs {} (scripts/setup.sh installs them)",
+            missing.join(", ")
+        );
+        if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") {
+            panic!("{test}: {why}; XROCE_CI=1 forbids skipping");
+        }
+        report_skip(test, &why);
+        return false;
+    }
+    ensure_abi_libraries();
+    true
+}
+
+/// What is missing to compile a C program that includes `header` (from Debian's `package`):
+/// gcc, or the header on gcc's search path; `None` when both are there.
+pub fn missing_c_header(header: &str, package: &str) -> Option<String> {
+    let gcc = Command::new("gcc")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !gcc.is_ok_and(|s| s.success()) {
+        return Some("gcc is not installed (apt-get install gcc; scripts/setup.sh)".into());
+    }
+    // Preprocess an include of the header: the same search path the compile uses.
+    let mut child = Command::new("gcc")
+        .args(["-E", "-x", "c", "-o", "/dev/null", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gcc ran a moment ago");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(format!("#include <{header}>\n").as_bytes());
+    }
+    if !child.wait().is_ok_and(|s| s.success()) {
+        return Some(format!(
+            "{package} is not installed: no <{header}> (apt-get install {package}; \
+             scripts/setup.sh)"
+        ));
+    }
+    None
+}
