@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use xroce::cm::CmConfig;
 use xroce::engine::QpState;
 use xroce::rdmacm::*;
 use xroce::verbs::*;
@@ -18,17 +17,8 @@ fn pair(loss: f64) -> (Device, Device, MemLink) {
     Device::mem_pair(&mem_link_config(1500, loss, 7), DeviceConfig::default()).unwrap()
 }
 
-/// Short CM timers (the defaults wait seconds between resends, as rxe's kernel does).
 fn quick() -> CmConfigRdma {
-    CmConfigRdma {
-        agent: CmConfig {
-            packet_life_time: 8,
-            local_cm_response_timeout: 12,
-            ..CmConfigRdma::default().agent
-        },
-        cm_response_timeout: 12,
-        ..CmConfigRdma::default()
-    }
+    CmConfigRdma::with_short_timers()
 }
 
 fn addr(ip: &str, port: u16) -> SocketAddr {

@@ -295,20 +295,10 @@ fn a_stopped_relay_stops_its_clients_with_an_error() {
 mod cm {
     use super::*;
     use std::net::SocketAddr;
-    use xroce::cm::CmConfig;
     use xroce::rdmacm::*;
 
-    /// Short CM timers (as tests/rdmacm_mem.rs).
     fn quick() -> CmConfigRdma {
-        CmConfigRdma {
-            agent: CmConfig {
-                packet_life_time: 8,
-                local_cm_response_timeout: 12,
-                ..CmConfigRdma::default().agent
-            },
-            cm_response_timeout: 12,
-            ..CmConfigRdma::default()
-        }
+        CmConfigRdma::with_short_timers()
     }
 
     /// The next event of `s` but for the end of a time wait (those of earlier connections

@@ -64,6 +64,24 @@ impl Default for CmConfigRdma {
     }
 }
 
+impl CmConfigRdma {
+    /// Short CM timers, for links that lose nothing or lose on purpose (in-memory links,
+    /// the simulator, tests): a wait for an answer is milliseconds instead of the seconds the
+    /// defaults wait between resends, as rxe's kernel rdma_cm does.
+    pub fn with_short_timers() -> CmConfigRdma {
+        let default = CmConfigRdma::default();
+        CmConfigRdma {
+            agent: CmConfig {
+                packet_life_time: 8,
+                local_cm_response_timeout: 12,
+                ..default.agent
+            },
+            cm_response_timeout: 12,
+            ..default
+        }
+    }
+}
+
 /// The RDMA CM of a process, or of a part of it: ids on a set of devices. Clone to share.
 #[derive(Clone)]
 pub struct Cm {
