@@ -356,6 +356,8 @@ int main(int argc, char **argv)
 {
     int server = 0, opt;
     const char *peer = NULL, *bind_addr = NULL, *port = "47593", *prov = "verbs";
+    /* Line by line even into a pipe: a crash must not take the lines before it along. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     while ((opt = getopt(argc, argv, "sc:b:p:P:t:")) != -1) {
         switch (opt) {
         case 's': server = 1; break;
