@@ -31,7 +31,8 @@ awk '
     match($0, /lat8_us=[0-9.]+/); lat = substr($0, RSTART + 8, RLENGTH - 8)
     match($0, /bw1m_MBps=[0-9.]+/); bw = substr($0, RSTART + 10, RLENGTH - 10)
     key = round "|" mtu
-    if (name ~ /TCP baseline/) { tlat[key] = lat; tbw[key] = bw } else { n++; r[n] = key; c[n] = name; l[n] = lat; b[n] = bw }
+    if (name ~ /TCP baseline/) { tlat[key] = lat; tbw[key] = bw }
+    n++; r[n] = key; c[n] = name; l[n] = lat; b[n] = bw
   }
   END {
     printf "%-6s %-5s %-44s %10s %10s %9s %9s\n", "round", "MTU", "case", "lat8 us", "bw MB/s", "lat/TCP", "bw/TCP"
