@@ -97,6 +97,20 @@ pub fn xroce_lib_dir(dir: &Path) -> Result<PathBuf, String> {
     Ok(libdir)
 }
 
+/// [`xroce_lib_dir`], or `None` after a visible skip (a failure under `XROCE_CI=1`).
+pub fn xroce_lib_dir_or_skip(test: &str, dir: &Path) -> Option<PathBuf> {
+    match xroce_lib_dir(dir) {
+        Ok(d) => Some(d),
+        Err(why) if std::env::var("XROCE_CI").is_ok_and(|v| v == "1") => {
+            panic!("{test} cannot run in CI: {why}")
+        }
+        Err(why) => {
+            crate::common::report_skip(test, &why);
+            None
+        }
+    }
+}
+
 /// Asserts that with `libdir` first on `LD_LIBRARY_PATH` the dynamic loader resolves the
 /// program's libibverbs.so.1 to xroce's (so a pass cannot come from rdma-core's library).
 pub fn assert_loads_xroce(prog: &Path, libdir: &Path) {
