@@ -1110,7 +1110,11 @@ const RESOLICIT_AFTER: Duration = Duration::from_millis(1000);
 /// the kernel is asked to resolve it (an RTM_NEWNEIGH NTF_USE solicitation, or without
 /// CAP_NET_ADMIN a small UDP datagram to the peer's discard port, which makes the kernel
 /// resolve the next hop), and the table is looked at again with a growing interval
-/// (1 ms doubling to 64 ms). Gives up with [`NetdevError::NeighbourTimeout`] after
+/// (1 ms doubling to 64 ms). A global IPv6 peer always gets the datagram first: a
+/// solicitation asked for over netlink carries no packet, so IPv6 would send its Neighbor
+/// Solicitation from the link-local address, and sends none while that address is still
+/// tentative (a second or two after the link comes up); the datagram's source, the global
+/// address, solicits at once. Gives up with [`NetdevError::NeighbourTimeout`] after
 /// `timeout`.
 ///
 /// A peer on the same host (loopback, or an address of this host) resolves to the
@@ -1149,6 +1153,7 @@ pub fn resolve_neighbour(
     let mut last_solicit: Option<Instant> = None;
     let mut failed_seen = false;
     let mut pause = NEIGHBOUR_POLL_FIRST;
+    let global_v6 = matches!(hop, IpAddr::V6(v6) if !is_link_local_v6(&v6));
     loop {
         let state = rtnl.neighbour(info.ifindex, hop)?;
         match state {
@@ -1179,6 +1184,9 @@ pub fn resolve_neighbour(
             (_, Some(t)) => t.elapsed() >= RESOLICIT_AFTER,
         };
         if resolicit {
+            if global_v6 {
+                send_probe(&info, ip)?;
+            }
             match rtnl.solicit(info.ifindex, hop) {
                 Ok(()) => {}
                 Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::PERM | Errno::ACCESS)) => {

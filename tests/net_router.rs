@@ -13,7 +13,7 @@ mod verbs_suite;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use common::{privileged_or_skip, Helper};
+use common::{expect_both, privileged_or_skip, Helper};
 use verbs_suite::{helper_main, say};
 use xroce::netns::{unique_ifname, Netns};
 
@@ -131,8 +131,7 @@ fn run_pair(net: &Routed, driver: &str, roles: (&str, &str), sizes: &str) -> (St
     let mut server = Helper::spawn(&net.b, roles.0, &env_for(&net.b_if));
     server.expect("LISTENING", Duration::from_secs(30));
     let mut client = Helper::spawn(&net.a, roles.1, &env_for(&net.a_if));
-    let c = client.expect("PASS", HELPER_TIMEOUT);
-    let s = server.expect("PASS", HELPER_TIMEOUT);
+    let (c, s) = expect_both(&mut client, &mut server, "PASS", HELPER_TIMEOUT);
     eprintln!("client: {c}\nserver: {s}");
     (c, s)
 }

@@ -16,7 +16,7 @@ mod verbs_suite;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{privileged_or_skip, Helper};
+use common::{expect_both, privileged_or_skip, Helper};
 use verbs_suite::{helper_main, say};
 use xroce::netns::{LinkConfig, VethLink};
 
@@ -88,8 +88,7 @@ fn start(
 }
 
 fn both_pass(run: &mut Run) -> (String, String) {
-    let c = run.client.expect("PASS", HELPER_TIMEOUT);
-    let s = run.server.expect("PASS", HELPER_TIMEOUT);
+    let (c, s) = expect_both(&mut run.client, &mut run.server, "PASS", HELPER_TIMEOUT);
     eprintln!("client: {c}\nserver: {s}");
     (c, s)
 }
@@ -234,8 +233,7 @@ fn xdp_many_qps_and_ping_still_reaches_the_kernel() {
     );
     eprintln!("client: {c}");
     assert!(c.contains("qps=24"));
-    run.client.expect("PASS", HELPER_TIMEOUT);
-    run.server.expect("PASS", HELPER_TIMEOUT);
+    expect_both(&mut run.client, &mut run.server, "PASS", HELPER_TIMEOUT);
 }
 
 #[test]
@@ -365,6 +363,85 @@ fn neighbour_resolution_through_the_kernel() {
     );
 }
 
+/// Netlink's solicitation (what the kernel's own rdma_cm does too) carries no packet, so IPv6
+/// sends its Neighbor Solicitation from the link-local address, and none while that address is
+/// tentative. Here the link-local address stays tentative for a minute (60 DAD probes), which
+/// is what every fresh interface has for a second or two: resolving a global IPv6 peer must not
+/// wait for it.
+#[test]
+fn ipv6_neighbour_resolves_while_the_link_local_address_is_tentative() {
+    if !privileged_or_skip("ipv6_neighbour_resolves_while_the_link_local_address_is_tentative") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig {
+        ipv6: true,
+        ..LinkConfig::default()
+    })
+    .unwrap();
+    let (a_ip6, b_ip6) = (link.a_ip6.unwrap(), link.b_ip6.unwrap());
+    let ifname = link.a_if.as_str();
+    // Taking the link down flushes its IPv6 addresses; up again, the link-local one starts a
+    // slow duplicate address detection and the global one is added back without any.
+    link.a.ip(&["link", "set", "dev", ifname, "down"]).unwrap();
+    let sysctl = link
+        .a
+        .command("sysctl")
+        .args(["-qw", &format!("net.ipv6.conf.{ifname}.dad_transmits=60")])
+        .status()
+        .unwrap();
+    assert!(sysctl.success(), "sysctl dad_transmits");
+    link.a.ip(&["link", "set", "dev", ifname, "up"]).unwrap();
+    link.a
+        .ip(&[
+            "addr",
+            "replace",
+            &format!("{a_ip6}/64"),
+            "dev",
+            ifname,
+            "nodad",
+        ])
+        .unwrap();
+    let mut helper = Helper::spawn(
+        &link.a,
+        "neigh",
+        &[
+            ("XV_IFNAME", link.a_if.clone()),
+            ("XV_PEER_IP", b_ip6.to_string()),
+            ("XV_ABSENT_IP", "2001:2::77".into()),
+        ],
+    );
+    let out = helper.expect("PASS", HELPER_TIMEOUT);
+    eprintln!("{out}");
+    let addrs = link.a.ip(&["-6", "addr", "show", "dev", ifname]).unwrap();
+    let addrs = String::from_utf8_lossy(&addrs.stdout).to_string();
+    assert!(
+        addrs
+            .lines()
+            .any(|l| l.contains("fe80::") && l.contains("tentative")),
+        "the link-local address was meant to be tentative throughout: {addrs}"
+    );
+    let mac = link
+        .b_mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    assert!(
+        out.contains(&format!("mac={mac}")),
+        "resolved to the peer's MAC {mac}: {out}"
+    );
+    assert!(out.contains("absent_typed=true"), "{out}");
+    // Asked with a packet from the global address, the kernel solicits at once; anything
+    // later waited for the kernel's one-second retransmission.
+    let ms: u64 = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("resolve_ms="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ms < 1000, "resolved after {ms} ms");
+}
+
 fn ud_datagrams(driver: &str) {
     let link = VethLink::create(&LinkConfig {
         ipv6: false,
@@ -383,8 +460,7 @@ fn ud_datagrams(driver: &str) {
     let mut server = Helper::spawn(&link.b, "ud-server", &env_for(&link.b_if));
     server.expect("LISTENING", Duration::from_secs(30));
     let mut client = Helper::spawn(&link.a, "ud-client", &env_for(&link.a_if));
-    let c = client.expect("PASS", HELPER_TIMEOUT);
-    let s = server.expect("PASS", HELPER_TIMEOUT);
+    let (c, s) = expect_both(&mut client, &mut server, "PASS", HELPER_TIMEOUT);
     eprintln!("client: {c}\nserver: {s}");
     assert!(s.contains("received 4 datagrams"));
 }

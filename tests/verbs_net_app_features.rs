@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{privileged_or_skip, Helper};
+use common::{expect_both, privileged_or_skip, Helper};
 use xroce::netns::{LinkConfig, VethLink};
 use xroce::verbs::*;
 
@@ -235,8 +235,7 @@ fn inline_solicited_fence_and_resize_over_af_xdp() {
     let mut server = Helper::spawn(&link.b, "server", &env(&link.b_if));
     server.expect("LISTENING", Duration::from_secs(30));
     let mut client = Helper::spawn(&link.a, "client", &env(&link.a_if));
-    let c = client.expect("PASS", Duration::from_secs(60));
-    let s = server.expect("PASS", Duration::from_secs(60));
+    let (c, s) = expect_both(&mut client, &mut server, "PASS", Duration::from_secs(60));
     assert_eq!(s, "PASS server depth 16");
     assert_eq!(c, "PASS client");
 }

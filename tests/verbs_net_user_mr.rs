@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{privileged_or_skip, xroce_bin, Helper};
+use common::{expect_both, privileged_or_skip, xroce_bin, Helper};
 use xroce::netns::{LinkConfig, VethLink};
 use xroce::verbs::*;
 
@@ -271,8 +271,7 @@ fn user_memory_in_place_and_rereg_over_af_xdp() {
     let mut client_env = env(&link.a_if);
     client_env.push(("XV_PCAP", pcap.display().to_string()));
     let mut client = Helper::spawn(&link.a, "client", &client_env);
-    let c = client.expect("PASS", Duration::from_secs(60));
-    let s = server.expect("PASS", Duration::from_secs(60));
+    let (c, s) = expect_both(&mut client, &mut server, "PASS", Duration::from_secs(60));
     assert_eq!(c, "PASS client");
     assert!(
         s.starts_with("PASS server rkey") && s.ends_with("kept"),

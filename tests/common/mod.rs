@@ -126,6 +126,13 @@ impl Helper {
 
     /// Wait for a line starting with `prefix` (returns it), or panic with what was seen.
     pub fn expect(&mut self, prefix: &str, timeout: Duration) -> String {
+        self.try_expect(prefix, timeout)
+            .unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// Wait for a line starting with `prefix`; on an ERROR line or a timeout, say what the
+    /// helper printed.
+    pub fn try_expect(&mut self, prefix: &str, timeout: Duration) -> Result<String, String> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -135,18 +142,35 @@ impl Helper {
                     let line = line.trim_start_matches("test helper ... ").to_string();
                     self.seen.push(line.clone());
                     if line.starts_with(prefix) {
-                        return line;
+                        return Ok(line);
                     }
                     if line.starts_with("ERROR") && !prefix.starts_with("ERROR") {
-                        panic!("helper failed: {line}\nall output: {:#?}", self.seen);
+                        return Err(format!(
+                            "helper failed: {line}\nall output: {:#?}",
+                            self.seen
+                        ));
                     }
                 }
-                Err(_) => panic!(
-                    "no {prefix:?} line within {timeout:?}; helper said: {:#?}",
-                    self.seen
-                ),
+                Err(_) => {
+                    return Err(format!(
+                        "no {prefix:?} line within {timeout:?}; helper said: {:#?}",
+                        self.seen
+                    ))
+                }
             }
         }
+    }
+
+    /// Everything the helper prints within `wait` (for a failure report about its peer).
+    pub fn drain_output(&mut self, wait: Duration) -> Vec<String> {
+        let deadline = Instant::now() + wait;
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.seen.push(line);
+        }
+        self.seen.clone()
     }
 
     /// Wait (up to 20 s) for a successful exit.
@@ -161,6 +185,25 @@ impl Helper {
         }
         panic!("helper did not exit: {:#?}", self.seen);
     }
+}
+
+/// Wait for `prefix` from both helpers of a pair; a side that fails often does so because its
+/// peer did first, so a failure reports what both printed.
+pub fn expect_both(
+    client: &mut Helper,
+    server: &mut Helper,
+    prefix: &str,
+    timeout: Duration,
+) -> (String, String) {
+    let c = client.try_expect(prefix, timeout).unwrap_or_else(|why| {
+        let said = server.drain_output(Duration::from_secs(2));
+        panic!("client: {why}\nserver said: {said:#?}")
+    });
+    let s = server.try_expect(prefix, timeout).unwrap_or_else(|why| {
+        let said = client.drain_output(Duration::from_secs(2));
+        panic!("server: {why}\nclient said: {said:#?}")
+    });
+    (c, s)
 }
 
 impl Drop for Helper {
