@@ -408,6 +408,18 @@ fn link_local_from_mac(mac: MacAddr) -> Ipv6Addr {
     ])
 }
 
+/// The MAC a modified EUI-64 link-local address was made from (fe80::/64 with ff:fe in the
+/// middle of its interface id), the inverse of [`link_local_from_mac`]; `None` for any other
+/// address (a stable-privacy link-local one, say), which only the neighbour table can map.
+/// Linux's RDMA core takes a link-local destination GID's MAC this way instead of asking the
+/// neighbour table (`ib_resolve_eth_dmac`), and GID 0 of a RoCE port is such an address even
+/// where the interface has no IPv6 at all.
+pub fn mac_of_link_local(ip: &Ipv6Addr) -> Option<MacAddr> {
+    let o = ip.octets();
+    let eui64 = ip.segments()[..4] == [0xfe80, 0, 0, 0] && o[11] == 0xff && o[12] == 0xfe;
+    eui64.then(|| MacAddr([o[8] ^ 0x02, o[9], o[10], o[13], o[14], o[15]]))
+}
+
 fn is_link_local_v6(ip: &Ipv6Addr) -> bool {
     (ip.segments()[0] & 0xffc0) == 0xfe80
 }
@@ -1118,7 +1130,8 @@ const RESOLICIT_AFTER: Duration = Duration::from_millis(1000);
 /// `timeout`.
 ///
 /// A peer on the same host (loopback, or an address of this host) resolves to the
-/// all-zero MAC or the interface's own.
+/// all-zero MAC or the interface's own; a modified EUI-64 link-local peer to the MAC in its
+/// interface id ([`mac_of_link_local`]), without asking anyone.
 pub fn resolve_neighbour(
     ifname: &str,
     ip: IpAddr,
@@ -1133,6 +1146,12 @@ pub fn resolve_neighbour(
     if info.addrs.iter().any(|a| a.ip == ip) {
         // Our own address: frames go to ourselves.
         return Ok(info.mac);
+    }
+    if let Some(mac) = match ip {
+        IpAddr::V6(v6) => mac_of_link_local(&v6),
+        IpAddr::V4(_) => None,
+    } {
+        return Ok(mac);
     }
     // A link-local IPv6 destination only means something on one interface: say which.
     let scoped = matches!(ip, IpAddr::V6(v6) if is_link_local_v6(&v6));
@@ -1256,6 +1275,22 @@ fn send_probe(info: &NetdevInfo, ip: IpAddr) -> Result<(), NetdevError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_local_eui64_address_gives_back_its_mac() {
+        let mac = MacAddr([0x02, 0x1b, 0x21, 0xaa, 0xbb, 0xcc]);
+        let ll = link_local_from_mac(mac);
+        assert_eq!(ll, "fe80::1b:21ff:feaa:bbcc".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(mac_of_link_local(&ll), Some(mac));
+        // Not EUI-64 (stable privacy), not link-local, not /64 link-local: the table decides.
+        for other in [
+            "fe80::1234:5678:9abc:def0",
+            "2001:2::1b:21ff:feaa:bbcc",
+            "fe80:1::1b:21ff:feaa:bbcc",
+        ] {
+            assert_eq!(mac_of_link_local(&other.parse().unwrap()), None, "{other}");
+        }
+    }
 
     #[test]
     fn ib_mtu_follows_rxe_rule() {

@@ -442,6 +442,69 @@ fn ipv6_neighbour_resolves_while_the_link_local_address_is_tentative() {
     assert!(ms < 1000, "resolved after {ms} ms");
 }
 
+/// GID 0 of a RoCE port is the link-local address made from its MAC, also where the interface
+/// has no IPv6 at all (libfabric's verbs datagram endpoints always use it). As Linux's RDMA
+/// core does, such a destination's MAC is read from the address: here neither side has IPv6,
+/// so no Neighbor Discovery could answer. A link-local address not made from a MAC still goes
+/// to the kernel (which, without IPv6, has no route for it).
+#[test]
+fn a_link_local_gid_resolves_to_the_mac_it_was_made_from() {
+    if !privileged_or_skip("a_link_local_gid_resolves_to_the_mac_it_was_made_from") {
+        return;
+    }
+    let link = VethLink::create(&LinkConfig {
+        ipv6: false,
+        ..LinkConfig::default()
+    })
+    .unwrap();
+    for (ns, ifname) in [(&link.a, &link.a_if), (&link.b, &link.b_if)] {
+        let sysctl = ns
+            .command("sysctl")
+            .args(["-qw", &format!("net.ipv6.conf.{ifname}.disable_ipv6=1")])
+            .status()
+            .unwrap();
+        assert!(sysctl.success(), "sysctl disable_ipv6");
+    }
+    let m = link.b_mac;
+    let peer_gid0 = std::net::Ipv6Addr::from([
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        m[0] ^ 2,
+        m[1],
+        m[2],
+        0xff,
+        0xfe,
+        m[3],
+        m[4],
+        m[5],
+    ]);
+    let mut helper = Helper::spawn(
+        &link.a,
+        "neigh",
+        &[
+            ("XV_IFNAME", link.a_if.clone()),
+            ("XV_PEER_IP", peer_gid0.to_string()),
+            ("XV_ABSENT_IP", "fe80::1234:5678:9abc:def0".into()),
+        ],
+    );
+    let out = helper.expect("PASS", HELPER_TIMEOUT);
+    eprintln!("{out}");
+    let mac = m
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    assert!(out.contains(&format!("mac={mac}")), "{out}");
+    // Without IPv6 there is no route for the kernel to resolve it on: said so.
+    assert!(out.contains("no route to fe80::1234:5678:9abc:def0"), "{out}");
+}
+
 fn ud_datagrams(driver: &str) {
     let link = VethLink::create(&LinkConfig {
         ipv6: false,

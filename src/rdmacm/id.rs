@@ -828,9 +828,9 @@ impl CmId {
         }
         let id = self.clone();
         let wait = timeout;
-        std::thread::Builder::new()
-            .name("xroce-cm-resolve".into())
-            .spawn(move || id.finish_resolve(dst, wait))?;
+        crate::verbs::threads::spawn_settled("xroce-cm-resolve".into(), move || {
+            id.finish_resolve(dst, wait)
+        })?;
         Ok(())
     }
 

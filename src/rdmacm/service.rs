@@ -274,9 +274,10 @@ fn add_port(shared: &Arc<CmShared>, state: &mut CmState, device: &Device) -> Res
         thread: None,
     });
     let weak = Arc::downgrade(shared);
-    let thread = std::thread::Builder::new()
-        .name(format!("xroce-cm-{}", device.name()))
-        .spawn(move || port_thread(weak, index, gsi, wake_rx));
+    let thread =
+        crate::verbs::threads::spawn_settled(format!("xroce-cm-{}", device.name()), move || {
+            port_thread(weak, index, gsi, wake_rx)
+        });
     match thread {
         Ok(t) => state.ports[index].thread = Some(t),
         Err(e) => {

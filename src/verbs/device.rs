@@ -1020,24 +1020,21 @@ impl Device {
                 1 => format!("xroce-progress-{}", shared.netdev.name),
                 _ => format!("xroce-{}-{index}", shared.netdev.name),
             };
-            let thread = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || {
-                    // A bug in the engine or a driver must not leave a device that silently
-                    // stops answering: record why, so every later verbs call says so.
-                    let shared = thread_shared.clone();
-                    let run = std::panic::AssertUnwindSafe(|| {
-                        progress::run(thread_shared, index, waker_rx)
-                    });
-                    if let Err(panic) = std::panic::catch_unwind(run) {
-                        let what = panic_text(&*panic);
-                        progress::fail(&shared, format!("progress thread panicked: {what}"));
-                    }
-                })
-                .map_err(|source| VerbsError::Io {
-                    context: "spawning the progress thread",
-                    source,
-                })?;
+            let thread = super::threads::spawn_settled(name, move || {
+                // A bug in the engine or a driver must not leave a device that silently
+                // stops answering: record why, so every later verbs call says so.
+                let shared = thread_shared.clone();
+                let run =
+                    std::panic::AssertUnwindSafe(|| progress::run(thread_shared, index, waker_rx));
+                if let Err(panic) = std::panic::catch_unwind(run) {
+                    let what = panic_text(&*panic);
+                    progress::fail(&shared, format!("progress thread panicked: {what}"));
+                }
+            })
+            .map_err(|source| VerbsError::Io {
+                context: "spawning the progress thread",
+                source,
+            })?;
             lock(&core.threads).push(thread);
         }
         if let Some((watch, active)) = link_watch {
@@ -1047,13 +1044,14 @@ impl Device {
             })?;
             *lock(&core.link_watch_stop) = Some(stop_tx);
             let thread_shared = shared.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("xroce-link-{}", shared.netdev.name))
-                .spawn(move || super::events::watch_link(thread_shared, watch, stop_rx, active))
-                .map_err(|source| VerbsError::Io {
-                    context: "spawning the link watcher",
-                    source,
-                })?;
+            let thread = super::threads::spawn_settled(
+                format!("xroce-link-{}", shared.netdev.name),
+                move || super::events::watch_link(thread_shared, watch, stop_rx, active),
+            )
+            .map_err(|source| VerbsError::Io {
+                context: "spawning the link watcher",
+                source,
+            })?;
             lock(&core.threads).push(thread);
         }
         Ok(Device { core })

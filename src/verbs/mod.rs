@@ -78,6 +78,7 @@ mod pd;
 mod progress;
 mod qp;
 mod srq;
+pub(crate) mod threads;
 
 pub use attr::{DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
