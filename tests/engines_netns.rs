@@ -817,23 +817,8 @@ fn run_lane(lane: &Lane, cases: &[Case<'_>]) -> Vec<(String, Outcome, f64)> {
         }
         let t0 = Instant::now();
         let label = format!("MTU {}: {name}", lane.mtu);
-        let mut outcome = case(lane);
+        let outcome = case(lane);
         lane.sweep();
-        // An open bug (docs/engines.md, "Not done, and seen"): a rank dies executing libc's
-        // munmap while it is being patched in place (Open MPI's/libfabric's memory hooks),
-        // in a thread of xroce's library. Until it is fixed such a crash is run again once,
-        // saying so; any other failure, or the crash twice, fails the case.
-        if outcome
-            .as_ref()
-            .is_err_and(|text| text.contains("Invalid permissions") && text.contains("munmap"))
-        {
-            println!(
-                "engines: {label}: a rank died in libc's munmap (open bug, docs/engines.md): \
-                 running the case again, once"
-            );
-            outcome = case(lane);
-            lane.sweep();
-        }
         let secs = t0.elapsed().as_secs_f64();
         match &outcome {
             Ok(n) => println!("engines: {label}: ok ({secs:.1} s) {n}"),
