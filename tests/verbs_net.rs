@@ -502,7 +502,10 @@ fn a_link_local_gid_resolves_to_the_mac_it_was_made_from() {
         .join(":");
     assert!(out.contains(&format!("mac={mac}")), "{out}");
     // Without IPv6 there is no route for the kernel to resolve it on: said so.
-    assert!(out.contains("no route to fe80::1234:5678:9abc:def0"), "{out}");
+    assert!(
+        out.contains("no route to fe80::1234:5678:9abc:def0"),
+        "{out}"
+    );
 }
 
 fn ud_datagrams(driver: &str) {

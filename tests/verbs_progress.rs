@@ -135,3 +135,56 @@ fn a_thread_that_stops_polling_hands_progress_back() {
     assert_eq!(wcs[0].opcode, WcOpcode::Recv);
     assert_eq!(b.mr.to_vec(4096, 64).unwrap(), vec![0x5a; 64]);
 }
+
+#[test]
+fn a_polling_application_holds_a_lease_and_is_not_woken_against() {
+    // A poll takes a lease on progress: while an application keeps polling, the background
+    // thread sleeps through the lease and wakes once per watchdog period to look, not every
+    // millisecond (each wake-up can preempt the spinning application).
+    let (sides, _da, db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (_a, b) = &sides[0];
+    let mut wcs = [Wc::EMPTY; 4];
+    // Settle: the first poll takes the lease.
+    assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+    std::thread::sleep(Duration::from_millis(2));
+    let sleeps = || db.progress_stats().sleeps.load(Ordering::Relaxed);
+    let before = sleeps();
+    let spin = Duration::from_millis(300);
+    let until = Instant::now() + spin;
+    while Instant::now() < until {
+        assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+    }
+    let woke = sleeps() - before;
+    // 300 ms / 20 ms = 15 looks; the old 1 ms grace made about 300.
+    assert!(
+        woke <= 40,
+        "the background thread slept {woke} times in {spin:?}"
+    );
+}
+
+#[test]
+fn a_poller_that_goes_away_without_a_word_is_caught_by_the_watchdog() {
+    // B polls, then stops without arming a CQ or waiting on a channel: its lease runs out,
+    // and the background thread takes over, so A's SEND is still acknowledged.
+    let (sides, _da, _db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (a, b) = &sides[0];
+    post_recv(b, 1);
+    let mut wcs = [Wc::EMPTY; 4];
+    let until = Instant::now() + Duration::from_millis(10);
+    while Instant::now() < until {
+        assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+    }
+    let start = Instant::now();
+    send(a, 7, 0x33);
+    let wc = loop {
+        if a.cq.poll(&mut wcs).unwrap() == 1 {
+            break wcs[0];
+        }
+        assert!(start.elapsed() < WAIT, "the SEND was never acknowledged");
+    };
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(wc.wr_id, 7);
+    // Received by B's background thread, the completion waits in B's CQ.
+    assert_eq!(b.cq.poll(&mut wcs).unwrap(), 1);
+    assert_eq!(wcs[0].opcode, WcOpcode::Recv);
+}

@@ -147,6 +147,7 @@ impl CqInner {
     /// Runs `f` (a poll) in a progress round of each shard whose QPs complete here.
     fn poll_with<R>(&self, f: impl FnOnce(&mut crate::engine::Engine) -> R) -> Result<R> {
         let shared = &self.core.shared;
+        shared.hold_lease();
         let shards = self.shards.load(Ordering::Relaxed);
         if shards == 1 << self.home {
             shared.poll_engine(self.home, f)
@@ -163,6 +164,9 @@ impl Drop for CqInner {
             lock(&shared.channels).remove(&self.id.0);
         }
         let _ = shared.with_engine(self.home, false, |e| e.destroy_cq(self.id));
+        // Whoever polled it is done with it: end the poller's lease now rather than when its
+        // watchdog would.
+        shared.stop_polling();
     }
 }
 

@@ -317,6 +317,12 @@ impl Drop for ObjectSlot {
     }
 }
 
+thread_local! {
+    /// The device whose poller's lease this thread holds ([`DeviceState::hold_lease`]).
+    static LEASE_HOLDER: std::cell::RefCell<Weak<DeviceState>> =
+        const { std::cell::RefCell::new(Weak::new()) };
+}
+
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data valid.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -419,8 +425,9 @@ impl DeviceState {
         u64::MAX >> (64 - self.shards.len())
     }
 
-    /// This thread stops polling (it is going to sleep on a completion channel): the
-    /// background threads take their drivers back at once instead of after `POLLER_GRACE`.
+    /// This thread stops polling (it is going to sleep on a completion channel, arms a CQ or
+    /// drops one): the poller's lease ends, and the background threads take their drivers
+    /// back at once instead of when the lease's watchdog ([`progress::POLLER_LEASE`]) would.
     pub fn stop_polling(&self) {
         for (index, s) in self.shards.iter().enumerate() {
             if s.poller_seen.swap(0, Ordering::Relaxed) != 0 {
@@ -433,10 +440,42 @@ impl DeviceState {
         }
     }
 
-    /// Whether an application thread polled shard `shard` within `POLLER_GRACE` of `now`.
+    /// This thread is about to poll `self`. A thread holds one device's lease at a time: a
+    /// lease it held on another device ends now, so a thread that drives two devices in turn
+    /// (both ends of a test, a program with two contexts) never leaves one of them unserved
+    /// until the watchdog.
+    pub fn hold_lease(self: &Arc<Self>) {
+        let previous = LEASE_HOLDER.try_with(|held| {
+            let mut held = held.borrow_mut();
+            if std::ptr::eq(held.as_ptr(), Arc::as_ptr(self)) {
+                return None;
+            }
+            Some(std::mem::replace(&mut *held, Arc::downgrade(self)))
+        });
+        if let Ok(Some(previous)) = previous {
+            if let Some(previous) = previous.upgrade() {
+                previous.stop_polling();
+            }
+        }
+    }
+
+    /// Whether an application thread holds a poller's lease on shard `shard`: it polled
+    /// within [`progress::POLLER_LEASE`] of `now` and has not stopped polling since.
     pub fn poller_active(&self, shard: usize, now: crate::engine::Instant) -> bool {
+        self.poller_lease_left(shard, now).is_some()
+    }
+
+    /// How long the poller's lease on shard `shard` runs from `now` unless it polls again;
+    /// `None` without a lease.
+    pub fn poller_lease_left(
+        &self,
+        shard: usize,
+        now: crate::engine::Instant,
+    ) -> Option<std::time::Duration> {
         let seen = self.shards[shard].poller_seen.load(Ordering::Relaxed);
-        seen != 0 && now.as_nanos().saturating_sub(seen) < progress::POLLER_GRACE.as_nanos() as u64
+        let since = now.as_nanos().saturating_sub(seen);
+        let lease = progress::POLLER_LEASE.as_nanos() as u64;
+        (seen != 0 && since < lease).then(|| std::time::Duration::from_nanos(lease - since))
     }
 
     /// Runs `call` in a progress round of this thread on shard `shard` if its token is free,

@@ -463,13 +463,11 @@ impl Mr {
     /// does), so, like polling a CQ, it first makes progress when no other thread is.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let (addr, lkey) = self.check(offset, out.len())?;
-        Ok(self
-            .inner
-            .core
-            .shared
-            .poll_shards(shared_all(&self.inner.core), 0, |e| {
-                e.mr_read(lkey, addr, out)
-            })??)
+        let shared = &self.inner.core.shared;
+        shared.hold_lease();
+        Ok(shared.poll_shards(shared_all(&self.inner.core), 0, |e| {
+            e.mr_read(lkey, addr, out)
+        })??)
     }
 
     /// Copies `data` into the region at `offset`.

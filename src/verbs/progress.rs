@@ -17,11 +17,14 @@
 //! go of it, so no posted work is left behind.
 //!
 //! The background thread ([`run`]) does what nobody polls for: the responder of READ, WRITE
-//! and atomics, retransmission timers, applications asleep on a completion channel. While an
-//! application polls (it ran a poll within [`POLLER_GRACE`]) the thread stays out of its way:
-//! it sleeps on the wake-up socket alone and looks again after `POLLER_GRACE`. Otherwise, in
-//! wake-up mode it sleeps in poll(2) on the driver's fd and the wake-up socket until the next
-//! timer; in busy-poll mode it spins on rounds.
+//! and atomics, retransmission timers, applications asleep on a completion channel. A poll
+//! takes a **lease** on progress: while it holds, the thread stays out of the poller's way,
+//! asleep on the wake-up socket alone, so it never preempts a spinning application. The lease
+//! ends when the poller says so (arming a CQ, sleeping on a channel, dropping the CQ:
+//! `DeviceState::stop_polling`, which wakes the thread at once) or, as a watchdog, when no
+//! poll came for [`POLLER_LEASE`]. Otherwise, in wake-up mode the thread sleeps in poll(2) on
+//! the driver's fd and the wake-up socket until the next timer; in busy-poll mode it spins on
+//! rounds.
 //!
 //! A device with several engine shards has all of this once per shard: a token, a driver,
 //! a background thread. A round that receives a frame for another shard's QP hands it to
@@ -45,9 +48,16 @@ use super::device::{drain, lock, DeviceState, ProgressMode, Shard};
 pub const RX_BATCH: usize = 64;
 /// Frames sent per round before receiving again (keeps ACKs flowing under load).
 pub const TX_BATCH: usize = 128;
-/// An application that polled within this long is "polling": the background thread leaves
-/// the driver to it and looks again after this long.
-pub const POLLER_GRACE: Duration = Duration::from_millis(1);
+/// The watchdog of a poller's lease: an application that polled within this long and has not
+/// said it stopped is "polling", and the background thread leaves the driver to it. Coarse on
+/// purpose: the thread wakes once per lease to look, and each wake-up can preempt a spinning
+/// application (at 1 ms, thousands of context switches per second made a busy-poll latency
+/// test's 99th percentile 4x its median). Work left by a program that stops polling without
+/// arming a CQ or waiting on a channel waits at most this long.
+pub const POLLER_LEASE: Duration = Duration::from_millis(20);
+/// How long the thread leaves the driver to another thread's round (a post, a poll of
+/// memory) when no poller holds a lease.
+const TOKEN_BUSY_WAIT: Duration = Duration::from_millis(1);
 /// In wake-up mode, how long the thread keeps polling after its last work before it
 /// sleeps: a stream of frames (a peer's WRITEs to a responder nobody polls) is then served
 /// without a wake-up per burst, and a lone frame costs at most this much spinning.
@@ -422,7 +432,8 @@ pub(crate) fn run(shared: Arc<DeviceState>, index: usize, waker: UnixDatagram) {
         }
         let now = shared.now();
         let stats_wanted = index == 0 && shared.xdp_stats_wanted.load(Ordering::SeqCst);
-        let poller = shared.poller_active(index, now) && !stats_wanted;
+        let lease_left = shared.poller_lease_left(index, now);
+        let poller = lease_left.is_some() && !stats_wanted;
         let mut outcome = None;
         if !poller {
             if let Some(mut progress) = try_token(shard) {
@@ -457,7 +468,12 @@ pub(crate) fn run(shared: Arc<DeviceState>, index: usize, waker: UnixDatagram) {
         let mut timeout = next_wanted.map(|t| t.saturating_duration_since(shared.now()));
         let mut fds = vec![waker.as_fd()];
         if yielding {
-            timeout = Some(timeout.map_or(POLLER_GRACE, |t| t.min(POLLER_GRACE)));
+            // A poller's lease: look again when its watchdog would end it (the poller's
+            // rounds run the timers meanwhile). A busy token without a poller: shortly.
+            timeout = Some(match lease_left {
+                Some(left) if poller => left,
+                _ => timeout.map_or(TOKEN_BUSY_WAIT, |t| t.min(TOKEN_BUSY_WAIT)),
+            });
         } else {
             match &driver_fd {
                 Some(fd) => fds.push(fd.as_fd()),
