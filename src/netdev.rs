@@ -385,8 +385,8 @@ impl NetdevInfo {
     }
 }
 
-/// The modified EUI-64 link-local address of a MAC (RFC 4291 appendix A).
-fn link_local_from_mac(mac: MacAddr) -> Ipv6Addr {
+/// The modified EUI-64 link-local address of a MAC (RFC 4291 appendix A): GID 0 of a port.
+pub fn link_local_from_mac(mac: MacAddr) -> Ipv6Addr {
     let m = mac.0;
     Ipv6Addr::from([
         0xfe,

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use common::{expect_both, privileged_or_skip, Helper};
 use verbs_suite::{helper_main, say};
+use xroce::netdev::{link_local_from_mac, MacAddr};
 use xroce::netns::{LinkConfig, VethLink};
 
 const HELPER_TIMEOUT: Duration = Duration::from_secs(120);
@@ -315,6 +316,36 @@ fn udp_vanished_peer_gives_retry_exceeded() {
     vanished_peer("udp");
 }
 
+/// Runs the "neigh" helper in A's namespace: resolves `peer`, then fails to resolve
+/// `absent`; returns its PASS line.
+fn resolve_from_a(link: &VethLink, peer: &str, absent: &str) -> String {
+    let mut helper = Helper::spawn(
+        &link.a,
+        "neigh",
+        &[
+            ("XV_IFNAME", link.a_if.clone()),
+            ("XV_PEER_IP", peer.to_string()),
+            ("XV_ABSENT_IP", absent.to_string()),
+        ],
+    );
+    let out = helper.expect("PASS", HELPER_TIMEOUT);
+    eprintln!("{out}");
+    let mac = MacAddr(link.b_mac);
+    assert!(
+        out.contains(&format!("mac={mac}")),
+        "resolved to the peer's MAC {mac}: {out}"
+    );
+    out
+}
+
+/// The number after `name=` in a helper's line.
+fn field(out: &str, name: &str) -> u64 {
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in {out}"))
+}
+
 #[test]
 fn neighbour_resolution_through_the_kernel() {
     if !privileged_or_skip("neighbour_resolution_through_the_kernel") {
@@ -325,38 +356,13 @@ fn neighbour_resolution_through_the_kernel() {
         ..LinkConfig::default()
     })
     .unwrap();
-    let mut helper = Helper::spawn(
-        &link.a,
-        "neigh",
-        &[
-            ("XV_IFNAME", link.a_if.clone()),
-            ("XV_PEER_IP", link.b_ip.to_string()),
-            ("XV_ABSENT_IP", "198.18.0.77".into()),
-        ],
-    );
-    let out = helper.expect("PASS", HELPER_TIMEOUT);
-    eprintln!("{out}");
-    let mac = link
-        .b_mac
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
+    let out = resolve_from_a(&link, &link.b_ip.to_string(), "198.18.0.77");
     assert!(
         out.contains("before=None"),
         "a fresh namespace has no entry yet: {out}"
     );
-    assert!(
-        out.contains(&format!("mac={mac}")),
-        "resolved to the peer's MAC {mac}: {out}"
-    );
     assert!(out.contains("absent_typed=true"), "{out}");
-    let ms: u64 = out
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("absent_ms="))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let ms = field(&out, "absent_ms");
     assert!(
         (500..3000).contains(&ms),
         "gave up after {ms} ms, timeout was 500 ms"
@@ -401,17 +407,7 @@ fn ipv6_neighbour_resolves_while_the_link_local_address_is_tentative() {
             "nodad",
         ])
         .unwrap();
-    let mut helper = Helper::spawn(
-        &link.a,
-        "neigh",
-        &[
-            ("XV_IFNAME", link.a_if.clone()),
-            ("XV_PEER_IP", b_ip6.to_string()),
-            ("XV_ABSENT_IP", "2001:2::77".into()),
-        ],
-    );
-    let out = helper.expect("PASS", HELPER_TIMEOUT);
-    eprintln!("{out}");
+    let out = resolve_from_a(&link, &b_ip6.to_string(), "2001:2::77");
     let addrs = link.a.ip(&["-6", "addr", "show", "dev", ifname]).unwrap();
     let addrs = String::from_utf8_lossy(&addrs.stdout).to_string();
     assert!(
@@ -420,25 +416,10 @@ fn ipv6_neighbour_resolves_while_the_link_local_address_is_tentative() {
             .any(|l| l.contains("fe80::") && l.contains("tentative")),
         "the link-local address was meant to be tentative throughout: {addrs}"
     );
-    let mac = link
-        .b_mac
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    assert!(
-        out.contains(&format!("mac={mac}")),
-        "resolved to the peer's MAC {mac}: {out}"
-    );
     assert!(out.contains("absent_typed=true"), "{out}");
     // Asked with a packet from the global address, the kernel solicits at once; anything
     // later waited for the kernel's one-second retransmission.
-    let ms: u64 = out
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("resolve_ms="))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let ms = field(&out, "resolve_ms");
     assert!(ms < 1000, "resolved after {ms} ms");
 }
 
@@ -465,42 +446,8 @@ fn a_link_local_gid_resolves_to_the_mac_it_was_made_from() {
             .unwrap();
         assert!(sysctl.success(), "sysctl disable_ipv6");
     }
-    let m = link.b_mac;
-    let peer_gid0 = std::net::Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        m[0] ^ 2,
-        m[1],
-        m[2],
-        0xff,
-        0xfe,
-        m[3],
-        m[4],
-        m[5],
-    ]);
-    let mut helper = Helper::spawn(
-        &link.a,
-        "neigh",
-        &[
-            ("XV_IFNAME", link.a_if.clone()),
-            ("XV_PEER_IP", peer_gid0.to_string()),
-            ("XV_ABSENT_IP", "fe80::1234:5678:9abc:def0".into()),
-        ],
-    );
-    let out = helper.expect("PASS", HELPER_TIMEOUT);
-    eprintln!("{out}");
-    let mac = m
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    assert!(out.contains(&format!("mac={mac}")), "{out}");
+    let peer_gid0 = link_local_from_mac(MacAddr(link.b_mac));
+    let out = resolve_from_a(&link, &peer_gid0.to_string(), "fe80::1234:5678:9abc:def0");
     // Without IPv6 there is no route for the kernel to resolve it on: said so.
     assert!(
         out.contains("no route to fe80::1234:5678:9abc:def0"),
