@@ -217,6 +217,7 @@ fn quick_json_has_every_section_and_consistent_ratios() {
         "== 3. xroce perf",
         "== 4. Scale",
         "== 5. Threads",
+        "== Targets",
         "load average at start",
     ] {
         assert!(stderr.contains(s), "no {s:?} on stderr:\n{stderr}");
@@ -258,6 +259,24 @@ fn quick_json_has_every_section_and_consistent_ratios() {
         assert!(bw.iter().any(|r| r["test"] == test), "no {test} row");
     }
     assert!(bw.iter().any(|r| r["qps"] == 16), "no row with many QPs");
+    // The targets are this run's own ratios: write_bw 64 B against the ceiling is its row's.
+    let targets = doc["targets"].as_array().expect("targets");
+    assert_eq!(targets.len(), 11, "{targets:?}");
+    let write_bw = bw
+        .iter()
+        .find(|r| {
+            r["test"] == "write_bw" && r["size"] == 64 && r["qps"] == 1 && r["link_mtu"] == 1500
+        })
+        .expect("write_bw 64 B row");
+    let target = targets
+        .iter()
+        .find(|t| t["name"] == "write_bw 64 B, 1 QP / raw AF_XDP stream")
+        .expect("write_bw target");
+    assert!(
+        close(num(target, "ratio"), num(&write_bw["vs_ceiling"], "ratio")),
+        "{target} vs {write_bw}"
+    );
+    assert_eq!(target["bound"], "at_least");
     for r in bw {
         let gbps = num(r, "gbps");
         assert!(gbps > 0.0 && num(r, "msg_rate_mpps") > 0.0, "{r}");

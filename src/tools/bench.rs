@@ -21,6 +21,7 @@
 //! Every process that sends or receives runs inside a namespace: this executable again as
 //! `xroce bench-child '<json spec>'` ([`child`]), or `xroce perf`.
 pub mod child;
+pub mod targets;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -900,6 +901,8 @@ pub struct BenchReport {
     pub threads: Option<ThreadsSection>,
     /// perftest through the library beside `xroce perf`.
     pub library: Option<LibrarySection>,
+    /// The data path's targets, as ratios of this run's figures.
+    pub targets: Vec<targets::Target>,
     /// How to read the figures, and what was left out.
     pub notes: Vec<String>,
     /// Measurements that failed (each also missing from its table).
@@ -1987,7 +1990,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         );
     }
     let sections = Section::ALL.into_iter().filter(|s| opts.runs(*s)).collect();
-    Ok(BenchReport {
+    let mut report = BenchReport {
         machine,
         quick: opts.quick,
         sections,
@@ -2001,10 +2004,13 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         library: opts
             .runs(Section::Library)
             .then_some(LibrarySection { rows: library_rows }),
+        targets: Vec::new(),
         notes,
         failures: runner.failures,
         seconds: started.elapsed().as_secs_f64(),
-    })
+    };
+    report.targets = targets::targets(&report);
+    Ok(report)
 }
 
 /// The message size whose buffers the memory rows allocate (perf's smallest buffer, 2 x 4 KiB,
@@ -2352,6 +2358,9 @@ pub fn render_text(r: &BenchReport) -> String {
             );
         }
     }
+    if r.xroce.is_some() || r.scale.is_some() {
+        s.push_str(&targets::render(&r.targets, r));
+    }
     let _ = writeln!(s, "\nnotes:");
     for n in &r.notes {
         let _ = writeln!(s, "- {n}");
@@ -2626,6 +2635,7 @@ mod tests {
                     within_10_percent: false,
                 }],
             }),
+            targets: vec![],
             notes: vec![],
             failures: vec![],
             seconds: 1.0,
@@ -2677,6 +2687,111 @@ mod tests {
         let mb = bw.replace("GigabitsPerSec", "MegabytesPerSec");
         assert!(parse_perf(&mb).is_err());
         assert!(parse_perf(r#"{"results":[]}"#).is_err());
+    }
+
+    #[test]
+    fn targets_are_read_off_the_rows_and_judged() {
+        let bw = |test, qps, mpps: f64, vs_ceiling: f64, vs_udp: f64| XroceBwRow {
+            test,
+            link_mtu: BASE_MTU,
+            path_mtu: 1024,
+            size: 64,
+            qps,
+            iters: 1000,
+            gbps: mpps * 0.512,
+            peak_gbps: 0.0,
+            msg_rate_mpps: mpps,
+            vs_ceiling: Ratio::new("ceiling".into(), 1.0, vs_ceiling),
+            vs_udp: Ratio::new("udp".into(), 1.0, vs_udp),
+        };
+        let lat = |test, median: f64, p99: f64, vs_ceiling: f64| XroceLatRow {
+            test,
+            mode: Progress::BusyPoll,
+            link_mtu: BASE_MTU,
+            size: 64,
+            iters: 1000,
+            measures: "half round trip",
+            median_us: median,
+            p99_us: p99,
+            vs_ceiling: Some(LatencyRatios {
+                median: Ratio::new("c".into(), 1.0, vs_ceiling).unwrap(),
+                p99: Ratio::new("c".into(), 1.0, vs_ceiling).unwrap(),
+            }),
+            vs_udp: None,
+        };
+        let mut report = BenchReport {
+            machine: read_machine("test".into()),
+            quick: false,
+            sections: vec![Section::Xroce],
+            progress: vec![Progress::BusyPoll],
+            links: vec![],
+            ceiling: None,
+            udp: None,
+            xroce: Some(XroceSection {
+                bw: vec![
+                    bw("write_bw", 1, 0.6, 0.8, 1.3),
+                    bw("send_bw", 1, 0.5, 0.7, 1.0),
+                    bw("send_bw", 16, 0.4, 0.5, 0.8),
+                ],
+                lat: vec![
+                    lat("send_lat", 10.0, 25.0, 2.6),
+                    lat("write_lat", 4.0, 6.0, 1.2),
+                ],
+            }),
+            scale: None,
+            threads: None,
+            library: None,
+            targets: vec![],
+            notes: vec![],
+            failures: vec![],
+            seconds: 1.0,
+        };
+        report.targets = targets::targets(&report);
+        let by_name = |name: &str| {
+            report
+                .targets
+                .iter()
+                .find(|t| t.name.starts_with(name))
+                .unwrap_or_else(|| panic!("no target {name}"))
+                .clone()
+        };
+        let write_bw = by_name("write_bw 64 B, 1 QP / raw");
+        assert_eq!(
+            (write_bw.met(), write_bw.goal_met()),
+            (Some(true), Some(false))
+        );
+        assert_eq!(by_name("send_bw 64 B, 1 QP / raw").met(), Some(false));
+        assert_eq!(by_name("write_bw 64 B, 1 QP / kernel").met(), Some(true));
+        let send_lat = by_name("send_lat 64 B busy-poll median / raw");
+        assert_eq!(send_lat.met(), Some(false));
+        assert_eq!(by_name("send_lat 64 B busy-poll p99").ratio, Some(2.5));
+        assert_eq!(by_name("write_lat 64 B busy-poll p99").met(), Some(true));
+        let write_lat = by_name("write_lat 64 B busy-poll median / raw");
+        assert_eq!(
+            (write_lat.met(), write_lat.goal_met()),
+            (Some(true), Some(true))
+        );
+        // Not measured: no UDP section, no scale section.
+        assert_eq!(
+            by_name("send_lat 64 B busy-poll median / kernel").met(),
+            None
+        );
+        assert_eq!(by_name("write_bw 64 B, 1,024 QPs").ratio, None);
+        let qps16 = by_name("send_bw 64 B, 16 QPs");
+        assert!((qps16.ratio.unwrap() - 0.8).abs() < 1e-9);
+        assert_eq!(qps16.met(), Some(false));
+        let text = render_text(&report);
+        assert!(text.contains("== Targets"), "{text}");
+        assert!(text.contains("not run"), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("write_bw 64 B, 1 QP / raw AF_XDP stream"))
+            .unwrap();
+        assert!(
+            row.contains("0.80") && row.contains(">=0.75") && row.contains("yes"),
+            "{row}"
+        );
+        assert!(row.trim_end().ends_with("NO"), "{row}");
     }
 
     #[test]

@@ -1,0 +1,222 @@
+//! The data path's targets, read off one bench run: each a ratio of two figures measured side
+//! by side, the threshold it must reach, and the project's goal beyond it. docs/performance.md
+//! says where each comes from and what stands between today and the goal.
+
+use serde::Serialize;
+
+use super::{BenchReport, Progress, BASE_MTU};
+
+/// Whether a target's ratio must reach its threshold from below or stay under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    /// The ratio must be at least the threshold (throughput).
+    AtLeast,
+    /// The ratio must be at most the threshold (time).
+    AtMost,
+}
+
+/// One target and what this run measured for it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    /// What is compared with what.
+    pub name: &'static str,
+    /// The ratio measured, `None` when the run did not measure both figures.
+    pub ratio: Option<f64>,
+    /// At least or at most.
+    pub bound: Bound,
+    /// The threshold.
+    pub threshold: f64,
+    /// The project's goal beyond the threshold, where there is one.
+    pub goal: Option<f64>,
+}
+
+impl Target {
+    fn reaches(&self, limit: f64) -> Option<bool> {
+        self.ratio.map(|r| match self.bound {
+            Bound::AtLeast => r >= limit,
+            Bound::AtMost => r <= limit,
+        })
+    }
+
+    /// Whether the threshold is met (`None`: not measured).
+    pub fn met(&self) -> Option<bool> {
+        self.reaches(self.threshold)
+    }
+
+    /// Whether the goal is met (`None`: no goal, or not measured).
+    pub fn goal_met(&self) -> Option<bool> {
+        self.goal.and_then(|g| self.reaches(g))
+    }
+}
+
+/// The targets of a run, in the order docs/performance.md gives them.
+pub fn targets(r: &BenchReport) -> Vec<Target> {
+    let bw = |test: &str, qps: usize| {
+        r.xroce.as_ref().and_then(|x| {
+            x.bw.iter()
+                .find(|b| b.test == test && b.size == 64 && b.qps == qps && b.link_mtu == BASE_MTU)
+        })
+    };
+    let lat = |test: &str| {
+        r.xroce.as_ref().and_then(|x| {
+            x.lat.iter().find(|l| {
+                l.test == test
+                    && l.size == 64
+                    && l.mode == Progress::BusyPoll
+                    && l.link_mtu == BASE_MTU
+            })
+        })
+    };
+    let target = |name, ratio: Option<f64>, bound, threshold, goal| Target {
+        name,
+        ratio: ratio.filter(|r| r.is_finite()),
+        bound,
+        threshold,
+        goal,
+    };
+    let vs_ceiling = |test| bw(test, 1).and_then(|b| b.vs_ceiling.as_ref().map(|c| c.ratio));
+    let qps16 = bw("send_bw", 16)
+        .zip(bw("send_bw", 1))
+        .map(|(many, one)| many.msg_rate_mpps / one.msg_rate_mpps);
+    let qps1024 = r.scale.as_ref().and_then(|s| {
+        s.rows
+            .iter()
+            .find(|row| row.size == 64 && row.qps == 1024)
+            .and_then(|row| row.vs_one_qp.as_ref().map(|v| v.ratio))
+    });
+    let mut v = vec![
+        target(
+            "write_bw 64 B, 1 QP / raw AF_XDP stream",
+            vs_ceiling("write_bw"),
+            Bound::AtLeast,
+            0.75,
+            Some(0.85),
+        ),
+        target(
+            "send_bw 64 B, 1 QP / raw AF_XDP stream",
+            vs_ceiling("send_bw"),
+            Bound::AtLeast,
+            0.75,
+            Some(0.85),
+        ),
+        target(
+            "write_bw 64 B, 1 QP / kernel UDP stream",
+            bw("write_bw", 1).and_then(|b| b.vs_udp.as_ref().map(|u| u.ratio)),
+            Bound::AtLeast,
+            1.25,
+            None,
+        ),
+    ];
+    for (test, vs_ceiling_name, vs_udp_name, tail_name) in [
+        (
+            "send_lat",
+            "send_lat 64 B busy-poll median / raw AF_XDP half round trip",
+            "send_lat 64 B busy-poll median / kernel UDP half round trip",
+            "send_lat 64 B busy-poll p99 / its median",
+        ),
+        (
+            "write_lat",
+            "write_lat 64 B busy-poll median / raw AF_XDP half round trip",
+            "write_lat 64 B busy-poll median / kernel UDP half round trip",
+            "write_lat 64 B busy-poll p99 / its median",
+        ),
+    ] {
+        let row = lat(test);
+        v.push(target(
+            vs_ceiling_name,
+            row.and_then(|l| l.vs_ceiling.as_ref().map(|c| c.median.ratio)),
+            Bound::AtMost,
+            2.0,
+            Some(1.3),
+        ));
+        v.push(target(
+            vs_udp_name,
+            row.and_then(|l| l.vs_udp.as_ref().map(|u| u.median.ratio)),
+            Bound::AtMost,
+            1.5,
+            None,
+        ));
+        v.push(target(
+            tail_name,
+            row.map(|l| l.p99_us / l.median_us),
+            Bound::AtMost,
+            2.0,
+            None,
+        ));
+    }
+    v.push(target(
+        "send_bw 64 B, 16 QPs / 1 QP",
+        qps16,
+        Bound::AtLeast,
+        0.9,
+        None,
+    ));
+    v.push(target(
+        "write_bw 64 B, 1,024 QPs / 1 QP",
+        qps1024,
+        Bound::AtLeast,
+        0.8,
+        None,
+    ));
+    v
+}
+
+/// The targets as a table: ratio, threshold, met or not, and the goal where there is one.
+pub fn render(targets: &[Target], r: &BenchReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n== Targets (ratios of figures measured side by side above) =="
+    );
+    let _ = writeln!(
+        s,
+        "{:<62} {:>7} {:>8} {:>5} {:>8} {:>5}",
+        "target", "ratio", "needed", "met", "goal", "met"
+    );
+    let yes_no = |m: Option<bool>| match m {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    };
+    for t in targets {
+        let sign = match t.bound {
+            Bound::AtLeast => ">=",
+            Bound::AtMost => "<=",
+        };
+        let ratio = t.ratio.map_or("not run".into(), |r| format!("{r:.2}"));
+        let goal = t.goal.map_or(String::new(), |g| format!("{sign}{g:.2}"));
+        let _ = writeln!(
+            s,
+            "{:<62} {:>7} {:>8} {:>5} {:>8} {:>5}",
+            t.name,
+            ratio,
+            format!("{sign}{:.2}", t.threshold),
+            yes_no(t.met()),
+            goal,
+            if t.goal.is_some() {
+                yes_no(t.goal_met())
+            } else {
+                ""
+            }
+        );
+    }
+    // The reference's own tail says how noisy the machine was during the run.
+    if let Some(ping) = r.ceiling.as_ref().and_then(|c| {
+        c.pingpongs
+            .iter()
+            .find(|p| p.payload == 64 && p.mode == Progress::BusyPoll && p.link_mtu == BASE_MTU)
+    }) {
+        let _ = writeln!(
+            s,
+            "(the raw AF_XDP ping-pong's own p99 / median in this run: {:.2})",
+            ping.rtt_p99_us / ping.rtt_median_us
+        );
+    }
+    let _ = writeln!(
+        s,
+        "engine alone, without a link (>= 4 M 64-byte messages/s, goal 5 M): cargo bench --bench engine"
+    );
+    s
+}
