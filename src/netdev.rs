@@ -1122,7 +1122,7 @@ const RESOLICIT_AFTER: Duration = Duration::from_millis(1000);
 /// the kernel is asked to resolve it (an RTM_NEWNEIGH NTF_USE solicitation, or without
 /// CAP_NET_ADMIN a small UDP datagram to the peer's discard port, which makes the kernel
 /// resolve the next hop), and the table is looked at again with a growing interval
-/// (1 ms doubling to 64 ms). A global IPv6 peer always gets the datagram first: a
+/// (1 ms doubling to 64 ms). A global IPv6 peer always gets the datagram instead: a
 /// solicitation asked for over netlink carries no packet, so IPv6 would send its Neighbor
 /// Solicitation from the link-local address, and sends none while that address is still
 /// tentative (a second or two after the link comes up); the datagram's source, the global
@@ -1204,18 +1204,25 @@ pub fn resolve_neighbour(
         };
         if resolicit {
             if global_v6 {
+                // The datagram is the solicitation (see above).
                 send_probe(&info, ip)?;
-            }
-            match rtnl.solicit(info.ifindex, hop) {
-                Ok(()) => {}
-                Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::PERM | Errno::ACCESS)) => {
-                    send_probe(&info, ip)?
-                }
-                Err(source) => {
-                    return Err(NetdevError::Netlink {
-                        what: format!("asking the kernel to resolve {hop} on {ifname}"),
-                        source,
-                    })
+            } else {
+                match rtnl.solicit(info.ifindex, hop) {
+                    Ok(()) => {}
+                    Err(e)
+                        if matches!(
+                            Errno::from_io_error(&e),
+                            Some(Errno::PERM | Errno::ACCESS)
+                        ) =>
+                    {
+                        send_probe(&info, ip)?
+                    }
+                    Err(source) => {
+                        return Err(NetdevError::Netlink {
+                            what: format!("asking the kernel to resolve {hop} on {ifname}"),
+                            source,
+                        })
+                    }
                 }
             }
             last_solicit = Some(Instant::now());

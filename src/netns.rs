@@ -256,6 +256,29 @@ impl Netns {
         cmd
     }
 
+    /// Sets a kernel setting inside this namespace (`sysctl -w`, e.g.
+    /// `net.ipv6.conf.<if>.dad_transmits=60`); fails with its stderr if it fails.
+    pub fn sysctl(&self, setting: &str) -> Result<(), NetnsError> {
+        let command = format!("sysctl -w {setting}");
+        let out = self
+            .command("sysctl")
+            .args(["-qw", setting])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| NetnsError::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(NetnsError::CommandFailed {
+            command,
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+
     /// Spawn `cmd` (built with [`Netns::command`]); the child is killed when the guard drops.
     pub fn spawn(&self, cmd: &mut Command) -> Result<ChildGuard, NetnsError> {
         let child = cmd.spawn().map_err(|e| NetnsError::Spawn {

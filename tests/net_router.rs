@@ -88,12 +88,7 @@ impl Routed {
             .unwrap();
         b.ip(&["route", "add", "198.18.1.0/24", "via", &RB_IP.to_string()])
             .unwrap();
-        let sysctl = r
-            .command("sysctl")
-            .args(["-qw", "net.ipv4.ip_forward=1"])
-            .output()
-            .expect("sysctl");
-        assert!(sysctl.status.success(), "ip_forward: {sysctl:?}");
+        r.sysctl("net.ipv4.ip_forward=1").expect("ip_forward");
         let router_mac_on_a = r.mac(&ra_if).unwrap();
         Routed {
             a,

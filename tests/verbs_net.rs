@@ -389,13 +389,9 @@ fn ipv6_neighbour_resolves_while_the_link_local_address_is_tentative() {
     // Taking the link down flushes its IPv6 addresses; up again, the link-local one starts a
     // slow duplicate address detection and the global one is added back without any.
     link.a.ip(&["link", "set", "dev", ifname, "down"]).unwrap();
-    let sysctl = link
-        .a
-        .command("sysctl")
-        .args(["-qw", &format!("net.ipv6.conf.{ifname}.dad_transmits=60")])
-        .status()
+    link.a
+        .sysctl(&format!("net.ipv6.conf.{ifname}.dad_transmits=60"))
         .unwrap();
-    assert!(sysctl.success(), "sysctl dad_transmits");
     link.a.ip(&["link", "set", "dev", ifname, "up"]).unwrap();
     link.a
         .ip(&[
@@ -439,12 +435,8 @@ fn a_link_local_gid_resolves_to_the_mac_it_was_made_from() {
     })
     .unwrap();
     for (ns, ifname) in [(&link.a, &link.a_if), (&link.b, &link.b_if)] {
-        let sysctl = ns
-            .command("sysctl")
-            .args(["-qw", &format!("net.ipv6.conf.{ifname}.disable_ipv6=1")])
-            .status()
+        ns.sysctl(&format!("net.ipv6.conf.{ifname}.disable_ipv6=1"))
             .unwrap();
-        assert!(sysctl.success(), "sysctl disable_ipv6");
     }
     let peer_gid0 = link_local_from_mac(MacAddr(link.b_mac));
     let out = resolve_from_a(&link, &peer_gid0.to_string(), "fe80::1234:5678:9abc:def0");

@@ -2359,7 +2359,7 @@ pub fn render_text(r: &BenchReport) -> String {
         }
     }
     if r.xroce.is_some() || r.scale.is_some() {
-        s.push_str(&targets::render(&r.targets, r));
+        s.push_str(&targets::render(r));
     }
     let _ = writeln!(s, "\nnotes:");
     for n in &r.notes {

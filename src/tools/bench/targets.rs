@@ -162,8 +162,9 @@ pub fn targets(r: &BenchReport) -> Vec<Target> {
     v
 }
 
-/// The targets as a table: ratio, threshold, met or not, and the goal where there is one.
-pub fn render(targets: &[Target], r: &BenchReport) -> String {
+/// The report's targets as a table: ratio, threshold, met or not, and the goal where there
+/// is one.
+pub fn render(r: &BenchReport) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(
@@ -180,7 +181,7 @@ pub fn render(targets: &[Target], r: &BenchReport) -> String {
         Some(false) => "NO",
         None => "-",
     };
-    for t in targets {
+    for t in &r.targets {
         let sign = match t.bound {
             Bound::AtLeast => ">=",
             Bound::AtMost => "<=",
