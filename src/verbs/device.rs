@@ -167,6 +167,9 @@ pub struct ProgressStats {
     pub tx_frames: AtomicU64,
     /// Frames the driver refused (counted, then dropped: the transport retries).
     pub tx_errors: AtomicU64,
+    /// Flushes that handed queued frames to the link (on AF_XDP and UDP, a system call
+    /// each): `tx_frames / kicks` is how many frames one kick carries.
+    pub kicks: AtomicU64,
     /// Loop iterations that went to sleep.
     pub sleeps: AtomicU64,
     /// Wake-up writes to the background thread (one system call each): an application's
@@ -346,10 +349,12 @@ impl DeviceState {
     ) -> Result<R> {
         self.check_alive()?;
         let s = &self.shards[shard];
+        // One clock read per call.
+        let now = self.now();
         // With a poller active, its next poll kicks the frames out with those of other
         // posts: one system call per batch instead of one per post.
         let flush = posted.then(|| {
-            if self.poller_active(shard, self.now()) {
+            if self.poller_active(shard, now) {
                 progress::Flush::Batched
             } else {
                 progress::Flush::Always
@@ -358,7 +363,7 @@ impl DeviceState {
         let f = match flush {
             // A free token: the post is the call of this thread's round, which transmits
             // what it produced (one engine lock for both).
-            Some(flush) => match self.drive(shard, self.now(), flush, f)? {
+            Some(flush) => match self.drive(shard, now, flush, f)? {
                 Ok(out) => return Ok(out),
                 Err(f) => f,
             },
@@ -394,7 +399,7 @@ impl DeviceState {
         self.shards[shard]
             .poller_seen
             .store(now.as_nanos().max(1), Ordering::Relaxed);
-        match self.drive(shard, now, progress::Flush::Always, f)? {
+        match self.drive(shard, now, progress::Flush::Poll, f)? {
             Ok(out) => Ok(out),
             // Someone else is running a round: read what has arrived so far.
             Err(f) => self.with_engine(shard, false, f),
@@ -415,7 +420,7 @@ impl DeviceState {
             self.shards[shard]
                 .poller_seen
                 .store(now.as_nanos().max(1), Ordering::Relaxed);
-            let _ = self.drive(shard, now, progress::Flush::Always, |_| ())?;
+            let _ = self.drive(shard, now, progress::Flush::Poll, |_| ())?;
         }
         self.poll_engine(home, f)
     }
@@ -437,6 +442,21 @@ impl DeviceState {
                     self.wake(index);
                 }
             }
+        }
+    }
+
+    /// This thread is going into the connection manager (a connect, an accept, a wait for
+    /// its events): it is not polling, so the lease it holds ends now, and what its polls
+    /// left for its next call (an ACK, posts batched for it) goes out before the CM's own
+    /// frames. (The peer waits for that ACK to finish its side: perftest's server listens for
+    /// the next connection only after its SEND is acknowledged.)
+    pub fn end_this_threads_lease() {
+        let held = LEASE_HOLDER
+            .try_with(|held| std::mem::take(&mut *held.borrow_mut()))
+            .ok()
+            .and_then(|held| held.upgrade());
+        if let Some(device) = held {
+            device.stop_polling();
         }
     }
 
@@ -492,7 +512,11 @@ impl DeviceState {
         let Some(mut token) = progress::try_token(s) else {
             return Ok(Err(call));
         };
-        s.pending.store(false, Ordering::SeqCst);
+        // Cleared only when set: a round nobody asked for writes no shared cache line. (Set
+        // after the load, it is seen by the check after the round.)
+        if s.pending.load(Ordering::Relaxed) {
+            s.pending.store(false, Ordering::SeqCst);
+        }
         let out = self.driven_round(shard, &mut token, now, flush, call);
         drop(token);
         let out = out?;
