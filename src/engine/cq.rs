@@ -2,7 +2,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use arc_swap::{ArcSwap, Guard};
+use super::shared_table::{SharedTable, Snapshot};
 
 use super::modify::flush_qp;
 use super::qp::Qp;
@@ -26,30 +26,26 @@ pub(crate) struct Cq {
 
 /// The CQs of a device, shared by its engine shards: a QP on any shard may complete into any
 /// CQ. Each CQ has its own lock, so shards completing into different CQs never wait for
-/// each other; the table is read through an `ArcSwap` (no shared lock) and copied to create
-/// or destroy a CQ.
+/// each other; the table is a [`SharedTable`] (no shared lock: each shard reads its cached
+/// snapshot), copied to create or destroy a CQ.
+///
 /// The CQ slots, by id (a copy is published on every create and destroy).
 type CqSlots = Vec<Option<Arc<Mutex<Cq>>>>;
 
-#[derive(Debug, Default)]
+/// Each shard has its own view (`clone`), with its own cached snapshot.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct CqTable {
-    current: ArcSwap<CqSlots>,
-    /// Held by whoever publishes a new table, so no change is lost.
-    writer: Mutex<()>,
+    slots: SharedTable<CqSlots>,
 }
 
 impl CqTable {
-    fn read(&self) -> Guard<Arc<CqSlots>> {
-        self.current.load()
+    fn read(&self) -> Snapshot<'_, CqSlots> {
+        self.slots.read()
     }
 
     /// Runs `change` on a copy of the table and publishes the copy.
     fn update<R>(&self, change: impl FnOnce(&mut CqSlots) -> R) -> R {
-        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut slots = Vec::clone(&self.current.load());
-        let out = change(&mut slots);
-        self.current.store(Arc::new(slots));
-        out
+        self.slots.update(change)
     }
 
     pub fn create(&self, depth: usize) -> CqId {

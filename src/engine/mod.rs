@@ -75,6 +75,7 @@ mod qp;
 mod receive;
 mod requester;
 mod responder;
+mod shared_table;
 mod srq;
 pub mod state;
 pub mod time;
@@ -164,11 +165,11 @@ impl EngineConfig {
 pub(crate) struct DeviceState {
     pub cfg: EngineConfig,
     /// Shared with the other shards of the device, if any.
-    pub mrs: Arc<MrTable>,
+    pub mrs: MrTable,
     /// Shared with the other shards of the device, if any.
-    pub cqs: Arc<CqTable>,
+    pub cqs: CqTable,
     /// Shared with the other shards of the device, if any.
-    pub srqs: Arc<SrqTable>,
+    pub srqs: SrqTable,
     pub counters: Counters,
     pub events: VecDeque<Event>,
     /// Reused buffer for gathering payloads.
@@ -236,9 +237,9 @@ impl Shard {
 /// The tables a device's shards share.
 #[derive(Default)]
 struct Tables {
-    mrs: Arc<MrTable>,
-    cqs: Arc<CqTable>,
-    srqs: Arc<SrqTable>,
+    mrs: MrTable,
+    cqs: CqTable,
+    srqs: SrqTable,
     pds: Arc<objects::PdTable>,
 }
 

@@ -5,9 +5,10 @@
 //! table hands out, whatever its storage.
 //!
 //! The table is shared by the engine shards of one device ([`super::Engine::new_shards`]):
-//! any shard's responder may write a region another shard's requester reads. Readers load
-//! the current table through an `ArcSwap` (no shared lock: cores reading it do not contend
-//! for a cache line); registering, re-registering and deregistering publish a new copy.
+//! any shard's responder may write a region another shard's requester reads. It is a
+//! [`SharedTable`]: each shard reads its cached snapshot (no shared lock: cores reading it
+//! do not contend for a cache line); registering, re-registering and deregistering publish a
+//! new copy.
 //! Each region's bytes are behind their own lock, held for one copy: shards working on
 //! different regions never wait for each other, as on an HCA whose DMA engines work in
 //! parallel.
@@ -24,7 +25,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arc_swap::{ArcSwap, Guard};
+use super::shared_table::{SharedTable, Snapshot};
 
 use super::types::{Access, MwBindInfo, MwId, MwType, PdId, Sge};
 use crate::driver::dma::UserMemory;
@@ -276,12 +277,10 @@ pub(crate) struct RemoteAccess {
 }
 
 /// Registered MRs and allocated windows, indexed by key (shared by a device's engine shards).
-#[derive(Debug, Default)]
+/// Each shard has its own view (`clone`), with its own cached snapshot.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct MrTable {
-    current: ArcSwap<MrSlots>,
-    /// Held by whoever publishes a new table (register, remove) or binds a window, so no
-    /// change is lost and no region is deregistered under a bind.
-    writer: Mutex<()>,
+    slots: SharedTable<MrSlots>,
 }
 
 #[derive(Clone, Debug)]
@@ -394,17 +393,13 @@ fn check_region(mr: &Mr, a: &RemoteAccess) -> Result<std::ops::Range<usize>, Acc
 const IOVA_BASE: u64 = 0x0000_7f00_0000_0000;
 
 impl MrTable {
-    fn read(&self) -> Guard<Arc<MrSlots>> {
-        self.current.load()
+    fn read(&self) -> Snapshot<'_, MrSlots> {
+        self.slots.read()
     }
 
     /// Runs `change` on a copy of the table and publishes the copy.
     fn update<R>(&self, change: impl FnOnce(&mut MrSlots) -> R) -> R {
-        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut table = MrSlots::clone(&self.current.load());
-        let out = change(&mut table);
-        self.current.store(Arc::new(table));
-        out
+        self.slots.update(change)
     }
 
     /// Register `len` zeroed bytes; returns (key, iova), or `None` when the iova space is
@@ -671,7 +666,7 @@ impl MrTable {
         qpn: u32,
     ) -> Result<(), BindFault> {
         // Under the writer lock: the region cannot be deregistered half-way through.
-        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let _writer = self.slots.write_lock();
         let t = self.read();
         let mw = t
             .window(rkey)

@@ -3,7 +3,7 @@
 //!
 //! The table is shared by the engine shards of a device, like the CQ table: a QP on any shard
 //! may take its receives from any SRQ. Each SRQ has its own lock, held for one take or post;
-//! the table is read through an `ArcSwap` and copied to create or destroy an SRQ.
+//! the table is a [`SharedTable`] (each shard reads its cached snapshot), copied to create or destroy an SRQ.
 //!
 //! The SRQ limit (IBTA 10.2.9, 11.6.3 "SRQ Limit Reached"): armed with a non-zero limit, the
 //! SRQ raises [`Event::SrqLimitReached`] on the shard that takes a WQE and leaves fewer than
@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use arc_swap::{ArcSwap, Guard};
+use super::shared_table::{SharedTable, Snapshot};
 
 use super::limits;
 use super::qp::{Qp, RecvWqe};
@@ -38,25 +38,20 @@ pub(crate) struct Srq {
 type SrqSlots = Vec<Option<Arc<Mutex<Srq>>>>;
 
 /// The SRQs of a device, shared by its engine shards.
-#[derive(Debug, Default)]
+/// Each shard has its own view (`clone`), with its own cached snapshot.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct SrqTable {
-    current: ArcSwap<SrqSlots>,
-    /// Held by whoever publishes a new table, so no change is lost.
-    writer: Mutex<()>,
+    slots: SharedTable<SrqSlots>,
 }
 
 impl SrqTable {
-    fn read(&self) -> Guard<Arc<SrqSlots>> {
-        self.current.load()
+    fn read(&self) -> Snapshot<'_, SrqSlots> {
+        self.slots.read()
     }
 
     /// Runs `change` on a copy of the table and publishes the copy.
     fn update<R>(&self, change: impl FnOnce(&mut SrqSlots) -> R) -> R {
-        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut slots = Vec::clone(&self.current.load());
-        let out = change(&mut slots);
-        self.current.store(Arc::new(slots));
-        out
+        self.slots.update(change)
     }
 
     fn create(&self, srq: Srq) -> SrqId {
