@@ -267,3 +267,54 @@ fn a_device_closed_right_after_its_poll_still_acknowledges() {
     drop((b, db));
     assert_eq!(send_status(&a.cq, 7), WcStatus::Success);
 }
+
+#[test]
+fn a_chain_of_posts_is_one_round_and_stops_at_its_first_refusal() {
+    // `ibv_post_send` with a list: one engine lock and one progress round for the whole
+    // chain, nothing allocated per WR; a refused WR ends it, those before it stay posted.
+    let (sides, da, _db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (a, b) = &sides[0];
+    for i in 0..16 {
+        post_recv(b, i);
+    }
+    let mut wcs = [Wc::EMPTY; 32];
+    // A's own poll first: its lease keeps A's background thread out of the rounds counted.
+    assert_eq!(a.cq.poll(&mut wcs).unwrap(), 0);
+    let rounds = || da.progress_stats().driven_rounds.load(Ordering::Relaxed);
+    let before = rounds();
+    let sge = [a.mr.sge(0, 64).unwrap()];
+    let bad = [Sge {
+        lkey: sge[0].lkey ^ 0x100,
+        ..sge[0]
+    }];
+    let mut posted = 0;
+    let refused = a.qp.post_send_chain(|post| {
+        for i in 0..12u64 {
+            let wr = SendWrRef {
+                wr_id: i,
+                op: WrOp::Send,
+                sg_list: if i == 10 { &bad } else { &sge },
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            };
+            post(&wr, None)?;
+            posted += 1;
+        }
+        Ok(())
+    });
+    assert!(refused.is_err(), "a WR with a wrong lkey was accepted");
+    assert_eq!(posted, 10);
+    assert_eq!(rounds(), before + 1, "the chain took more than one round");
+    // The ten before it arrive and complete.
+    let start = Instant::now();
+    let mut done = 0;
+    while done < 10 {
+        done += a.cq.poll(&mut wcs).unwrap();
+        assert!(start.elapsed() < WAIT, "{done} of 10 sends completed");
+    }
+    let mut got = 0;
+    while got < 10 {
+        got += b.cq.poll(&mut wcs).unwrap();
+        assert!(start.elapsed() < WAIT, "{got} of 10 received");
+    }
+}

@@ -86,12 +86,16 @@ impl<T: Clone> SharedTable<T> {
     /// The table as last published.
     pub fn read(&self) -> Snapshot<'_, T> {
         let generation = self.published.generation.load(Ordering::Acquire);
-        if self.cached.borrow().0 != generation {
-            match self.cached.try_borrow_mut() {
-                // Loaded after the generation was read: at least that new.
-                Ok(mut cached) => *cached = (generation, self.published.current.load_full()),
-                Err(_) => return Snapshot::Fresh(self.published.current.load()),
+        {
+            let cached = self.cached.borrow();
+            if cached.0 == generation {
+                return Snapshot::Cached(cached);
             }
+        }
+        match self.cached.try_borrow_mut() {
+            // Loaded after the generation was read: at least that new.
+            Ok(mut cached) => *cached = (generation, self.published.current.load_full()),
+            Err(_) => return Snapshot::Fresh(self.published.current.load()),
         }
         Snapshot::Cached(self.cached.borrow())
     }

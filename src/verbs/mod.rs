@@ -101,7 +101,7 @@ pub use crate::driver::dma::{DmaError, UserMemory};
 pub use crate::driver::mem::{MemLink, MemLinkConfig};
 pub use crate::engine::{
     inc_rkey, Access, AddressVector, CqId, Event, MrMemory, Mtu, MwBindInfo, MwId, MwInfo, MwType,
-    QpAttr, QpAttrMask, QpCaps, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr,
-    SrqAttrMask, SrqId, UdDest, Wc, WcOpcode, WcStatus, WrOp,
+    QpAttr, QpAttrMask, QpCaps, QpState, QpType, RecvWr, SendFlags, SendWr, SendWrRef, Sge,
+    SrqAttr, SrqAttrMask, SrqId, UdDest, Wc, WcOpcode, WcStatus, WrOp,
 };
 pub use crate::netdev::{Gid, GidEntry, GidType, MacAddr};

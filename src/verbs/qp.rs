@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use crate::engine::{
     Access, Mtu, MwBindInfo, QpAttr, QpAttrMask, QpCaps, QpInit, QpState, QpType, RecvWr,
-    SendFlags, SendWr,
+    SendFlags, SendWr, SendWrRef, Sge,
 };
 use crate::netdev::Gid;
 
@@ -378,6 +378,46 @@ impl Qp {
             .with_engine(self.inner.shard, true, |e| {
                 e.bind_mw(qpn, wr_id, flags, id, bind)
             })??)
+    }
+
+    /// Posts a chain of send WRs under one engine lock and in one progress round
+    /// (`ibv_post_send` with a list): `walk` is handed a poster and calls it once per WR,
+    /// in order, with the WR's bytes for an inline one; a refusal (the engine's, or one
+    /// `walk` makes itself) ends the walk and is returned, the WRs before it stay posted.
+    /// Borrowed WRs: nothing is allocated per WR.
+    pub fn post_send_chain(
+        &self,
+        walk: impl FnOnce(&mut dyn FnMut(&SendWrRef<'_>, Option<&[u8]>) -> Result<()>) -> Result<()>,
+    ) -> Result<()> {
+        let qpn = self.inner.qpn;
+        self.inner
+            .pd
+            .core
+            .shared
+            .with_engine(self.inner.shard, true, |e| {
+                walk(&mut |wr, inline| {
+                    Ok(match inline {
+                        Some(data) => e.post_send_inline(qpn, wr, data),
+                        None => e.post_send_ref(qpn, wr),
+                    }?)
+                })
+            })?
+    }
+
+    /// Posts a chain of receive WRs (wr_id, SGEs) under one engine lock, as
+    /// [`Qp::post_send_chain`] does sends.
+    pub fn post_recv_chain(
+        &self,
+        walk: impl FnOnce(&mut dyn FnMut(u64, &[Sge]) -> Result<()>) -> Result<()>,
+    ) -> Result<()> {
+        let qpn = self.inner.qpn;
+        self.inner
+            .pd
+            .core
+            .shared
+            .with_engine(self.inner.shard, false, |e| {
+                walk(&mut |wr_id, sges| Ok(e.post_recv_sges(qpn, wr_id, sges)?))
+            })?
     }
 
     /// Posts send WRs in order; on the first refusal, stops and says which (the ones before

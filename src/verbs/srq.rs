@@ -92,6 +92,18 @@ impl Srq {
         self.with(|e| e.post_srq_recv(id, wr))
     }
 
+    /// Posts a chain of receive WRs (wr_id, SGEs) under one engine lock, as
+    /// [`super::Qp::post_send_chain`] does sends.
+    pub fn post_recv_chain(
+        &self,
+        walk: impl FnOnce(&mut dyn FnMut(u64, &[crate::engine::Sge]) -> Result<()>) -> Result<()>,
+    ) -> Result<()> {
+        let id = self.inner.id;
+        self.inner.pd.core.shared.with_engine(0, false, |e| {
+            walk(&mut |wr_id, sges| Ok(e.post_srq_recv_sges(id, wr_id, sges)?))
+        })?
+    }
+
     /// Posts receive WRs in order under one engine lock; the first refusal stops the batch
     /// and names its index and wr_id (those before it stay posted).
     pub fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<()> {

@@ -8,7 +8,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use xroce::engine::{MwBindInfo, RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WrOp};
+use xroce::engine::{MwBindInfo, SendFlags, SendWr, SendWrRef, Sge, UdDest, Wc, WrOp};
 use xroce::verbs::VerbsError;
 
 use super::errors::errno_of;
@@ -72,6 +72,78 @@ unsafe fn sges_from_c(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge
         .collect())
 }
 
+/// A C work request's SGE list, copied onto the stack when it fits (always, up to the
+/// device's `max_sge`): no allocation per WR. A longer list (which the engine refuses
+/// with its own error) goes to the heap.
+enum SgeList {
+    Stack([Sge; SgeList::STACK], usize),
+    Heap(Vec<Sge>),
+}
+
+impl SgeList {
+    const STACK: usize = xroce::engine::limits::MAX_SGE as usize;
+
+    fn as_slice(&self) -> &[Sge] {
+        match self {
+            SgeList::Stack(sges, len) => &sges[..*len],
+            SgeList::Heap(sges) => sges,
+        }
+    }
+
+    /// # Safety
+    /// As [`sges_from_c`].
+    unsafe fn from_c(sg_list: *const ibv_sge, num_sge: c_int) -> Result<SgeList, VerbsError> {
+        let len = num_sge.max(0) as usize;
+        if len > SgeList::STACK {
+            // Safety: per the contract.
+            return Ok(SgeList::Heap(unsafe { sges_from_c(sg_list, num_sge) }?));
+        }
+        let mut sges = [Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; SgeList::STACK];
+        if len > 0 {
+            if sg_list.is_null() {
+                return Err(invalid(format!("num_sge {num_sge} with a null sg_list")));
+            }
+            // Safety: per the contract.
+            let list = unsafe { std::slice::from_raw_parts(sg_list, len) };
+            for (to, from) in sges.iter_mut().zip(list) {
+                *to = Sge {
+                    addr: from.addr,
+                    length: from.length,
+                    lkey: from.lkey,
+                };
+            }
+        } else if num_sge < 0 {
+            return Err(invalid(format!("num_sge {num_sge} is negative")));
+        }
+        Ok(SgeList::Stack(sges, len))
+    }
+}
+
+/// A C send WR translated, its SGEs on the stack.
+struct CSendWr {
+    wr_id: u64,
+    op: WrOp,
+    flags: SendFlags,
+    ud: Option<UdDest>,
+    sges: SgeList,
+}
+
+impl CSendWr {
+    fn borrowed(&self) -> SendWrRef<'_> {
+        SendWrRef {
+            wr_id: self.wr_id,
+            op: self.op,
+            sg_list: self.sges.as_slice(),
+            flags: self.flags,
+            ud: self.ud,
+        }
+    }
+}
+
 /// The bytes of an inline send: the program's memory the SGEs point at, copied now (the
 /// lkeys are not checked, as libibverbs providers read inline data themselves).
 ///
@@ -91,12 +163,30 @@ unsafe fn inline_bytes(sges: &[Sge]) -> Vec<u8> {
     data
 }
 
+/// The largest inline payload a QP takes (`max_inline_data`).
+const INLINE_STACK: usize = xroce::engine::limits::MAX_INLINE_DATA as usize;
+
+/// Copies the bytes of an inline send into `to` (at least their total length).
+///
+/// # Safety
+/// As [`inline_bytes`].
+unsafe fn copy_inline(sges: &[Sge], to: &mut [u8]) {
+    let mut at = 0;
+    for s in sges.iter().filter(|s| s.length > 0) {
+        let len = s.length as usize;
+        // Safety: per the contract.
+        let from = unsafe { std::slice::from_raw_parts(s.addr as *const u8, len) };
+        to[at..at + len].copy_from_slice(from);
+        at += len;
+    }
+}
+
 /// The verbs layer's send WR for a C one.
 ///
 /// # Safety
 /// `w` is a valid WR whose pointers (SGE list, MW, MR, and on a UD QP the AH) are valid or
 /// objects of ours.
-unsafe fn send_wr_from_c(w: &ibv_send_wr, is_ud: bool) -> Result<SendWr, VerbsError> {
+unsafe fn send_wr_from_c(w: &ibv_send_wr, is_ud: bool) -> Result<CSendWr, VerbsError> {
     if w.send_flags & !SEND_FLAGS_KNOWN != 0 {
         return Err(invalid(format!(
             "send_flags {:#x}: {:#x} not supported",
@@ -160,7 +250,7 @@ unsafe fn send_wr_from_c(w: &ibv_send_wr, is_ud: bool) -> Result<SendWr, VerbsEr
         }
     };
     // Safety: per the contract.
-    let sg_list = unsafe { sges_from_c(w.sg_list, w.num_sge) }?;
+    let sges = unsafe { SgeList::from_c(w.sg_list, w.num_sge) }?;
     // `wr.ud` shares its bytes with `wr.rdma`: only a UD QP's WR names an AH.
     let ud = if !is_ud {
         None
@@ -177,12 +267,12 @@ unsafe fn send_wr_from_c(w: &ibv_send_wr, is_ud: bool) -> Result<SendWr, VerbsEr
             remote_qkey: ud.remote_qkey,
         })
     };
-    Ok(SendWr {
+    Ok(CSendWr {
         wr_id: w.wr_id,
         op,
-        sg_list,
         flags,
         ud,
+        sges,
     })
 }
 
@@ -207,23 +297,7 @@ unsafe fn bind_info_from_c(info: &ibv_mw_bind_info) -> Result<MwBindInfo, VerbsE
     })
 }
 
-/// Posts one translated send WR on `qp`.
-///
-/// # Safety
-/// The SGEs of an inline WR name readable memory (the program's contract).
-unsafe fn post_one(qp: &QpObj, wr: &SendWr, inline: bool) -> Result<(), VerbsError> {
-    if inline {
-        // Safety: per the contract.
-        let data = unsafe { inline_bytes(&wr.sg_list) };
-        let mut wr = wr.clone();
-        wr.flags.remove(SendFlags::INLINE);
-        qp.qp.post_send_inline(&wr, &data)
-    } else {
-        qp.qp.post_send(wr)
-    }
-}
-
-/// `ops.post_send`.
+/// `ops.post_send`: the whole chain under one engine lock, in one progress round.
 pub(crate) unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -236,23 +310,40 @@ pub(crate) unsafe extern "C" fn post_send(
     let q = unsafe { &*(qp as *mut QpObj) };
     let is_ud = q.c.qp_base.qp_type == super::resources::IBV_QPT_UD;
     let mut cur = wr;
-    while !cur.is_null() {
-        // Safety: the program's list of valid WRs.
-        let w = unsafe { &*cur };
-        let result = (|| {
+    let result = q.qp.post_send_chain(|post| {
+        while !cur.is_null() {
+            // Safety: the program's list of valid WRs.
+            let w = unsafe { &*cur };
             // Safety: per the contract of post_send.
             let swr = unsafe { send_wr_from_c(w, is_ud) }?;
-            // Safety: inline SGEs name the program's readable memory.
-            unsafe { post_one(q, &swr, w.send_flags & IBV_SEND_INLINE != 0) }
-        })();
-        if let Err(e) = result {
-            if !bad_wr.is_null() {
-                // Safety: a valid out-pointer.
-                unsafe { *bad_wr = cur };
+            let mut wr = swr.borrowed();
+            if w.send_flags & IBV_SEND_INLINE != 0 {
+                wr.flags.remove(SendFlags::INLINE);
+                let len: usize = wr.sg_list.iter().map(|s| s.length as usize).sum();
+                if len <= INLINE_STACK {
+                    // Up to the device's max_inline_data: on the stack.
+                    let mut data = [0u8; INLINE_STACK];
+                    // Safety: inline SGEs name the program's readable memory.
+                    unsafe { copy_inline(wr.sg_list, &mut data) };
+                    post(&wr, Some(&data[..len]))?;
+                } else {
+                    // More than the engine takes (it refuses it, with its own error).
+                    // Safety: inline SGEs name the program's readable memory.
+                    post(&wr, Some(&unsafe { inline_bytes(wr.sg_list) }))?;
+                }
+            } else {
+                post(&wr, None)?;
             }
-            return errors_on_post("ibv_post_send", &e);
+            cur = w.next;
         }
-        cur = w.next;
+        Ok(())
+    });
+    if let Err(e) = result {
+        if !bad_wr.is_null() {
+            // Safety: a valid out-pointer.
+            unsafe { *bad_wr = cur };
+        }
+        return errors_on_post("ibv_post_send", &e);
     }
     0
 }
@@ -266,7 +357,8 @@ fn errors_on_post(call: &str, e: &VerbsError) -> c_int {
     errno
 }
 
-/// Posts a C receive list through `post`.
+/// Posts a C receive list through `chain` (a QP's or an SRQ's): the whole list under one
+/// engine lock.
 ///
 /// # Safety
 /// `wr` is the program's valid list; `bad_wr` null or valid.
@@ -274,27 +366,30 @@ unsafe fn post_recv_list(
     call: &str,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
-    post: impl Fn(&RecvWr) -> Result<(), VerbsError>,
+    chain: impl FnOnce(
+        &mut dyn FnMut(
+            &mut dyn FnMut(u64, &[Sge]) -> Result<(), VerbsError>,
+        ) -> Result<(), VerbsError>,
+    ) -> Result<(), VerbsError>,
 ) -> c_int {
     let mut cur = wr;
-    while !cur.is_null() {
-        // Safety: per the contract.
-        let w = unsafe { &*cur };
-        // Safety: per the contract.
-        let result = unsafe { sges_from_c(w.sg_list, w.num_sge) }.and_then(|sg_list| {
-            post(&RecvWr {
-                wr_id: w.wr_id,
-                sg_list,
-            })
-        });
-        if let Err(e) = result {
-            if !bad_wr.is_null() {
-                // Safety: a valid out-pointer.
-                unsafe { *bad_wr = cur };
-            }
-            return errors_on_post(call, &e);
+    let result = chain(&mut |post| {
+        while !cur.is_null() {
+            // Safety: per the contract.
+            let w = unsafe { &*cur };
+            // Safety: per the contract.
+            let sges = unsafe { SgeList::from_c(w.sg_list, w.num_sge) }?;
+            post(w.wr_id, sges.as_slice())?;
+            cur = w.next;
         }
-        cur = w.next;
+        Ok(())
+    });
+    if let Err(e) = result {
+        if !bad_wr.is_null() {
+            // Safety: a valid out-pointer.
+            unsafe { *bad_wr = cur };
+        }
+        return errors_on_post(call, &e);
     }
     0
 }
@@ -311,7 +406,11 @@ pub(crate) unsafe extern "C" fn post_recv(
     // Safety: a QP of ours.
     let q = unsafe { &*(qp as *mut QpObj) };
     // Safety: forwarded contract.
-    unsafe { post_recv_list("ibv_post_recv", wr, bad_wr, |r| q.qp.post_recv(r)) }
+    unsafe {
+        post_recv_list("ibv_post_recv", wr, bad_wr, |walk| {
+            q.qp.post_recv_chain(walk)
+        })
+    }
 }
 
 /// `ops.post_srq_recv`.
@@ -326,7 +425,11 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     // Safety: an SRQ of ours.
     let s = unsafe { &*(srq as *mut SrqObj) };
     // Safety: forwarded contract.
-    unsafe { post_recv_list("ibv_post_srq_recv", wr, bad_wr, |r| s.srq.post_recv(r)) }
+    unsafe {
+        post_recv_list("ibv_post_srq_recv", wr, bad_wr, |walk| {
+            s.srq.post_recv_chain(walk)
+        })
+    }
 }
 
 /// `ops.poll_cq`: up to `num_entries` completions; a negative value on error.
