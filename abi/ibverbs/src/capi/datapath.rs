@@ -75,6 +75,8 @@ unsafe fn sges_from_c(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge
 /// A C work request's SGE list, copied onto the stack when it fits (always, up to the
 /// device's `max_sge`): no allocation per WR. A longer list (which the engine refuses
 /// with its own error) goes to the heap.
+// Large on purpose: it lives on the stack, and boxing it is the allocation it avoids.
+#[allow(clippy::large_enum_variant)]
 enum SgeList {
     Stack([Sge; SgeList::STACK], usize),
     Heap(Vec<Sge>),
