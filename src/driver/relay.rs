@@ -188,7 +188,7 @@ pub fn gsi_route(frame: &[u8]) -> Result<GsiRoute, DropReason> {
 pub fn steer_from_wire(frame: &[u8], connected: impl Fn(u8) -> bool) -> Steer {
     match crate::wire::frame::frame_dest_qpn(frame) {
         None => Steer::Drop(DropReason::NotRoce),
-        Some(crate::engine::GSI_QPN) => match gsi_route(frame) {
+        Some(crate::wire::mad::GSI_QPN) => match gsi_route(frame) {
             Ok(route) => Steer::Gsi(route),
             Err(reason) => Steer::Drop(reason),
         },

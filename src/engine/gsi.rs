@@ -14,11 +14,9 @@
 use super::types::{EngineError, QpAttr, QpAttrMask, QpInit, QpState, QpType};
 use super::Engine;
 
-/// The QPN of the general services interface (IBTA 3.5.1.1: QP0 is the SMI, QP1 the GSI).
-pub const GSI_QPN: u32 = 1;
-
-/// The well-known Q_Key of QP1 (IBTA 13.5.1 / 13.4.6).
-pub const GSI_QKEY: u32 = 0x8001_0000;
+/// QP1's number and Q_Key are wire facts (IBTA 3.5.1.1, 13.5.1), defined once in
+/// [`crate::wire::mad`].
+pub use crate::wire::mad::{GSI_QKEY, GSI_QPN};
 
 /// Bit 31 of a Q_Key: a controlled (privileged) Q_Key only the GSI may hold (IBTA 10.2.5).
 pub const CONTROLLED_QKEY_BIT: u32 = 0x8000_0000;

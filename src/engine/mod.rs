@@ -91,6 +91,8 @@ pub use objects::{check_mr_access, MrChange, MrInfo};
 pub use time::Instant;
 
 pub use types::*;
+// The path MTU is a wire fact; the engine's API names it too.
+pub use crate::wire::{Mtu, ROCE_HEADER_ALLOWANCE};
 
 use cq::CqTable;
 use mr::MrTable;

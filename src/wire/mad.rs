@@ -36,7 +36,8 @@ pub const MGMT_CLASS_CM: u8 = 0x07;
 pub const CM_CLASS_VERSION: u8 = 2;
 /// The well-known Q_Key of QP1 (IBTA 13.5.1: GSI Q_Key, a controlled Q_Key).
 pub const GSI_QKEY: u32 = 0x8001_0000;
-/// QP number of the general services interface (IBTA 13.5.1).
+/// QP number of the general services interface (IBTA 3.5.1.1: QP0 is the SMI, QP1 the GSI;
+/// 13.5.1).
 pub const GSI_QPN: u32 = 1;
 
 /// MAD methods (IBTA 13.4.5, Table 140). Bit 7 (the R bit) marks a response.

@@ -30,6 +30,7 @@ pub mod frame;
 pub mod icrc;
 pub mod imm;
 pub mod mad;
+pub mod mtu;
 pub mod opcode;
 pub mod packet;
 pub mod pretty;
@@ -49,6 +50,7 @@ pub use frame::{
 };
 pub use icrc::{icrc_ipv4, icrc_ipv6, IcrcCheck, ICRC_LEN};
 pub use imm::{Ieth, IethRepr, ImmDt, ImmDtRepr, IMM_LEN};
+pub use mtu::{Mtu, ROCE_HEADER_ALLOWANCE};
 pub use opcode::{known_opcodes, Opcode, OpcodeInfo, Position, Transport};
 pub use packet::{pad_for, PacketRepr, CNP_BODY_LEN};
 pub use pretty::{Explainer, IcrcRole, PrettyPrint};

@@ -1,0 +1,126 @@
+//! No import runs up a layer. The library's modules sit on floors, each using only the floors
+//! below it: the wire format at the bottom; the values and captures next to it; the sans-IO
+//! engine and the drivers side by side (neither knows the other); the verbs runtime and the
+//! CM protocol over them; the RDMA CM over both; the tools on top. This test reads every
+//! `crate::` path in the code (comments and strings left out) and fails on one that names a
+//! module on the same floor or above, unless it is one of the exceptions listed here, each
+//! with the reason it still stands.
+use std::collections::BTreeSet;
+use std::path::Path;
+
+#[path = "common/source.rs"]
+mod source;
+use source::{code_only, sources};
+
+/// Each top-level module and its floor.
+const FLOORS: &[(&str, u32)] = &[
+    ("wire", 0),
+    ("capture", 1),
+    ("netdev", 1),
+    ("engine", 2),
+    ("driver", 2),
+    ("analysis", 2),
+    ("netns", 2),
+    ("verbs", 3),
+    ("cm", 3),
+    ("sim", 3),
+    ("rdmacm", 4),
+    ("conform", 5),
+    ("tools", 5),
+];
+
+/// Imports across or up a floor that still stand: (from, to, why).
+const EXCEPTIONS: &[(&str, &str, &str)] = &[(
+    "engine",
+    "driver",
+    "the engine keeps the application's memory (driver::dma::UserMemory), which needs \
+     unsafe and so lives in the driver layer: issue 30 moves it",
+)];
+
+fn floor(module: &str) -> Option<u32> {
+    FLOORS.iter().find(|(m, _)| *m == module).map(|(_, f)| *f)
+}
+
+/// The module a source file belongs to (`engine/mr.rs` -> `engine`, `netdev.rs` -> `netdev`).
+fn module_of(path: &Path) -> String {
+    let first = path
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// Every `crate::<module>` the code names.
+fn crate_paths(code: &str) -> BTreeSet<String> {
+    code.match_indices("crate::")
+        .filter(|(at, _)| {
+            let before = code[..*at].chars().next_back();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+        })
+        .map(|(at, m)| {
+            code[at + m.len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|m| !m.is_empty())
+        .collect()
+}
+
+#[test]
+fn every_module_has_a_floor() {
+    let mut modules: BTreeSet<String> = sources().iter().map(|(path, _)| module_of(path)).collect();
+    // The crate roots: the library's module list, and the binary's CLI.
+    for root in ["lib", "main", "cli"] {
+        modules.remove(root);
+    }
+    let missing: Vec<_> = modules.iter().filter(|m| floor(m).is_none()).collect();
+    assert!(
+        missing.is_empty(),
+        "modules with no floor in FLOORS: {missing:?}"
+    );
+}
+
+#[test]
+fn no_import_runs_up_a_layer() {
+    let mut up = Vec::new();
+    let mut used = BTreeSet::new();
+    for (path, text) in sources() {
+        let from = module_of(&path);
+        let Some(from_floor) = floor(&from) else {
+            continue;
+        };
+        for to in crate_paths(&code_only(&text)) {
+            let Some(to_floor) = floor(&to) else {
+                continue;
+            };
+            if to == from || to_floor < from_floor {
+                continue;
+            }
+            if EXCEPTIONS.iter().any(|(f, t, _)| *f == from && *t == to) {
+                used.insert((from.clone(), to.clone()));
+                continue;
+            }
+            up.push(format!(
+                "src/{}: crate::{to} (floor {to_floor}) from {from} (floor {from_floor})",
+                path.display()
+            ));
+        }
+    }
+    assert!(up.is_empty(), "imports up a layer:\n{}", up.join("\n"));
+    // An exception nobody needs any more is a rule that can be tightened.
+    let stale: Vec<_> = EXCEPTIONS
+        .iter()
+        .filter(|(f, t, _)| !used.contains(&(f.to_string(), t.to_string())))
+        .collect();
+    assert!(stale.is_empty(), "exceptions no longer used: {stale:?}");
+}
+
+#[test]
+fn the_path_reader_sees_module_names() {
+    let code = "use crate::wire::Mtu; let x = crate::engine::GSI_QPN; a::crate::no; xcrate::no";
+    let found: Vec<String> = crate_paths(code).into_iter().collect();
+    assert_eq!(found, ["engine", "wire"]);
+}
