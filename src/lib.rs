@@ -7,9 +7,10 @@
 //! - [`cm`]: the IB communication manager's protocol (IBTA chapter 12), sans-IO.
 //! - [`engine`]: the sans-IO RC/UD transport (requester, responder, completer); time is an argument.
 //! - [`sim`]: a deterministic simulated network that drives engines on a virtual clock.
-//! - [`driver`]: moving frames: AF_XDP, kernel UDP socket, in-memory. The only module
-//!   allowed `unsafe` code (`#![deny(unsafe_code)]` everywhere else), each block with a
-//!   `// Safety:` comment (`clippy::undocumented_unsafe_blocks`).
+//! - [`dma`]: the application's memory under a memory region (the engine keeps it).
+//! - [`driver`]: moving frames: AF_XDP, kernel UDP socket, in-memory. With [`dma`], the only
+//!   modules allowed `unsafe` code (`#![deny(unsafe_code)]` everywhere else), each block with
+//!   a `// Safety:` comment (`clippy::undocumented_unsafe_blocks`).
 //! - [`verbs`]: the libibverbs-like public API with a progress thread per device.
 //! - [`netns`]: network namespaces and veth pairs (with Drop guards) for tests and the demo.
 //! - [`tools`]: out-of-band exchanges of ibv_rc_pingpong and perftest, and the tool logic.
@@ -22,6 +23,10 @@ pub mod analysis;
 pub mod capture;
 pub mod cm;
 pub mod conform;
+// The driver layer, the only code allowed `unsafe`: the application's memory (on the floor
+// below the engine, which keeps it) and the drivers.
+#[allow(unsafe_code)]
+pub mod dma;
 #[allow(unsafe_code)]
 pub mod driver;
 pub mod engine;

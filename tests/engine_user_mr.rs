@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use pair::{drain, Pair, PairOptions};
-use xroce::driver::dma::UserMemory;
+use xroce::dma::UserMemory;
 use xroce::engine::{
     Access, Engine, EngineConfig, EngineError, MrChange, MrMemory, PdId, RecvWr, Sge, WcStatus,
     WrOp,

@@ -15,13 +15,14 @@
 //! (`--pcap FILE` of the tools): over AF_XDP, `tcpdump` on the interface sees no RoCE frames.
 //!
 //! Beside the drivers: [`iface`] (an interface's index, MAC, MTU, queues), [`wait`] (sleeping
-//! on file descriptors), [`sigpipe`] (the command's SIGPIPE disposition) and [`dma`] (the
-//! application's memory that memory regions are registered on, read and written in place).
+//! on file descriptors) and [`sigpipe`] (the command's SIGPIPE disposition). The
+//! application's memory that memory regions are registered on is [`crate::dma`], the other
+//! half of the driver layer, on the floor below the engine (which keeps it).
 //!
-//! This is the crate's only module allowed `unsafe` code (`#![deny(unsafe_code)]` holds
-//! everywhere else): the AF_XDP rings and UMEM of xsk-rs, libbpf calls that have no safe
-//! wrapper, `signal(2)`, and turning the application's memory into a byte slice
-//! ([`dma::UserMemory`]). Every block carries a `// Safety:` comment saying why it holds.
+//! This and [`crate::dma`] are the crate's only modules allowed `unsafe` code
+//! (`#![deny(unsafe_code)]` holds everywhere else): the AF_XDP rings and UMEM of xsk-rs,
+//! libbpf calls that have no safe wrapper, `signal(2)`. Every block carries a `// Safety:`
+//! comment saying why it holds.
 //! System calls go through rustix's safe API wherever it has one.
 //!
 //! # Calling order
@@ -40,7 +41,6 @@
 //! `flush` submits them to the TX ring at once; `recv` consumes up to a batch of RX
 //! descriptors per ring access and gives the batch back to the fill ring in one submit.
 
-pub mod dma;
 pub mod iface;
 pub mod mem;
 pub mod relay;

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::shared_table::{SharedTable, Snapshot};
 
 use super::types::{Access, MwBindInfo, MwId, MwType, PdId, Sge};
-use crate::driver::dma::UserMemory;
+use crate::dma::UserMemory;
 
 /// One registered memory region.
 #[derive(Debug)]

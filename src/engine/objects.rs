@@ -7,7 +7,7 @@ use super::mr::{MrMemory, MrTable, MrUpdate, ReregFault};
 use super::qp::Qp;
 use super::types::{Access, CqId, EngineError, PdId, QpAttr, QpCaps, QpInit, QpState, QpType, Wc};
 use super::{limits, Engine};
-use crate::driver::dma::UserMemory;
+use crate::dma::UserMemory;
 
 /// A registered memory region as the caller sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

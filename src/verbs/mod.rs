@@ -97,7 +97,7 @@ pub use pd::{AddressHandle, AhAttr, Mr, MrRereg, Mw, Pd};
 pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
 pub use srq::Srq;
 
-pub use crate::driver::dma::{DmaError, UserMemory};
+pub use crate::dma::{DmaError, UserMemory};
 pub use crate::driver::mem::{MemLink, MemLinkConfig};
 pub use crate::engine::{
     inc_rkey, Access, AddressVector, CqId, Event, MrMemory, Mtu, MwBindInfo, MwId, MwInfo, MwType,

@@ -3,7 +3,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::driver::dma::UserMemory;
+use crate::dma::UserMemory;
 use crate::engine::{
     check_mr_access, Access, AddressVector, MrChange, MrInfo, MrMemory, MwId, MwInfo, MwType, PdId,
     Sge,
