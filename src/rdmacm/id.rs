@@ -1122,7 +1122,6 @@ impl CmId {
         expected: &'static str,
         f: impl FnOnce(&CmShared, &mut Port, &mut IdData, Instant) -> Result<R>,
     ) -> Result<R> {
-        crate::verbs::end_this_threads_lease();
         let cm = self.inner.cm.clone();
         let mut state = lock(&cm.state);
         let mut d = lock(&self.inner.data);

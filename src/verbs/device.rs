@@ -399,7 +399,7 @@ impl DeviceState {
         self.shards[shard]
             .poller_seen
             .store(now.as_nanos().max(1), Ordering::Relaxed);
-        match self.drive(shard, now, progress::Flush::Poll, f)? {
+        match self.drive(shard, now, progress::Flush::Always, f)? {
             Ok(out) => Ok(out),
             // Someone else is running a round: read what has arrived so far.
             Err(f) => self.with_engine(shard, false, f),
@@ -420,7 +420,7 @@ impl DeviceState {
             self.shards[shard]
                 .poller_seen
                 .store(now.as_nanos().max(1), Ordering::Relaxed);
-            let _ = self.drive(shard, now, progress::Flush::Poll, |_| ())?;
+            let _ = self.drive(shard, now, progress::Flush::Always, |_| ())?;
         }
         self.poll_engine(home, f)
     }
@@ -442,21 +442,6 @@ impl DeviceState {
                     self.wake(index);
                 }
             }
-        }
-    }
-
-    /// This thread is going into the connection manager (a connect, an accept, a wait for
-    /// its events): it is not polling, so the lease it holds ends now, and what its polls
-    /// left for its next call (an ACK, posts batched for it) goes out before the CM's own
-    /// frames. (The peer waits for that ACK to finish its side: perftest's server listens for
-    /// the next connection only after its SEND is acknowledged.)
-    pub fn end_this_threads_lease() {
-        let held = LEASE_HOLDER
-            .try_with(|held| std::mem::take(&mut *held.borrow_mut()))
-            .ok()
-            .and_then(|held| held.upgrade());
-        if let Some(device) = held {
-            device.stop_polling();
         }
     }
 

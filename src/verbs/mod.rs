@@ -78,11 +78,6 @@ mod pd;
 mod progress;
 mod qp;
 mod srq;
-
-/// See [`device::DeviceState::end_this_threads_lease`].
-pub(crate) fn end_this_threads_lease() {
-    device::DeviceState::end_this_threads_lease();
-}
 pub(crate) mod threads;
 
 pub use attr::{DeviceAttr, LinkLayer, PortAttr, PortState};

@@ -79,26 +79,11 @@ pub(crate) const THREAD_ASLEEP_NO_TIMER: u64 = u64::MAX;
 /// active: its next poll flushes them with one kick instead of one per post.
 pub const POST_FLUSH_BATCH: usize = 32;
 
-/// How long a poller's rounds may leave what the frames they received produced (ACKs,
-/// responses) for the application's next call, and how many received frames they may leave
-/// it for: a stream of arrivals still gets its ACKs this often, merged.
-pub const DEFER_LIMIT: Duration = Duration::from_micros(8);
-/// See [`DEFER_LIMIT`].
-pub const DEFER_FRAMES: usize = 32;
-
 /// When a round transmits what the engine has and kicks the driver's queued frames out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flush {
     /// Always (the background thread, posts with nobody polling, a poller that stops).
     Always,
-    /// A poll's round: when it received frames, what they produced (the ACK of a SEND whose
-    /// completion the poll hands over, a READ response) waits for the application's next
-    /// call, bounded by [`DEFER_LIMIT`] and [`DEFER_FRAMES`]. The application sees its
-    /// completion before the kernel runs a transmit, and the ACK leaves with its next frames
-    /// in one kick (or in its next poll's round, which finds nothing new). IBTA 9.7.5.1.1
-    /// lets a responder acknowledge several requests with one ACK: ACKs queued meanwhile
-    /// merge.
-    Poll,
     /// Only once [`POST_FLUSH_BATCH`] frames wait (posts while a poller is active: it polls
     /// again within microseconds and flushes then).
     Batched,
@@ -143,9 +128,6 @@ pub(crate) struct Progress {
     direct_room: usize,
     /// The last round found no free transmit frame for `send_with`.
     tx_blocked: bool,
-    /// Since when poll rounds have left their transmit for the next call ([`Flush::Poll`]),
-    /// and how many frames they received meanwhile.
-    deferred: Option<(Instant, usize)>,
     buf: Vec<u8>,
     backlog: VecDeque<Vec<u8>>,
     events: Vec<Event>,
@@ -181,7 +163,6 @@ impl Progress {
                 }
             },
             tx_blocked: false,
-            deferred: None,
             backlog: VecDeque::new(),
             events: Vec::new(),
             last_stats: Instant::ZERO,
@@ -211,21 +192,9 @@ impl Progress {
         let (out, mut outcome) = {
             let mut engine = lock(&shared.shards[self.shard].engine);
             let (received, timers) = self.receive(shared, &mut engine, now)?;
-            // What earlier poll rounds left goes out before any other call (a QP's destroy
-            // or change of state would drop its queued ACKs).
-            let left_over = if self.deferred.is_some() && flush != Flush::Poll {
-                self.deferred = None;
-                self.transmit(shared, &mut engine, now)
-            } else {
-                0
-            };
             let out = call(&mut engine);
-            let sent = if self.defer_transmit(flush, now, received) {
-                0
-            } else {
-                self.transmit(shared, &mut engine, now)
-            };
-            let work = received + timers + left_over + sent;
+            let sent = self.transmit(shared, &mut engine, now);
+            let work = received + timers + sent;
             while let Some(ev) = engine.poll_event() {
                 self.events.push(ev);
             }
@@ -239,8 +208,6 @@ impl Progress {
         shared.dispatch(self.events.drain(..));
         let flush_now = match flush {
             Flush::Always => true,
-            // A deferring round still kicks out what earlier posts left queued.
-            Flush::Poll => self.deferred.is_none() || self.unflushed > 0,
             Flush::Batched => {
                 self.unflushed >= POST_FLUSH_BATCH || !self.backlog.is_empty() || self.tx_blocked
             }
@@ -262,27 +229,6 @@ impl Progress {
         }
         self.refresh_xdp_stats(shared, now);
         Ok((out, outcome))
-    }
-
-    /// Whether this round leaves the engine's frames for the next one ([`Flush::Poll`]).
-    fn defer_transmit(&mut self, flush: Flush, now: Instant, received: usize) -> bool {
-        let may =
-            flush == Flush::Poll && received > 0 && self.backlog.is_empty() && !self.tx_blocked;
-        let defer = may
-            && match &mut self.deferred {
-                None => {
-                    self.deferred = Some((now, received));
-                    true
-                }
-                Some((since, frames)) => {
-                    *frames += received;
-                    now - *since < DEFER_LIMIT && *frames < DEFER_FRAMES
-                }
-            };
-        if !defer {
-            self.deferred = None;
-        }
-        defer
     }
 
     fn receive(
