@@ -304,23 +304,13 @@ impl Qp {
             }
         }
         let qpn = self.inner.qpn;
-        Ok(self
-            .inner
-            .pd
-            .core
-            .shared
-            .with_engine(self.inner.shard, true, |e| e.modify_qp(qpn, attr, mask))??)
+        Ok(self.on_engine(true, |e| e.modify_qp(qpn, attr, mask))??)
     }
 
     /// The attributes in force and the capabilities (`ibv_query_qp`).
     pub fn query(&self) -> Result<(QpAttr, QpCaps)> {
         let qpn = self.inner.qpn;
-        Ok(self
-            .inner
-            .pd
-            .core
-            .shared
-            .with_engine(self.inner.shard, false, |e| e.query_qp(qpn))??)
+        Ok(self.on_engine(false, |e| e.query_qp(qpn))??)
     }
 
     /// The current state.
@@ -328,15 +318,24 @@ impl Qp {
         Ok(self.query()?.0.cur_qp_state)
     }
 
-    /// Posts one send WR (`ibv_post_send`).
-    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
-        let qpn = self.inner.qpn;
-        Ok(self
-            .inner
+    /// Runs `f` on the engine of this QP's shard (see `DeviceState::with_engine`; `posted`:
+    /// `f` may produce frames to transmit).
+    fn on_engine<R>(
+        &self,
+        posted: bool,
+        f: impl FnOnce(&mut crate::engine::Engine) -> R,
+    ) -> Result<R> {
+        self.inner
             .pd
             .core
             .shared
-            .with_engine(self.inner.shard, true, |e| e.post_send(qpn, wr))??)
+            .with_engine(self.inner.shard, posted, f)
+    }
+
+    /// Posts one send WR (`ibv_post_send`).
+    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
+        let qpn = self.inner.qpn;
+        Ok(self.on_engine(true, |e| e.post_send(qpn, wr))??)
     }
 
     /// Posts a SEND or WRITE whose payload is `data`, copied now (`IBV_SEND_INLINE`): `data`
@@ -348,14 +347,7 @@ impl Qp {
     /// address (their lkeys unchecked, as libibverbs does for inline sends).
     pub fn post_send_inline(&self, wr: &SendWr, data: &[u8]) -> Result<()> {
         let qpn = self.inner.qpn;
-        Ok(self
-            .inner
-            .pd
-            .core
-            .shared
-            .with_engine(self.inner.shard, true, |e| {
-                e.post_send_inline(qpn, &wr.borrowed(), data)
-            })??)
+        Ok(self.on_engine(true, |e| e.post_send_inline(qpn, &wr.borrowed(), data))??)
     }
 
     /// Binds a type 1 memory window through this QP (`ibv_bind_mw`, IBTA 10.6.7.2.1): a bind
@@ -370,14 +362,7 @@ impl Qp {
             });
         }
         let (qpn, id) = (self.inner.qpn, mw.id());
-        Ok(self
-            .inner
-            .pd
-            .core
-            .shared
-            .with_engine(self.inner.shard, true, |e| {
-                e.bind_mw(qpn, wr_id, flags, id, bind)
-            })??)
+        Ok(self.on_engine(true, |e| e.bind_mw(qpn, wr_id, flags, id, bind))??)
     }
 
     /// Posts a chain of send WRs under one engine lock and in one progress round
@@ -390,18 +375,14 @@ impl Qp {
         walk: impl FnOnce(&mut dyn FnMut(&SendWrRef<'_>, Option<&[u8]>) -> Result<()>) -> Result<()>,
     ) -> Result<()> {
         let qpn = self.inner.qpn;
-        self.inner
-            .pd
-            .core
-            .shared
-            .with_engine(self.inner.shard, true, |e| {
-                walk(&mut |wr, inline| {
-                    Ok(match inline {
-                        Some(data) => e.post_send_inline(qpn, wr, data),
-                        None => e.post_send_ref(qpn, wr),
-                    }?)
-                })
-            })?
+        self.on_engine(true, |e| {
+            walk(&mut |wr, inline| {
+                Ok(match inline {
+                    Some(data) => e.post_send_inline(qpn, wr, data),
+                    None => e.post_send_ref(qpn, wr),
+                }?)
+            })
+        })?
     }
 
     /// Posts a chain of receive WRs (wr_id, SGEs) under one engine lock, as
@@ -411,13 +392,9 @@ impl Qp {
         walk: impl FnOnce(&mut dyn FnMut(u64, &[Sge]) -> Result<()>) -> Result<()>,
     ) -> Result<()> {
         let qpn = self.inner.qpn;
-        self.inner
-            .pd
-            .core
-            .shared
-            .with_engine(self.inner.shard, false, |e| {
-                walk(&mut |wr_id, sges| Ok(e.post_recv_sges(qpn, wr_id, sges)?))
-            })?
+        self.on_engine(false, |e| {
+            walk(&mut |wr_id, sges| Ok(e.post_recv_sges(qpn, wr_id, sges)?))
+        })?
     }
 
     /// Posts send WRs in order; on the first refusal, stops and says which (the ones before
@@ -433,12 +410,7 @@ impl Qp {
     /// IBTA 9.7.5.2.8), and a flush completion in the error state is delivered here.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
         let qpn = self.inner.qpn;
-        Ok(self
-            .inner
-            .pd
-            .core
-            .shared
-            .with_engine(self.inner.shard, false, |e| e.post_recv(qpn, wr))??)
+        Ok(self.on_engine(false, |e| e.post_recv(qpn, wr))??)
     }
 
     /// Posts receive WRs in order; stops at the first refusal (see [`Qp::post_send_batch`]).
@@ -462,19 +434,14 @@ impl Qp {
         ) -> std::result::Result<(), crate::engine::EngineError>,
     ) -> Result<()> {
         let qpn = self.inner.qpn;
-        let refused = self
-            .inner
-            .pd
-            .core
-            .shared
-            .with_engine(self.inner.shard, wake, |e| {
-                for (index, wr) in wrs.iter().enumerate() {
-                    if let Err(err) = post(e, qpn, wr) {
-                        return Some((index, wr_id(wr), err));
-                    }
+        let refused = self.on_engine(wake, |e| {
+            for (index, wr) in wrs.iter().enumerate() {
+                if let Err(err) = post(e, qpn, wr) {
+                    return Some((index, wr_id(wr), err));
                 }
-                None
-            })?;
+            }
+            None
+        })?;
         match refused {
             None => Ok(()),
             Some((index, wr_id, err)) => Err(VerbsError::PostFailed {
