@@ -46,29 +46,42 @@ fn invalid(text: String) -> VerbsError {
     VerbsError::InvalidArgument(text)
 }
 
-/// The gather/scatter list of a C work request.
+/// The gather/scatter list of a C work request, checked: `num_sge` not negative, a list
+/// behind a non-zero count.
 ///
 /// # Safety
-/// `sg_list` holds `num_sge` entries (or `num_sge` is 0).
-unsafe fn sges_from_c(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, VerbsError> {
+/// `sg_list` holds `num_sge` entries (or `num_sge` is 0), valid for `'a`.
+unsafe fn c_sges<'a>(sg_list: *const ibv_sge, num_sge: c_int) -> Result<&'a [ibv_sge], VerbsError> {
     if num_sge < 0 {
         return Err(invalid(format!("num_sge {num_sge} is negative")));
     }
     if num_sge == 0 {
-        return Ok(Vec::new());
+        return Ok(&[]);
     }
     if sg_list.is_null() {
         return Err(invalid(format!("num_sge {num_sge} with a null sg_list")));
     }
     // Safety: per the contract.
-    let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
-    Ok(list
+    Ok(unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) })
+}
+
+fn sge_of(s: &ibv_sge) -> Sge {
+    Sge {
+        addr: s.addr,
+        length: s.length,
+        lkey: s.lkey,
+    }
+}
+
+/// The gather/scatter list of a C work request, copied.
+///
+/// # Safety
+/// As [`c_sges`].
+unsafe fn sges_from_c(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, VerbsError> {
+    // Safety: per the contract.
+    Ok(unsafe { c_sges(sg_list, num_sge) }?
         .iter()
-        .map(|s| Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        })
+        .map(sge_of)
         .collect())
 }
 
@@ -93,35 +106,22 @@ impl SgeList {
     }
 
     /// # Safety
-    /// As [`sges_from_c`].
+    /// As [`c_sges`].
     unsafe fn from_c(sg_list: *const ibv_sge, num_sge: c_int) -> Result<SgeList, VerbsError> {
-        let len = num_sge.max(0) as usize;
-        if len > SgeList::STACK {
-            // Safety: per the contract.
-            return Ok(SgeList::Heap(unsafe { sges_from_c(sg_list, num_sge) }?));
+        // Safety: per the contract.
+        let list = unsafe { c_sges(sg_list, num_sge) }?;
+        if list.len() > SgeList::STACK {
+            return Ok(SgeList::Heap(list.iter().map(sge_of).collect()));
         }
         let mut sges = [Sge {
             addr: 0,
             length: 0,
             lkey: 0,
         }; SgeList::STACK];
-        if len > 0 {
-            if sg_list.is_null() {
-                return Err(invalid(format!("num_sge {num_sge} with a null sg_list")));
-            }
-            // Safety: per the contract.
-            let list = unsafe { std::slice::from_raw_parts(sg_list, len) };
-            for (to, from) in sges.iter_mut().zip(list) {
-                *to = Sge {
-                    addr: from.addr,
-                    length: from.length,
-                    lkey: from.lkey,
-                };
-            }
-        } else if num_sge < 0 {
-            return Err(invalid(format!("num_sge {num_sge} is negative")));
+        for (to, from) in sges.iter_mut().zip(list) {
+            *to = sge_of(from);
         }
-        Ok(SgeList::Stack(sges, len))
+        Ok(SgeList::Stack(sges, list.len()))
     }
 }
 
