@@ -31,6 +31,16 @@ fn a_thread_polling_its_cq_receives_and_transmits_itself() {
             dev.name()
         );
         assert!(stats.driven_rounds.load(Ordering::Relaxed) > 0);
+        // Every frame sent left in some kick, and no kick left empty.
+        let (tx, kicks) = (
+            stats.tx_frames.load(Ordering::Relaxed),
+            stats.kicks.load(Ordering::Relaxed),
+        );
+        assert!(
+            kicks > 0 && kicks <= tx,
+            "{}: {kicks} kicks for {tx} frames",
+            dev.name()
+        );
     }
 }
 

@@ -82,7 +82,7 @@ pub const POST_FLUSH_BATCH: usize = 32;
 /// When a round transmits what the engine has and kicks the driver's queued frames out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flush {
-    /// Always (the background thread, posts with nobody polling, a poller that stops).
+    /// Always (polls, the background thread, posts with nobody polling).
     Always,
     /// Only once [`POST_FLUSH_BATCH`] frames wait (posts while a poller is active: it polls
     /// again within microseconds and flushes then).
@@ -193,8 +193,7 @@ impl Progress {
             let mut engine = lock(&shared.shards[self.shard].engine);
             let (received, timers) = self.receive(shared, &mut engine, now)?;
             let out = call(&mut engine);
-            let sent = self.transmit(shared, &mut engine, now);
-            let work = received + timers + sent;
+            let work = received + timers + self.transmit(shared, &mut engine, now);
             while let Some(ev) = engine.poll_event() {
                 self.events.push(ev);
             }
