@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MPI over xroce against MPI over the kernel's TCP, side by side in one run on one veth pair
-# per MTU (docs/engines.md, "Benchmark"): tests/engines_netns.rs's MPI cases, one after the
+# per MTU (docs/engines.md, "Benchmark"): tools/tests/engines_netns.rs's MPI cases, one after the
 # other (no two jobs share the two cores), with longer runs of tests/engines/mpi_check.c.
 #
 #   sudo benches/engines.sh            # 3 rounds; ROUNDS=N for more

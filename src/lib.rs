@@ -3,7 +3,6 @@
 //! Layers, bottom up (see `docs/architecture.md`):
 //! - [`wire`]: zero-copy views and `Repr` structs for every RoCEv2 header, ICRC, whole frames.
 //! - [`capture`]: reading and writing pcap/pcapng files around the wire layer.
-//! - [`analysis`]: what `xroce dump` makes of a capture (lines, JSON, explanations, summary).
 //! - [`cm`]: the IB communication manager's protocol (IBTA chapter 12), sans-IO.
 //! - [`engine`]: the sans-IO RC/UD transport (requester, responder, completer); time is an argument.
 //! - [`sim`]: a deterministic simulated network that drives engines on a virtual clock.
@@ -13,16 +12,17 @@
 //!   a `// Safety:` comment (`clippy::undocumented_unsafe_blocks`).
 //! - [`verbs`]: the libibverbs-like public API with a progress thread per device.
 //! - [`netns`]: network namespaces and veth pairs (with Drop guards) for tests and the demo.
-//! - [`tools`]: out-of-band exchanges of ibv_rc_pingpong and perftest, and the tool logic.
-//! - [`conform`]: the conformance suite's pieces (issue 16): the target agent and its client.
+//! - [`rdmacm`]: the RDMA CM's connection ids and event channels over [`cm`] and [`verbs`].
+//!
+//! This crate is the provider: it depends on no CLI, terminal, hashing or temp-file crate, so
+//! an application embedding it (and the C libraries built on it) carry none. The `xroce`
+//! command and its tools are the `xroce-tools` crate in `tools/`.
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-pub mod analysis;
 pub mod capture;
 pub mod cm;
-pub mod conform;
 // The driver layer, the only code allowed `unsafe`: the application's memory (on the floor
 // below the engine, which keeps it) and the drivers.
 #[allow(unsafe_code)]
@@ -34,6 +34,5 @@ pub mod netdev;
 pub mod netns;
 pub mod rdmacm;
 pub mod sim;
-pub mod tools;
 pub mod verbs;
 pub mod wire;

@@ -290,10 +290,14 @@ impl Netns {
 
     /// The MAC address of an interface in this namespace.
     pub fn mac(&self, ifname: &str) -> Result<[u8; 6], NetnsError> {
-        let out = self.ip(&["-j", "link", "show", "dev", ifname])?;
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|e| NetnsError::Config(format!("parsing `ip -j link` output: {e}")))?;
-        let text = v[0]["address"].as_str().unwrap_or("");
+        // `ip -o` prints one line per link: "... link/ether 02:00:00:00:00:01 brd ...".
+        let out = self.ip(&["-o", "link", "show", "dev", ifname])?;
+        let line = String::from_utf8_lossy(&out.stdout);
+        let text = line
+            .split_whitespace()
+            .skip_while(|word| *word != "link/ether")
+            .nth(1)
+            .unwrap_or("");
         MacAddr::parse(text)
             .map(|mac| mac.0)
             .ok_or_else(|| NetnsError::Config(format!("no MAC address for {ifname}: {text:?}")))

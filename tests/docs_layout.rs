@@ -15,9 +15,10 @@ fn code_spans(doc: &str) -> Vec<&str> {
     spans
 }
 
-/// Every `xroce::name` the doc mentions, in prose or in its diagrams.
-fn module_names(doc: &str) -> Vec<String> {
-    doc.split("xroce::")
+/// Every `<crate>::name` the doc mentions, in prose or in its diagrams, for `crate` one of
+/// the workspace's two libraries (`xroce`, the provider; `xroce_tools`, the tools).
+fn module_names(doc: &str, krate: &str) -> Vec<String> {
+    doc.split(&format!("{krate}::"))
         .skip(1)
         .map(|rest| {
             rest.chars()
@@ -30,8 +31,9 @@ fn module_names(doc: &str) -> Vec<String> {
 
 /// A span that names a repository path: it starts at a top-level folder of the workspace.
 fn as_repo_path(span: &str) -> Option<&str> {
-    const ROOTS: [&str; 9] = [
+    const ROOTS: [&str; 10] = [
         "src/", "tests/", "bpf/", "abi/", "docs/", "benches/", "fuzz/", "lab/", "scripts/",
+        "tools/",
     ];
     let path = span.split_whitespace().next()?;
     let path = path.trim_end_matches([',', '.', ':']);
@@ -59,16 +61,22 @@ fn every_path_in_the_architecture_doc_exists() {
 
 #[test]
 fn every_module_in_the_architecture_doc_exists() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut checked = 0;
-    for module in module_names(DOC) {
-        let file = src.join(format!("{module}.rs"));
-        let dir = src.join(&module).join("mod.rs");
-        assert!(
-            file.exists() || dir.exists(),
-            "docs/architecture.md names xroce::{module}, which is not a module of src/"
-        );
-        checked += 1;
+    for (krate, src) in [
+        ("xroce", root.join("src")),
+        ("xroce_tools", root.join("tools/src")),
+    ] {
+        for module in module_names(DOC, krate) {
+            let file = src.join(format!("{module}.rs"));
+            let dir = src.join(&module).join("mod.rs");
+            assert!(
+                file.exists() || dir.exists(),
+                "docs/architecture.md names {krate}::{module}, which is not a module of {}",
+                src.display()
+            );
+            checked += 1;
+        }
     }
     assert!(
         checked >= 8,
@@ -82,12 +90,11 @@ fn the_doc_spans_are_read_as_paths() {
         as_repo_path("src/engine/post.rs"),
         Some("src/engine/post.rs")
     );
-    assert_eq!(as_repo_path("src/cli/<tool>.rs"), None);
+    assert_eq!(as_repo_path("tools/src/cli/<tool>.rs"), None);
     assert_eq!(as_repo_path("Engine::poll_transmit"), None);
     assert_eq!(code_spans("a `x` b `y`"), vec!["x", "y"]);
     assert_eq!(code_spans("`a`\n```\n`b`\n```\n`c`"), vec!["a", "c"]);
-    assert_eq!(
-        module_names("xroce::wire and xroce::Foo, xroce::sim::X"),
-        vec!["wire", "sim"]
-    );
+    let doc = "xroce::wire and xroce::Foo, xroce_tools::bench, xroce::sim::X";
+    assert_eq!(module_names(doc, "xroce"), vec!["wire", "sim"]);
+    assert_eq!(module_names(doc, "xroce_tools"), vec!["bench"]);
 }

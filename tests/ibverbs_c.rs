@@ -6,7 +6,7 @@
 //! channel), RDMA WRITE and READ checked byte for byte, fetch-and-add and compare-and-swap
 //! with the old values checked, a WRITE with a wrong rkey that must complete with
 //! `IBV_WC_REM_ACCESS_ERR` and leave the server's memory alone, and the teardown in order.
-//! Against rxe the same program runs in `tests/interop_rxe.rs` (`c_verbs_tutorial` cases).
+//! Against rxe the same program runs in `tools/tests/interop_rxe.rs` (`c_verbs_tutorial` cases).
 //!
 //! Needs gcc and libibverbs-dev (and root for the namespaces): under `XROCE_CI=1` a missing
 //! one fails the test, elsewhere it prints a SKIPPED line.

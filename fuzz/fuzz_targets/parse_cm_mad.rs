@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use xroce::analysis::{cm_json, cm_text, CmConnections};
+use xroce_tools::analysis::{cm_json, cm_text, CmConnections};
 use xroce::wire::cm::{gsi_cm_mad, CmMad, CmMessage};
 use xroce::wire::cma::CmaHeader;
 use xroce::wire::{parse_frame, PrettyPrint};

@@ -19,10 +19,23 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::capture::EthernetPcapWriter;
-use crate::engine::{Engine, Instant, MAX_FRAME_LEN};
+use crate::engine::{Engine, EngineError, Instant, MAX_FRAME_LEN};
 use crate::wire::{self, IpRepr, Opcode, Psn, Syndrome};
 
 /// Properties of the simulated link (the same in both directions).
+/// Why a simulated run could not go on. What a run finds wrong with the transport is not an
+/// error: it is the summary's violations.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("cannot write the capture {}: {why}", path.display())]
+    Pcap {
+        path: std::path::PathBuf,
+        why: String,
+    },
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinkConfig {
     /// One-way propagation delay.
@@ -193,10 +206,18 @@ impl Network {
 
     /// Write every frame put on the link to a pcap file (Ethernet link type), timestamped
     /// with virtual time.
-    pub fn set_pcap(&mut self, path: &std::path::Path) -> anyhow::Result<()> {
-        let file = File::create(path)
-            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
-        self.pcap = Some(EthernetPcapWriter::new(BufWriter::new(file), 65535)?);
+    pub fn set_pcap(&mut self, path: &std::path::Path) -> Result<(), SimError> {
+        let cannot_create = |e: std::io::Error| SimError::Pcap {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        };
+        let file = File::create(path).map_err(cannot_create)?;
+        let writer =
+            EthernetPcapWriter::new(BufWriter::new(file), 65535).map_err(|e| SimError::Pcap {
+                path: path.to_path_buf(),
+                why: e.to_string(),
+            })?;
+        self.pcap = Some(writer);
         Ok(())
     }
 

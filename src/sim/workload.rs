@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::{LinkConfig, LinkStats, Network};
+use super::{LinkConfig, LinkStats, Network, SimError};
 use crate::engine::{
     Access, AddressVector, Counters, CqId, Engine, EngineConfig, Instant, MrInfo, Mtu, QpAttr,
     QpAttrMask as M, QpCaps, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Wc, WcStatus,
@@ -252,7 +252,7 @@ struct Sides {
 const ATOMIC_OFF: u64 = 0;
 
 /// Set up two engines, connect `qps` RC pairs and return the network and the pairs.
-fn setup(cfg: &WorkloadConfig) -> anyhow::Result<(Network, Vec<QpPair>, Sides)> {
+fn setup(cfg: &WorkloadConfig) -> Result<(Network, Vec<QpPair>, Sides), SimError> {
     let mut a = Engine::new(EngineConfig::new(MAC_A, IpAddr::V4(IP_A)));
     let mut b = Engine::new(EngineConfig::new(MAC_B, IpAddr::V4(IP_B)));
     let depth = cfg.depth.max(1);
@@ -348,7 +348,7 @@ pub fn connect(
     sq_psn: u32,
     rq_psn: u32,
     cfg: &WorkloadConfig,
-) -> anyhow::Result<()> {
+) -> Result<(), SimError> {
     let mut attr = QpAttr {
         qp_state: QpState::Init,
         qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
@@ -393,8 +393,8 @@ pub fn connect(
 /// Run the workload. `prepare` may set a pcap file or a trace on the network first.
 pub fn run(
     cfg: &WorkloadConfig,
-    prepare: impl FnOnce(&mut Network) -> anyhow::Result<()>,
-) -> anyhow::Result<Summary> {
+    prepare: impl FnOnce(&mut Network) -> Result<(), SimError>,
+) -> Result<Summary, SimError> {
     let (mut net, mut pairs, sides) = setup(cfg)?;
     prepare(&mut net)?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1);
@@ -538,7 +538,7 @@ fn post_recv_slot(
     p: &mut QpPair,
     slot_size: u64,
     depth: u32,
-) -> anyhow::Result<()> {
+) -> Result<(), SimError> {
     let slot = p.next_recv_slot % (depth * 2);
     p.next_recv_slot = p.next_recv_slot.wrapping_add(1);
     b.post_recv(
@@ -565,7 +565,7 @@ fn post_op(
     cfg: &WorkloadConfig,
     wr_id: u64,
     sum: &mut Summary,
-) -> anyhow::Result<()> {
+) -> Result<(), SimError> {
     let slot_size = cfg.max_size.max(8) as u64;
     // At most `depth` ops are outstanding per QP and they complete in order, so the slot of
     // the op posted `depth` posts ago on this QP is free again.
@@ -715,7 +715,7 @@ fn drain_completions(
     cfg: &WorkloadConfig,
     slot_size: u64,
     depth: u32,
-) -> anyhow::Result<()> {
+) -> Result<(), SimError> {
     // B's receive completions: SEND data and WRITE_WITH_IMM notifications, in order.
     loop {
         let n = net.engines[1].poll_cq(sides.cq_b_recv, wcs)?;
@@ -840,7 +840,7 @@ fn verify(
     op: &PendingOp,
     sum: &mut Summary,
     slot_size: u64,
-) -> anyhow::Result<()> {
+) -> Result<(), SimError> {
     let a_addr = p.a_mr.addr + op.slot as u64 * slot_size;
     let b_addr = p.b_mr.addr + 8 + op.slot as u64 * slot_size;
     let n = op.len as usize;

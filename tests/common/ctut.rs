@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The program's source.
-pub const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/verbs_tutorial.c");
+pub fn source() -> PathBuf {
+    crate::common::repo_root().join("tests/c/verbs_tutorial.c")
+}
 
 /// The line the program prints last when every step passed.
 pub const ALL_PASSED: &str = "all steps passed";
@@ -37,7 +39,7 @@ pub fn missing_toolchain() -> Option<String> {
 /// Compiles the program into `dir/verbs_tutorial` (C99, every warning an error, linked
 /// against the system's libibverbs); panics with gcc's output if it does not compile.
 pub fn compile(dir: &Path) -> PathBuf {
-    compile_verbs_program(dir, Path::new(SOURCE), "verbs_tutorial")
+    compile_verbs_program(dir, &source(), "verbs_tutorial")
 }
 
 /// Compiles the C program `source` into `dir/name` as a user builds a verbs program (C99,
@@ -62,7 +64,7 @@ pub fn compile_verbs_program(dir: &Path, source: &Path, name: &str) -> PathBuf {
 }
 
 /// xroce's libibverbs.so.1 as cargo builds it: `libxroce_ibverbs.so` in the build directory of
-/// the `xroce` binary under test (a build of the workspace's default members makes both).
+/// the test (a build of the workspace's default members makes it).
 pub fn xroce_library() -> Result<PathBuf, String> {
     let dir = crate::common::ensure_abi_libraries();
     let lib = dir.join("libxroce_ibverbs.so");

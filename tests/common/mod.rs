@@ -66,9 +66,24 @@ pub fn rerun_self(name: &str, env: &[(&str, &str)], env_remove: &[&str]) -> Stri
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// Path of the `xroce` binary built for this test run.
+/// Path of the `xroce` binary built for this test run. The binary is the tools package's
+/// (`tools/`): only its tests have one; a provider test asking for it is a test in the wrong
+/// package.
 pub fn xroce_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_xroce"))
+    match option_env!("CARGO_BIN_EXE_xroce") {
+        Some(path) => PathBuf::from(path),
+        None => panic!("the xroce binary is the tools package's: move this test to tools/tests"),
+    }
+}
+
+/// The repository's root (the workspace's, where `Cargo.lock` is), from a test of either
+/// package: the provider's (the root) or the tools' (`tools/`).
+pub fn repo_root() -> &'static std::path::Path {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .unwrap_or(manifest)
 }
 
 /// Lowercase hex of `b`.
@@ -238,7 +253,7 @@ fn newest_source() -> std::time::SystemTime {
             *newest = (*newest).max(m);
         }
     }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = repo_root();
     let mut newest = std::time::SystemTime::UNIX_EPOCH;
     for part in ["src", "abi", "bpf", "build.rs", "Cargo.toml", "Cargo.lock"] {
         walk(&root.join(part), &mut newest);
@@ -254,8 +269,11 @@ fn newest_source() -> std::time::SystemTime {
 pub fn ensure_abi_libraries() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let profile_dir = xroce_bin()
+        // A test binary is target/<profile>/deps/<test>-<hash>: the libraries are two up.
+        let profile_dir = std::env::current_exe()
+            .expect("the test's own path")
             .parent()
+            .and_then(|deps| deps.parent())
             .expect("target/<profile>")
             .to_path_buf();
         let sources = newest_source();
@@ -273,7 +291,7 @@ pub fn ensure_abi_libraries() -> PathBuf {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let out = Command::new(cargo)
                 .args(["build", "--lib", "--quiet", "--profile", &profile])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .current_dir(repo_root())
                 .stdin(Stdio::null())
                 .output()
                 .expect("run cargo build");

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """One end of a pyverbs CMID exchange (python3-pyverbs: rdma-core's Python binding of
-librdmacm), for tests/rdmacm_netns.rs: run unmodified pyverbs on xroce's librdmacm.so.1.
+librdmacm), for tools/tests/rdmacm_netns.rs: run unmodified pyverbs on xroce's librdmacm.so.1.
 
     cmid_peer.py server|client MODE ADDRESS
 

@@ -4,7 +4,7 @@
 //! of its table fails as the table says, that a C program linked against it gets
 //! `rdma_event_str`'s names and, with rdma-core's libibverbs loaded instead of xroce's, a
 //! clean failure from the forwarded calls, and that perftest and pyverbs load it in place of
-//! rdma-core's. The forwarded calls themselves run in tests/rdmacm_netns.rs.
+//! rdma-core's. The forwarded calls themselves run in tools/tests/rdmacm_netns.rs.
 #[path = "../../tests/support.rs"]
 #[macro_use]
 mod support;
