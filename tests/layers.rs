@@ -111,6 +111,144 @@ fn no_import_runs_up_a_layer() {
     assert!(stale.is_empty(), "exceptions no longer used: {stale:?}");
 }
 
+/// The engine's rooms and their floors: the values at the bottom; the queues and tables; the
+/// rooms every actor ends its work in (completions and QP errors, outgoing packets); the
+/// completer; the requester (which completes a local operation at the head through the
+/// completer) and the responder; what drives them on top (transmit, receive, post, modify).
+/// `mod.rs` is the engine's root: it holds the `Engine` and its state, which every room uses.
+const ENGINE_FLOORS: &[(&str, u32)] = &[
+    ("types", 0),
+    ("time", 0),
+    ("limits", 0),
+    ("counters", 0),
+    ("shared_table", 0),
+    ("state", 1),
+    ("timers", 1),
+    ("qp", 2),
+    ("av", 2),
+    ("mr", 3),
+    ("cq", 3),
+    ("srq", 3),
+    ("gsi", 3),
+    ("mw", 4),
+    ("objects", 4),
+    ("completion", 5),
+    ("outgoing", 5),
+    ("completer", 6),
+    ("requester", 7),
+    ("responder", 7),
+    ("transmit", 8),
+    ("receive", 8),
+    ("post", 8),
+    ("modify", 8),
+];
+
+/// The engine rooms a file names: `super::<room>`, the rooms in `super::{..}`, and
+/// `crate::engine::<room>` (and its braces).
+fn engine_rooms(code: &str) -> BTreeSet<String> {
+    let mut rooms = BTreeSet::new();
+    for prefix in ["super::", "crate::engine::"] {
+        for (at, _) in code.match_indices(prefix) {
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let rest = &code[at + prefix.len()..];
+            let names: Vec<String> = if let Some(group) = rest.strip_prefix('{') {
+                // Top-level names of the group: `{a, b::{c, d}, e}` -> a, b, e.
+                let (mut depth, mut names, mut word, mut fresh) =
+                    (0, Vec::new(), String::new(), true);
+                for c in group.chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            names.extend((!word.is_empty()).then(|| std::mem::take(&mut word)));
+                            fresh = true;
+                        }
+                        c if depth == 0 && fresh && (c.is_alphanumeric() || c == '_') => {
+                            word.push(c)
+                        }
+                        _ if !word.is_empty() => {
+                            names.push(std::mem::take(&mut word));
+                            fresh = false;
+                        }
+                        _ => {}
+                    }
+                }
+                names.extend((!word.is_empty()).then_some(word));
+                names
+            } else {
+                vec![rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect()]
+            };
+            rooms.extend(names);
+        }
+    }
+    rooms
+}
+
+#[test]
+fn the_engine_has_no_circle() {
+    let engine_floor = |room: &str| {
+        ENGINE_FLOORS
+            .iter()
+            .find(|(r, _)| *r == room)
+            .map(|(_, f)| *f)
+    };
+    let mut up = Vec::new();
+    let mut rooms_seen = BTreeSet::new();
+    for (path, text) in sources() {
+        let Ok(inside) = path.strip_prefix("engine") else {
+            continue;
+        };
+        let from = inside.to_string_lossy().trim_end_matches(".rs").to_string();
+        if from == "mod" {
+            continue;
+        }
+        rooms_seen.insert(from.clone());
+        let Some(from_floor) = engine_floor(&from) else {
+            up.push(format!(
+                "src/engine/{from}.rs has no floor in ENGINE_FLOORS"
+            ));
+            continue;
+        };
+        for to in engine_rooms(&code_only(&text)) {
+            let Some(to_floor) = engine_floor(&to) else {
+                continue;
+            };
+            if to != from && to_floor >= from_floor {
+                up.push(format!(
+                    "src/engine/{from}.rs (floor {from_floor}) uses {to} (floor {to_floor})"
+                ));
+            }
+        }
+    }
+    assert!(
+        up.is_empty(),
+        "the engine's rooms import up or across:\n{}",
+        up.join("\n")
+    );
+    let gone: Vec<_> = ENGINE_FLOORS
+        .iter()
+        .filter(|(r, _)| !rooms_seen.contains(*r))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "ENGINE_FLOORS names rooms that are gone: {gone:?}"
+    );
+}
+
+#[test]
+fn the_room_reader_sees_groups_and_single_names() {
+    let code = "use super::{completion::{self, post}, qp, DeviceState};\nuse super::time::Instant; crate::engine::cq::x; a::super::no";
+    let found: Vec<String> = engine_rooms(code).into_iter().collect();
+    assert_eq!(found, ["DeviceState", "completion", "cq", "qp", "time"]);
+}
+
 #[test]
 fn the_path_reader_sees_module_names() {
     let code = "use crate::wire::Mtu; let x = crate::engine::GSI_QPN; a::crate::no; xcrate::no";

@@ -11,7 +11,7 @@ use std::process::Command;
 const LEAN: &[&str] = &[
     "xroce",
     "xroce-ibverbs",
-    "xroce-standin-rdmacm",
+    "xroce-rdmacm",
     "xroce-standin-mlx5",
     "xroce-standin-efa",
 ];

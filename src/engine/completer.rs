@@ -6,12 +6,12 @@
 //! a ghost (beyond anything sent) or a duplicate (already acknowledged) and is dropped.
 use crate::wire::{NakCode, OpcodeInfo, PacketRepr, Position, Psn, Syndrome};
 
-use super::modify::{check_sq_drained, fail_qp};
+use super::completion::{check_sq_drained, fail_qp, send_wc};
 use super::qp::Qp;
 use super::time::Instant;
 use super::timers::{local_ack_timeout, rnr_delay};
 use super::types::{QpState, WcStatus, WrOp};
-use super::{requester, DeviceState};
+use super::DeviceState;
 
 /// Handle an RC response packet (ACK, NAK, READ response, atomic ACK).
 pub(crate) fn handle_response(
@@ -142,14 +142,12 @@ fn complete_one(qp: &mut Qp, sh: &mut DeviceState) {
     let Some(wqe) = qp.sq.front() else {
         return;
     };
-    let wc = wqe
-        .signaled
-        .then(|| requester::wc_for(qp, wqe, WcStatus::Success));
+    let wc = wqe.signaled.then(|| send_wc(qp, wqe, WcStatus::Success));
     let last = wqe.last_psn();
     qp.sq.pop_front();
     if let Some(wc) = wc {
         let cq = qp.send_cq;
-        super::cq::post(qp, sh, cq, wc, false);
+        super::completion::post(qp, sh, cq, wc, false);
     }
     if qp.req.send_idx > 0 {
         qp.req.send_idx -= 1;

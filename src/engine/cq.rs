@@ -4,10 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use super::shared_table::{SharedTable, Snapshot};
 
-use super::modify::flush_qp;
-use super::qp::Qp;
-use super::types::{CqId, EngineError, Event, QpState, Wc};
-use super::DeviceState;
+use super::types::{CqId, EngineError, Event, Wc};
 
 #[derive(Debug)]
 pub(crate) struct Cq {
@@ -122,21 +119,4 @@ impl CqTable {
         })
         .unwrap_or(false)
     }
-}
-
-/// Post a completion of `qp` to `cq`. If the CQ cannot take it (overrun, or in error since an
-/// earlier overrun), the completion is lost and the QP cannot report its work any more: it
-/// enters the error state with [`Event::QpFatal`] ("Local Work Queue Catastrophic Error",
-/// IBTA 10.10.2.3; rxe's RESPST_ERR_CQ_OVERFLOW moves the QP to error the same way), its
-/// other WRs are flushed. Returns false in that case, so the caller stops (no ACK for a
-/// message whose completion was lost).
-pub(crate) fn post(qp: &mut Qp, sh: &mut DeviceState, cq: CqId, wc: Wc, solicited: bool) -> bool {
-    if sh.cqs.push(cq, wc, solicited, &mut sh.events) {
-        return true;
-    }
-    if qp.state() != QpState::Err {
-        sh.events.push_back(Event::QpFatal(qp.qpn));
-        flush_qp(qp, sh);
-    }
-    false
 }

@@ -28,7 +28,11 @@ pub const MAX_INLINE_DATA: u32 = 256;
 pub const MAX_AH: u32 = 4096;
 /// Memory windows per device (counted by the verbs layer).
 pub const MAX_MW: u32 = 4096;
-/// Largest message (2 GiB, the IB limit of a DMA length: a longer one is a Remote Invalid
+/// Largest message: 2^31 bytes, what `max_msg_sz` announces and the most a request may
+/// carry or ask for. A longer RETH DMA length is an invalid request: "the length specified in
+/// an RDMA request is greater than 2^31 bytes" is one of the causes of a Remote Invalid
+/// Request listed for that completion status (vendor manuals quote it, e.g. Marvell
+/// FastLinQ's RoCE error table); rxe checks the same (`check_length`, class C, NAK Invalid
 /// Request).
 pub const MAX_MSG_SZ: u32 = 1 << 31;
 /// Shared receive queues per device (counted by the verbs layer; rxe: 4032).

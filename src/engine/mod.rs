@@ -33,8 +33,7 @@
 //! - `srq`: shared receive queues (their table, shared by the shards, and the limit event).
 //! - `mw`: memory windows (allocate, bind, deallocate) and the send queue's local
 //!   operations (BIND_MW, LOCAL_INV).
-//! - `modify`: `modify_qp` (masks checked by `state`, values range-checked there) and the
-//!   state changes the engine makes itself (flush to ERR, fail a QP, SQ drained).
+//! - `modify`: `modify_qp` (masks checked by `state`, values range-checked there).
 //! - `post`: `post_send` / `post_recv`.
 //! - `receive`: the receive demultiplexer ([`Engine::handle_frame`]): parse, addresses, P_Key,
 //!   QP, transport, then the responder or the completer.
@@ -50,6 +49,12 @@
 //! - `completer`: consumes ACKs, NAKs and responses: completes WQEs in order, go-back-N,
 //!   RNR waits, retry counting, error mapping and flushing.
 //!
+//! Below the three, the rooms they all end their work in: `completion` (the completion of a
+//! send or receive WQE, posting it to its CQ, the state changes the engine makes itself:
+//! flush to ERR, fail a QP, SQ drained) and `outgoing` (the `OutPacket` they hand
+//! to transmit, and the transmit list). No room imports one on its floor or above
+//! (tests/layers.rs, `ENGINE_FLOORS`).
+//!
 //! Beside them: `qp` (per-QP state), `state` (the transition table), `mr`, `cq`, `av`
 //! (address vector checks), `timers`, `counters`, `types` (the public value types).
 //!
@@ -62,6 +67,7 @@ use std::sync::Arc;
 
 pub mod av;
 mod completer;
+mod completion;
 pub mod counters;
 mod cq;
 mod gsi;
@@ -70,6 +76,7 @@ mod modify;
 mod mr;
 mod mw;
 mod objects;
+mod outgoing;
 mod post;
 mod qp;
 mod receive;
@@ -96,10 +103,10 @@ pub use crate::wire::{Mtu, ROCE_HEADER_ALLOWANCE};
 
 use cq::CqTable;
 use mr::MrTable;
+use outgoing::schedule;
 use qp::Qp;
 use srq::SrqTable;
 use timers::TimerQueue;
-use transmit::schedule;
 
 /// Largest frame the engine emits: Ethernet+VLAN 18, IPv6 40, UDP 8, BTH 12, the largest
 /// extension headers 28, payload 4096, pad 3, ICRC 4.

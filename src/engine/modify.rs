@@ -1,11 +1,12 @@
 //! QP state changes: `modify_qp` (its mask is checked against the transition table in
 //! `state.rs`, its values here) and the transitions the engine makes by itself: flushing
 //! to ERR, failing a QP, the SQ-drained event.
+use super::completion::{check_sq_drained, flush_qp};
+use super::outgoing::schedule;
 use super::qp::{self, Qp};
-use super::transmit::schedule;
-use super::types::{EngineError, Event, QpAttr, QpAttrMask, QpState, WcStatus};
-use super::{limits, requester, responder, srq, state, DeviceState, Engine, EngineConfig};
-use crate::wire::{self, Psn};
+use super::types::{EngineError, QpAttr, QpAttrMask, QpState};
+use super::{limits, srq, state, DeviceState, Engine, EngineConfig};
+use crate::wire::Psn;
 
 impl Engine {
     /// Change QP attributes and/or state. The mask is checked against the IBTA transition
@@ -115,62 +116,6 @@ fn validate_values(attr: &QpAttr, mask: QpAttrMask, cfg: &EngineConfig) -> Resul
         av.validate(&cfg.gids, cfg.mac)?;
     }
     Ok(())
-}
-
-/// In SQD with `en_sqd_async_notify`: raise `Event::SqDrained` once no started WQE is left
-/// outstanding (IBTA 10.3.1, "SQ Drain").
-pub(crate) fn check_sq_drained(qp: &mut Qp, sh: &mut DeviceState) {
-    if qp.state() == QpState::Sqd
-        && qp.attr.en_sqd_async_notify
-        && !qp.sqd_notified
-        && qp.sq.iter().all(|w| w.first_psn.is_none())
-    {
-        qp.sqd_notified = true;
-        sh.events.push_back(Event::SqDrained(qp.qpn));
-    }
-}
-
-/// Move a QP to the error state: every outstanding WR completes with WR_FLUSH_ERR, in order
-/// (IBTA 10.3.1, the Error state); queued NAKs are still sent. A QP on an SRQ flushes only the
-/// WQE it was filling and raises [`Event::QpLastWqeReached`].
-pub(crate) fn flush_qp(qp: &mut Qp, sh: &mut DeviceState) {
-    qp.attr.qp_state = QpState::Err;
-    qp.attr.cur_qp_state = QpState::Err;
-    qp.req.retrans_deadline = None;
-    qp.req.rnr_deadline = None;
-    while let Some(wqe) = qp.sq.pop_front() {
-        let wc = requester::wc_for(qp, &wqe, WcStatus::WrFlushErr);
-        sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
-    }
-    qp.req.send_idx = 0;
-    qp.req.send_pkt = 0;
-    if let qp::InProgress::Send { wqe, .. } =
-        std::mem::replace(&mut qp.resp.in_progress, qp::InProgress::None)
-    {
-        let wc = responder::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);
-        sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
-    }
-    // A QP on an SRQ has nothing here: the SRQ's WQEs stay for its other QPs.
-    while let Some(wqe) = qp.rq.pop_front() {
-        let wc = responder::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);
-        sh.cqs.push(qp.recv_cq, wc, false, &mut sh.events);
-    }
-    srq::last_wqe_reached(qp, sh);
-    // Keep only NAKs: READ responses and ACKs of a dead QP are not sent.
-    qp.resp.responses.retain(|r| {
-        matches!(r, qp::Response::Ack { syndrome, .. } if !matches!(syndrome, wire::Syndrome::Ack { .. }))
-    });
-}
-
-/// A QP fails by itself: the WQE at the head of the send queue completes with `status`, the
-/// QP enters ERR and everything else is flushed.
-pub(crate) fn fail_qp(qp: &mut Qp, sh: &mut DeviceState, status: WcStatus) {
-    if let Some(wqe) = qp.sq.pop_front() {
-        let wc = requester::wc_for(qp, &wqe, status);
-        sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
-    }
-    sh.events.push_back(Event::QpFatal(qp.qpn));
-    flush_qp(qp, sh);
 }
 
 /// Set the attributes `mask` names (checked already) to their values in `attr`, with the

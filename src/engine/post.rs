@@ -1,9 +1,10 @@
 //! Posting work requests: `post_send` and `post_recv` check a WR against the QP and queue
 //! it (or complete it at once with a flush error in ERR).
+use super::completion;
+use super::outgoing::schedule;
 use super::qp::RecvWqe;
-use super::transmit::schedule;
 use super::types::{EngineError, QpState, RecvWr, SendWr, SendWrRef, Sge, WcStatus};
-use super::{mw, requester, responder, Engine};
+use super::{mw, requester, Engine};
 
 impl Engine {
     /// Post a send WR. Errors are API misuse (bad state, full queue, bad SGE); remote
@@ -74,7 +75,7 @@ impl Engine {
         let wqe = requester::make_wqe_with(qp, &self.sh, wr, data)?;
         if state == QpState::Err {
             // IBTA 10.3.1 (Error state): WRs posted in the error state complete with a flush error.
-            let wc = requester::wc_for(qp, &wqe, WcStatus::WrFlushErr);
+            let wc = completion::send_wc(qp, &wqe, WcStatus::WrFlushErr);
             self.sh.cqs.push(qp.send_cq, wc, false, &mut self.sh.events);
             return Ok(());
         }
@@ -128,7 +129,7 @@ impl Engine {
             pd: qp.pd,
         };
         if qp.state() == QpState::Err {
-            let wc = responder::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);
+            let wc = completion::recv_wc(qp, &wqe, WcStatus::WrFlushErr, 0);
             self.sh.cqs.push(qp.recv_cq, wc, false, &mut self.sh.events);
             return Ok(());
         }

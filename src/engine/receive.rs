@@ -2,8 +2,8 @@
 //! and hand it to the responder (requests) or the completer (responses).
 use std::net::IpAddr;
 
+use super::outgoing::schedule;
 use super::time::Instant;
-use super::transmit::schedule;
 use super::types::QpType;
 use super::{completer, responder, DropCounters, Engine, DEFAULT_PKEY};
 use crate::wire::{self, IpRepr, WireError};

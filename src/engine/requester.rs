@@ -7,13 +7,13 @@
 //! yields the same PSNs again.
 use crate::wire::{AtomicEthRepr, DethRepr, Opcode, Psn, RethRepr};
 
-use super::modify::fail_qp;
+use super::completion::{self, check_sq_drained, fail_qp, send_wc};
+use super::outgoing::OutPacket;
 use super::qp::{Qp, SendWqe};
 use super::time::Instant;
 use super::timers::local_ack_timeout;
-use super::transmit::OutPacket;
 use super::types::{
-    Access, EngineError, QpState, QpType, SendFlags, SendWrRef, Sge, Wc, WcStatus, WrOp,
+    Access, EngineError, QpState, QpType, SendFlags, SendWrRef, Sge, WcStatus, WrOp,
 };
 use super::{DeviceState, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
 
@@ -79,10 +79,10 @@ pub(crate) fn make_wqe_with(
             max: qp.caps.max_inline_data as u64,
         });
     }
-    if total > super::responder::MAX_MESSAGE_LEN {
+    if total > u64::from(super::limits::MAX_MSG_SZ) {
         return bad(format!(
             "message of {total} bytes exceeds the maximum message size of {} bytes (2 GiB)",
-            super::responder::MAX_MESSAGE_LEN
+            u64::from(super::limits::MAX_MSG_SZ)
         ));
     }
     let len = total as u32;
@@ -127,27 +127,6 @@ pub(crate) fn make_wqe_with(
         read_done_pkts: 0,
         local_done: false,
     })
-}
-
-/// The completion of a send WQE.
-pub(crate) fn wc_for(qp: &Qp, wqe: &SendWqe, status: WcStatus) -> Wc {
-    Wc {
-        wr_id: wqe.wr_id,
-        status,
-        opcode: wqe.op.wc_opcode(),
-        byte_len: if matches!(wqe.op, WrOp::Read { .. }) || wqe.op.is_atomic() {
-            wqe.len
-        } else {
-            0
-        },
-        imm_data: None,
-        invalidated_rkey: None,
-        qp_num: qp.qpn,
-        src_qp: qp.attr.dest_qp_num,
-        grh_present: false,
-        sender_ip: None,
-        sender_mac: None,
-    }
 }
 
 /// If `[offset, offset+len)` of the SGE list lies inside one SGE: its (lkey, address).
@@ -257,7 +236,7 @@ fn run_local_ops(qp: &mut Qp, sh: &mut DeviceState) -> bool {
 fn fail_local_op(qp: &mut Qp, sh: &mut DeviceState, idx: usize, status: WcStatus) {
     for _ in 0..idx {
         if let Some(wqe) = qp.sq.pop_front() {
-            let wc = wc_for(qp, &wqe, WcStatus::WrFlushErr);
+            let wc = send_wc(qp, &wqe, WcStatus::WrFlushErr);
             sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
         }
     }
@@ -513,10 +492,10 @@ fn next_uc(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
             return None;
         }
         if wqe.signaled {
-            let (wc, cq) = (wc_for(qp, &wqe, WcStatus::Success), qp.send_cq);
-            super::cq::post(qp, sh, cq, wc, false);
+            let (wc, cq) = (send_wc(qp, &wqe, WcStatus::Success), qp.send_cq);
+            completion::post(qp, sh, cq, wc, false);
         }
-        super::modify::check_sq_drained(qp, sh);
+        check_sq_drained(qp, sh);
     }
     let head = qp.sq.front()?;
     if head.first_psn.is_none() && qp.state() == QpState::Sqd {
@@ -544,8 +523,8 @@ fn next_uc(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     }
     qp.req.send_pkt = 0;
     let wqe = qp.sq.pop_front()?;
-    pkt.ud_completion = Some((wc_for(qp, &wqe, WcStatus::Success), wqe.signaled));
-    super::modify::check_sq_drained(qp, sh);
+    pkt.ud_completion = Some((send_wc(qp, &wqe, WcStatus::Success), wqe.signaled));
+    check_sq_drained(qp, sh);
     Some(pkt)
 }
 
@@ -576,9 +555,9 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
         },
     };
     if !ok {
-        let wc = wc_for(qp, &wqe, WcStatus::LocProtErr);
+        let wc = send_wc(qp, &wqe, WcStatus::LocProtErr);
         let cq = qp.send_cq;
-        super::cq::post(qp, sh, cq, wc, false);
+        completion::post(qp, sh, cq, wc, false);
         return None;
     }
     let psn = qp.req.next_psn;
@@ -608,7 +587,7 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     pkt.payload_len = plen;
     pkt.payload_mr = payload_mr;
     // Pushed by poll_transmit once the frame is emitted (with an error if it cannot be).
-    let mut wc = wc_for(qp, &wqe, WcStatus::Success);
+    let mut wc = send_wc(qp, &wqe, WcStatus::Success);
     wc.src_qp = dest.remote_qpn;
     pkt.ud_completion = Some((wc, wqe.signaled));
     Some(pkt)

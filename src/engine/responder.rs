@@ -16,42 +16,18 @@ use crate::wire::{
     AtomicEthRepr, FrameRepr, NakCode, OpcodeInfo, PacketRepr, Position, Psn, RethRepr, Syndrome,
 };
 
-use super::modify::flush_qp;
+use super::completion::{self, flush_qp, recv_wc};
+use super::limits::MAX_MSG_SZ;
 use super::mr::{AccessFault, MrTable, RemoteAccess};
+use super::outgoing::OutPacket;
 use super::qp::{InProgress, Qp, RecvWqe, Response, SavedResource};
 use super::srq::{give_back_recv_wqe, take_recv_wqe};
-use super::transmit::OutPacket;
-use super::types::{Access, PdId, QpState, Wc, WcOpcode, WcStatus};
+use super::types::{Access, PdId, QpState, WcOpcode, WcStatus};
 use super::{DeviceState, CREDIT_UNLIMITED};
 
 /// Responses queued per QP at most; beyond that new ACKs are dropped (the requester's
 /// timer recovers) so a duplicate flood cannot grow memory.
 const MAX_QUEUED_RESPONSES: usize = 1024;
-
-/// The largest message a request may carry or ask for: 2^31 bytes, what `max_msg_sz`
-/// announces. A longer RETH DMA length is an invalid request: "the length specified in an
-/// RDMA request is greater than 2^31 bytes" is one of the causes of a Remote Invalid Request
-/// listed for that completion status (vendor manuals quote it, e.g. Marvell FastLinQ's RoCE
-/// error table); rxe checks the same
-/// (`check_length`, class C, NAK Invalid Request).
-pub(crate) const MAX_MESSAGE_LEN: u64 = super::limits::MAX_MSG_SZ as u64;
-
-/// The receive completion for a WQE.
-pub(crate) fn recv_wc(qp: &Qp, wqe: &RecvWqe, status: WcStatus, byte_len: u32) -> Wc {
-    Wc {
-        wr_id: wqe.wr_id,
-        status,
-        opcode: WcOpcode::Recv,
-        byte_len,
-        imm_data: None,
-        invalidated_rkey: None,
-        qp_num: qp.qpn,
-        src_qp: qp.attr.dest_qp_num,
-        grh_present: false,
-        sender_ip: None,
-        sender_mac: None,
-    }
-}
 
 fn queue(qp: &mut Qp, sh: &mut DeviceState, r: Response) {
     // ACK coalescing (IBTA 9.7.5.1.2): a not-yet-sent ACK is superseded by a later one (it
@@ -154,7 +130,7 @@ pub(crate) enum ResponderError {
     /// 9.7, RC responder). RNR NAK (9.7.5.2.8); the PSN is not consumed. A WRITE without
     /// immediate consumes no WQE (C10-87, IBTA 10.7.2.2).
     ReceiverNotReady,
-    /// The RETH DMA length is over 2^31 bytes ([`MAX_MESSAGE_LEN`]). Class C: NAK Invalid
+    /// The RETH DMA length is over 2^31 bytes ([`MAX_MSG_SZ`]). Class C: NAK Invalid
     /// Request.
     MessageTooLong,
     /// A WRITE's payload disagrees with its RETH DMA length (an ONLY carries all of it, a
@@ -435,9 +411,9 @@ fn check_reth(pkt: &PacketRepr<'_>) -> Result<RethRepr, ResponderError> {
     pkt.reth.ok_or(ResponderError::MissingHeader)
 }
 
-/// No message is longer than [`MAX_MESSAGE_LEN`].
+/// No message is longer than [`MAX_MSG_SZ`].
 fn check_message_length(dma_len: u64) -> Result<(), ResponderError> {
-    if dma_len > MAX_MESSAGE_LEN {
+    if dma_len > u64::from(MAX_MSG_SZ) {
         return Err(ResponderError::MessageTooLong);
     }
     Ok(())
@@ -507,7 +483,7 @@ fn check_atomic_alignment(va: u64) -> Result<(), ResponderError> {
 
 /// A SEND that ends at byte `end` of its message fits its receive WQE.
 fn check_receive_space(end: u64, wqe_len: u64) -> Result<(), ResponderError> {
-    if end > wqe_len || end > MAX_MESSAGE_LEN {
+    if end > wqe_len || end > u64::from(MAX_MSG_SZ) {
         return Err(ResponderError::ReceiveBufferTooSmall);
     }
     Ok(())
@@ -566,7 +542,7 @@ fn execute_send(
     }
     qp.resp.msn = qp.resp.msn.wrapping_add(1) & 0xFF_FFFF;
     let cq = qp.recv_cq;
-    if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
+    if !completion::post(qp, sh, cq, wc, pkt.bth.solicited) {
         return Ok(Executed::Stopped);
     }
     Ok(Executed::Acknowledge)
@@ -591,7 +567,7 @@ fn execute_write(
             wc.opcode = WcOpcode::RecvRdmaWithImm;
             wc.imm_data = pkt.immdt;
             let cq = qp.recv_cq;
-            if !super::cq::post(qp, sh, cq, wc, pkt.bth.solicited) {
+            if !completion::post(qp, sh, cq, wc, pkt.bth.solicited) {
                 return Ok(Executed::Stopped);
             }
             Ok(Executed::Acknowledge)
@@ -1058,7 +1034,7 @@ fn abandon_uc_message(qp: &mut Qp, sh: &mut DeviceState) {
             sh.counters.uc_messages_dropped += 1;
             let wc = recv_wc(qp, &wqe, WcStatus::RemInvReqErr, offset as u32);
             let cq = qp.recv_cq;
-            super::cq::post(qp, sh, cq, wc, false);
+            completion::post(qp, sh, cq, wc, false);
         }
         InProgress::Send { wqe, .. } => {
             sh.counters.uc_messages_dropped += 1;
@@ -1137,7 +1113,7 @@ pub(crate) fn handle_ud(
     if total > wqe.len {
         let wc = recv_wc(qp, &wqe, WcStatus::LocLenErr, 0);
         let cq = qp.recv_cq;
-        super::cq::post(qp, sh, cq, wc, false);
+        completion::post(qp, sh, cq, wc, false);
         return;
     }
     if !sh.mrs.scatter_to_receive(wqe.pd, &wqe.sges, 0, &grh)
@@ -1147,7 +1123,7 @@ pub(crate) fn handle_ud(
     {
         let wc = recv_wc(qp, &wqe, WcStatus::LocProtErr, 0);
         let cq = qp.recv_cq;
-        super::cq::post(qp, sh, cq, wc, false);
+        completion::post(qp, sh, cq, wc, false);
         return;
     }
     let mut wc = recv_wc(qp, &wqe, WcStatus::Success, total as u32);
@@ -1160,7 +1136,7 @@ pub(crate) fn handle_ud(
         sh.counters.gsi_rcvd += 1;
     }
     let cq = qp.recv_cq;
-    super::cq::post(qp, sh, cq, wc, pkt.bth.solicited);
+    completion::post(qp, sh, cq, wc, pkt.bth.solicited);
 }
 
 #[cfg(test)]
@@ -1366,9 +1342,9 @@ mod tests {
         assert_eq!(check_reth(&pkt), Ok(reth));
         assert_eq!(check_atomic_eth(&pkt), Err(ResponderError::MissingHeader));
 
-        assert_eq!(check_message_length(MAX_MESSAGE_LEN), Ok(()));
+        assert_eq!(check_message_length(u64::from(MAX_MSG_SZ)), Ok(()));
         assert_eq!(
-            check_message_length(MAX_MESSAGE_LEN + 1),
+            check_message_length(u64::from(MAX_MSG_SZ) + 1),
             Err(ResponderError::MessageTooLong)
         );
 

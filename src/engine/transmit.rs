@@ -1,66 +1,14 @@
 //! Transmit scheduling: the round-robin list of QPs with something to send, `poll_transmit`
 //! (responses before requests on each QP), and building the frame of each packet.
-use std::collections::VecDeque;
 use std::net::IpAddr;
 
-use super::modify::{fail_qp, flush_qp};
+use super::completion::{self, fail_qp, flush_qp};
+use super::outgoing::{has_tx_work, schedule, OutPacket};
 use super::qp::Qp;
 use super::time::Instant;
-use super::types::{AddressVector, Event, QpState, Wc, WcStatus};
-use super::{cq, requester, responder, DeviceState, Engine, DEFAULT_PKEY, MAX_FRAME_OVERHEAD};
-use crate::wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, EthRepr, FrameRepr, IpRepr,
-    Opcode, PacketRepr, Psn, RethRepr, VlanTag,
-};
-
-/// A packet the requester or responder wants to send; its payload is in one MR
-/// (`payload_mr`) or in `DeviceState::scratch`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct OutPacket {
-    pub av: AddressVector,
-    pub dest_qp: u32,
-    pub opcode: Opcode,
-    pub psn: Psn,
-    pub ack_req: bool,
-    pub solicited: bool,
-    pub reth: Option<RethRepr>,
-    pub aeth: Option<AethRepr>,
-    pub atomic_eth: Option<AtomicEthRepr>,
-    pub atomic_ack_eth: Option<AtomicAckEthRepr>,
-    pub immdt: Option<u32>,
-    pub ieth: Option<u32>,
-    pub deth: Option<DethRepr>,
-    pub payload_len: usize,
-    /// The payload lies in one MR (key, address): emitted straight from it, no gather copy.
-    pub payload_mr: Option<(u32, u64)>,
-    /// UD, and the last packet of a UC message: the send WQE's completion (and whether it
-    /// is signaled), pushed only once the frame is emitted; with an error status if it
-    /// cannot be.
-    pub ud_completion: Option<(Wc, bool)>,
-}
-
-impl OutPacket {
-    pub fn new(av: AddressVector, dest_qp: u32, opcode: Opcode, psn: Psn) -> OutPacket {
-        OutPacket {
-            av,
-            dest_qp,
-            opcode,
-            psn,
-            ack_req: false,
-            solicited: false,
-            reth: None,
-            aeth: None,
-            atomic_eth: None,
-            atomic_ack_eth: None,
-            immdt: None,
-            ieth: None,
-            deth: None,
-            payload_len: 0,
-            payload_mr: None,
-            ud_completion: None,
-        }
-    }
-}
+use super::types::{Event, Wc, WcStatus};
+use super::{requester, responder, DeviceState, Engine, DEFAULT_PKEY, MAX_FRAME_OVERHEAD};
+use crate::wire::{BthRepr, EthRepr, FrameRepr, IpRepr, PacketRepr, VlanTag};
 
 impl Engine {
     /// Write the next frame to send into `buf` (at least
@@ -108,7 +56,7 @@ impl Engine {
                     // UD: the send is done only now that its frame exists.
                     if let Some((wc, true)) = pkt.ud_completion {
                         let cq = qp.send_cq;
-                        cq::post(qp, &mut self.sh, cq, wc, false);
+                        completion::post(qp, &mut self.sh, cq, wc, false);
                     }
                     self.last_tx = Some(qpn);
                     if pkt.ud_completion.is_some() {
@@ -170,23 +118,6 @@ impl Engine {
         Engine::sync_timer(&mut self.timers, qp);
         schedule(&mut self.tx_list, qp);
     }
-}
-
-/// Put a QP on the transmit list if it may have something to send.
-pub(super) fn schedule(list: &mut VecDeque<u32>, qp: &mut Qp) {
-    if !qp.in_tx_list && has_tx_work(qp) {
-        qp.in_tx_list = true;
-        list.push_back(qp.qpn);
-    }
-}
-
-fn has_tx_work(qp: &Qp) -> bool {
-    if !qp.resp.responses.is_empty() {
-        return true;
-    }
-    matches!(qp.state(), QpState::Rts | QpState::Sqd)
-        && qp.req.rnr_deadline.is_none()
-        && qp.req.send_idx < qp.sq.len()
 }
 
 /// A request whose frame could not be emitted after its PSN was assigned: as rxe does when

@@ -112,7 +112,7 @@ pub fn built() -> &'static Built {
             .args(["build", "--quiet", "--profile", profile, "--target-dir"])
             .arg(target)
             .args(["-p", "xroce-standin-mlx5", "-p", "xroce-standin-efa"])
-            .args(["-p", "xroce-standin-rdmacm"])
+            .args(["-p", "xroce-rdmacm"])
             .current_dir(env!("CARGO_MANIFEST_DIR")));
         assert!(
             out.status.success(),

@@ -1,6 +1,6 @@
 //! RDMA CM inside `libibverbs.so.1`: the `rdma_*` calls of librdmacm over
 //! [`xroce::rdmacm`], exported as `xroce_rdmacm_<name>@@XROCE_RDMACM_PRIVATE` for xroce's
-//! `librdmacm.so.1` (abi/standins/rdmacm) to forward to.
+//! `librdmacm.so.1` (abi/rdmacm) to forward to.
 //!
 //! Why here and not in librdmacm itself: an id's `verbs`, `pd` and `qp` are objects of this
 //! library (the program calls `ibv_alloc_pd(id->verbs)` and `ibv_post_send(id->qp)`), and

@@ -1,11 +1,11 @@
-//! xroce's librdmacm.so.1 (see abi/standins/tests/support.rs for what each check does and what
+//! xroce's librdmacm.so.1 (see abi/standins/tests/support.rs, shared with the stand-ins, for what each check does and what
 //! it needs): its soname and version nodes, that it exports every `symbol@version` perftest
 //! and pyverbs import from it (and everything the real librdmacm.so.1 exports), that each stub
 //! of its table fails as the table says, that a C program linked against it gets
 //! `rdma_event_str`'s names and, with rdma-core's libibverbs loaded instead of xroce's, a
 //! clean failure from the forwarded calls, and that perftest and pyverbs load it in place of
 //! rdma-core's. The forwarded calls themselves run in tools/tests/rdmacm_netns.rs.
-#[path = "../../tests/support.rs"]
+#[path = "../../standins/tests/support.rs"]
 #[macro_use]
 mod support;
 
