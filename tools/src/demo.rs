@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::frame_line;
 use crate::endpoint::{
-    poll_one, ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
+    poll_one, ConnectParams, RemoteInfo, ToolEndpoint, ToolWc, ToolWr, WcKind, WrOp,
 };
 use crate::json_line::{gid_from_hex, gid_hex, recv_json, send_json};
 use crate::setup::{random_psn, OobStream, SETUP_TIMEOUT};
@@ -231,7 +231,7 @@ pub struct Step {
     /// Fill our buffer's first `len` bytes with this pattern first.
     pub fill: Option<u8>,
     /// The work request (signalled).
-    pub op: ToolOp,
+    pub op: WrOp,
     /// Our buffer's part in it: the data sent, or where the result lands.
     pub offset: usize,
     /// See `offset`.
@@ -251,7 +251,7 @@ pub fn story(size: usize, remote_addr: u64, rkey: u32) -> Vec<Step> {
             name: "SEND",
             what: "copies our buffer into the next receive buffer the server posted; both sides get a completion",
             fill: Some(1),
-            op: ToolOp::Send { imm: None },
+            op: WrOp::Send,
             offset: 0,
             len: size,
             check: Check::Server(Request::CheckRecv {
@@ -266,7 +266,7 @@ pub fn story(size: usize, remote_addr: u64, rkey: u32) -> Vec<Step> {
             name: "SEND_WITH_IMM",
             what: "a SEND that also carries 32 bits of immediate data, delivered in the server's completion",
             fill: Some(2),
-            op: ToolOp::Send { imm: Some(0x1234_abcd) },
+            op: WrOp::SendWithImm { imm: 0x1234_abcd },
             offset: 0,
             len: size,
             check: Check::Server(Request::CheckRecv {
@@ -281,10 +281,9 @@ pub fn story(size: usize, remote_addr: u64, rkey: u32) -> Vec<Step> {
             name: "RDMA_WRITE",
             what: "writes straight into the server's memory at an address + R_Key it gave us; the server's CPU is not involved",
             fill: Some(3),
-            op: ToolOp::Write {
+            op: WrOp::Write {
                 remote_addr: remote(server.write()),
                 rkey,
-                imm: None,
             },
             offset: 0,
             len: size,
@@ -298,10 +297,10 @@ pub fn story(size: usize, remote_addr: u64, rkey: u32) -> Vec<Step> {
             name: "RDMA_WRITE_WITH_IMM",
             what: "an RDMA WRITE whose last packet carries immediate data; it consumes a receive so the server learns it happened",
             fill: Some(5),
-            op: ToolOp::Write {
+            op: WrOp::WriteWithImm {
                 remote_addr: remote(server.write()),
                 rkey,
-                imm: Some(0xfeed_f00d),
+                imm: 0xfeed_f00d,
             },
             offset: 0,
             len: size,
@@ -317,7 +316,7 @@ pub fn story(size: usize, remote_addr: u64, rkey: u32) -> Vec<Step> {
             name: "RDMA_READ",
             what: "fetches bytes from the server's memory into ours; the server answers with READ response packets",
             fill: None,
-            op: ToolOp::Read {
+            op: WrOp::Read {
                 remote_addr: remote(server.read_src()),
                 rkey,
             },
@@ -332,7 +331,7 @@ pub fn story(size: usize, remote_addr: u64, rkey: u32) -> Vec<Step> {
             name: "FETCH_ADD",
             what: "atomically adds 23 to a 64-bit value in the server's memory and returns the old value",
             fill: None,
-            op: ToolOp::FetchAdd {
+            op: WrOp::FetchAdd {
                 remote_addr: remote(server.atomic()),
                 rkey,
                 add: 23,
@@ -349,7 +348,7 @@ pub fn story(size: usize, remote_addr: u64, rkey: u32) -> Vec<Step> {
             name: "CMP_SWAP",
             what: "atomically replaces the value with 0xC0FFEE if it equals 123, and returns the old value",
             fill: None,
-            op: ToolOp::CmpSwap {
+            op: WrOp::CompareSwap {
                 remote_addr: remote(server.atomic()),
                 rkey,
                 compare: ATOMIC_INITIAL + 23,
@@ -843,14 +842,14 @@ mod tests {
             for step in &steps {
                 assert!(step.offset + step.len <= client_len(size), "{}", step.name);
                 let (remote, len) = match step.op {
-                    ToolOp::Send { .. } => continue,
-                    ToolOp::Write { remote_addr, .. } | ToolOp::Read { remote_addr, .. } => {
-                        (remote_addr, step.len)
-                    }
-                    ToolOp::FetchAdd { remote_addr, .. } | ToolOp::CmpSwap { remote_addr, .. } => {
+                    WrOp::Write { remote_addr, .. }
+                    | WrOp::WriteWithImm { remote_addr, .. }
+                    | WrOp::Read { remote_addr, .. } => (remote_addr, step.len),
+                    WrOp::FetchAdd { remote_addr, .. } | WrOp::CompareSwap { remote_addr, .. } => {
                         assert_eq!(remote_addr % 8, 0, "{}", step.name);
                         (remote_addr, 8)
                     }
+                    _ => continue,
                 };
                 assert!(remote >= base && remote - base + len as u64 <= server.total() as u64);
             }

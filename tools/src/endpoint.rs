@@ -81,51 +81,9 @@ impl ConnectParams {
     }
 }
 
-/// One work request's operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolOp {
-    /// SEND (RC) or UD SEND to the connected peer, with optional immediate.
-    Send {
-        /// Immediate data.
-        imm: Option<u32>,
-    },
-    /// RDMA WRITE to `remote_addr`, with optional immediate (WRITE_WITH_IMM).
-    Write {
-        /// Target VA.
-        remote_addr: u64,
-        /// Target R_Key.
-        rkey: u32,
-        /// Immediate data.
-        imm: Option<u32>,
-    },
-    /// RDMA READ from `remote_addr`.
-    Read {
-        /// Source VA.
-        remote_addr: u64,
-        /// Source R_Key.
-        rkey: u32,
-    },
-    /// 8-byte compare-and-swap.
-    CmpSwap {
-        /// Target VA (8-byte aligned).
-        remote_addr: u64,
-        /// Target R_Key.
-        rkey: u32,
-        /// Compare value.
-        compare: u64,
-        /// Swap value.
-        swap: u64,
-    },
-    /// 8-byte fetch-and-add.
-    FetchAdd {
-        /// Target VA (8-byte aligned).
-        remote_addr: u64,
-        /// Target R_Key.
-        rkey: u32,
-        /// Value to add.
-        add: u64,
-    },
-}
+/// A work request's operation is the provider's own [`WrOp`]; an endpoint refuses, with an
+/// error, what it cannot do.
+pub use xroce::verbs::WrOp;
 
 /// A send-queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +91,7 @@ pub struct ToolWr {
     /// Returned in the completion.
     pub wr_id: u64,
     /// What to do.
-    pub op: ToolOp,
+    pub op: WrOp,
     /// Local buffer offset (data source, or READ/atomic destination).
     pub offset: usize,
     /// Length in bytes (8 for atomics).

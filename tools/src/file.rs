@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWr, WcKind};
+use crate::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolWr, WcKind, WrOp};
 use crate::json_line::{gid_from_hex, gid_hex, hex, recv_json, send_json};
 use crate::setup::OobStream;
 
@@ -240,10 +240,9 @@ pub fn send<S: OobStream, R: Read>(
             let remote_addr = hello.addr.wrapping_add((slot * chunk) as u64);
             ep.post_send(&ToolWr {
                 wr_id: WR_DATA,
-                op: ToolOp::Write {
+                op: WrOp::Write {
                     remote_addr,
                     rkey: hello.rkey,
-                    imm: None,
                 },
                 offset: slot * chunk,
                 len: this,
@@ -251,11 +250,11 @@ pub fn send<S: OobStream, R: Read>(
             })?;
             ep.post_send(&ToolWr {
                 wr_id: WR_SIGNAL,
-                op: ToolOp::Write {
+                op: WrOp::WriteWithImm {
                     remote_addr,
                     rkey: hello.rkey,
                     // The chunk number modulo 2^32; the receiver compares the same way.
-                    imm: Some((k & 0xFFFF_FFFF) as u32),
+                    imm: (k & 0xFFFF_FFFF) as u32,
                 },
                 offset: slot * chunk,
                 len: 0,
@@ -615,7 +614,7 @@ fn receive_chunks(
             ep.post_recv(WR_SIGNAL, 0, 0)?;
             ep.post_send(&ToolWr {
                 wr_id: WR_CREDIT,
-                op: ToolOp::Send { imm: None },
+                op: WrOp::Send,
                 offset: slot * chunk,
                 len: CREDIT_LEN.min(chunk),
                 signaled: true,
@@ -678,9 +677,7 @@ fn abort<S: Write>(ep: &mut dyn ToolEndpoint, stream: &mut S, why: &anyhow::Erro
     );
     let posted = ep.post_send(&ToolWr {
         wr_id: WR_ABORT,
-        op: ToolOp::Send {
-            imm: Some(ABORT_IMM),
-        },
+        op: WrOp::SendWithImm { imm: ABORT_IMM },
         offset: 0,
         len: 0,
         signaled: true,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWr};
+use crate::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolWr, WrOp};
 use crate::json_line::{gid_from_hex, gid_hex, hex, recv_json, send_json};
 
 /// Longest `--stall-timeout`: the server waits ten times that for the client's next line.
@@ -217,13 +217,12 @@ fn transfer(
             // bounds check decides (IBTA 9.7.4.1.5), so wrap rather than overflow.
             let remote_addr = peer.addr.wrapping_add(offset as u64);
             let op = if write {
-                ToolOp::Write {
+                WrOp::Write {
                     remote_addr,
                     rkey: peer.rkey,
-                    imm: None,
                 }
             } else {
-                ToolOp::Read {
+                WrOp::Read {
                     remote_addr,
                     rkey: peer.rkey,
                 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::endpoint::{
-    ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
+    ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc, ToolWr, WcKind, WrOp,
 };
 use crate::options::in_range;
 use crate::perftest_oob::{
@@ -608,25 +608,24 @@ impl<'a> PerfRunner<'a> {
         Ok(())
     }
 
-    fn op_for(&self, qp: usize) -> ToolOp {
+    fn op_for(&self, qp: usize) -> WrOp {
         let r = &self.remote[qp];
         match self.opts.kind.verb() {
-            enums::VERB_SEND => ToolOp::Send { imm: None },
-            enums::VERB_WRITE => ToolOp::Write {
-                remote_addr: r.vaddr,
-                rkey: r.rkey,
-                imm: None,
-            },
-            enums::VERB_READ => ToolOp::Read {
+            enums::VERB_SEND => WrOp::Send,
+            enums::VERB_WRITE => WrOp::Write {
                 remote_addr: r.vaddr,
                 rkey: r.rkey,
             },
-            _ if self.opts.fetch_add => ToolOp::FetchAdd {
+            enums::VERB_READ => WrOp::Read {
+                remote_addr: r.vaddr,
+                rkey: r.rkey,
+            },
+            _ if self.opts.fetch_add => WrOp::FetchAdd {
                 remote_addr: r.vaddr,
                 rkey: r.rkey,
                 add: 1,
             },
-            _ => ToolOp::CmpSwap {
+            _ => WrOp::CompareSwap {
                 remote_addr: r.vaddr,
                 rkey: r.rkey,
                 compare: 0,
@@ -897,7 +896,7 @@ impl<'a> PerfRunner<'a> {
             TestKind::SendLat => {
                 let wr = ToolWr {
                     wr_id: 1,
-                    op: ToolOp::Send { imm: None },
+                    op: WrOp::Send,
                     offset: 0,
                     len: size as usize,
                     signaled: true,
@@ -922,10 +921,9 @@ impl<'a> PerfRunner<'a> {
                 let r = self.remote[0];
                 let wr = ToolWr {
                     wr_id: 1,
-                    op: ToolOp::Write {
+                    op: WrOp::Write {
                         remote_addr: r.vaddr,
                         rkey: r.rkey,
-                        imm: None,
                     },
                     offset: 0,
                     len: size as usize,
@@ -1114,7 +1112,7 @@ impl PerftestRunner for PerfRunner<'_> {
 struct BwJob<'o> {
     opts: &'o PerfOptions,
     /// The operation of each QP (indexed over all threads).
-    ops: Vec<ToolOp>,
+    ops: Vec<WrOp>,
     /// Bytes per message.
     len: usize,
     /// The common clock's zero.

@@ -653,6 +653,27 @@ pub fn with_rdma_cm(steps: &[Step]) -> Vec<Step> {
     out
 }
 
+/// A test name that is none of the eight.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown test {typed:?}: one of send_bw, write_bw, read_bw, atomic_bw, send_lat, write_lat, read_lat, atomic_lat")]
+pub struct UnknownTest {
+    /// What was typed.
+    pub typed: String,
+}
+
+impl std::str::FromStr for TestKind {
+    type Err = UnknownTest;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TestKind::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| UnknownTest {
+                typed: s.to_string(),
+            })
+    }
+}
+
 /// The eight tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -699,6 +720,34 @@ impl TestKind {
             TestKind::WriteLat => "ib_write_lat",
             TestKind::ReadLat => "ib_read_lat",
             TestKind::AtomicLat => "ib_atomic_lat",
+        }
+    }
+
+    /// The test's name on the command line (`xroce perf send_bw`), as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            TestKind::SendBw => "send_bw",
+            TestKind::WriteBw => "write_bw",
+            TestKind::ReadBw => "read_bw",
+            TestKind::AtomicBw => "atomic_bw",
+            TestKind::SendLat => "send_lat",
+            TestKind::WriteLat => "write_lat",
+            TestKind::ReadLat => "read_lat",
+            TestKind::AtomicLat => "atomic_lat",
+        }
+    }
+
+    /// One line of help: what the test measures, and the perftest program it mirrors.
+    pub fn about(self) -> &'static str {
+        match self {
+            TestKind::SendBw => "SEND bandwidth (ib_send_bw)",
+            TestKind::WriteBw => "RDMA WRITE bandwidth (ib_write_bw)",
+            TestKind::ReadBw => "RDMA READ bandwidth (ib_read_bw)",
+            TestKind::AtomicBw => "Atomic bandwidth (ib_atomic_bw)",
+            TestKind::SendLat => "SEND latency, ping-pong (ib_send_lat)",
+            TestKind::WriteLat => "RDMA WRITE latency, ping-pong through memory (ib_write_lat)",
+            TestKind::ReadLat => "RDMA READ latency (ib_read_lat)",
+            TestKind::AtomicLat => "Atomic latency (ib_atomic_lat)",
         }
     }
 

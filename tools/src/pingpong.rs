@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWr, WcKind};
+use crate::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolWr, WcKind, WrOp};
 use crate::perftest_oob::Role;
 use crate::pingpong_oob::{self, PingpongDest, UD_GRH_LEN, UD_QKEY};
 use crate::setup::OobStream;
@@ -149,7 +149,7 @@ pub fn run<S: OobStream, F: FnOnce() -> anyhow::Result<S>>(
 
     let send_wr = ToolWr {
         wr_id: SEND_WRID,
-        op: ToolOp::Send { imm: None },
+        op: WrOp::Send,
         offset: send_offset,
         len: opts.size,
         signaled: true,

@@ -2,14 +2,12 @@
 
 use std::time::Duration;
 
-use crate::endpoint::{
-    ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
-};
+use crate::endpoint::{ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc, ToolWr, WcKind};
 use xroce::netdev::{Gid, GidEntry, NetdevInfo};
 use xroce::verbs::{
     Access, AddressHandle, AhAttr, CompletionChannel, Cq, Device, DeviceConfig, DriverKind, Mr,
     Mtu, Pd, ProgressMode, Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, RecvWr, SendFlags,
-    SendWr, Srq, SrqAttr, UdDest, Wc, WcOpcode, WcStatus, WrOp,
+    SendWr, Srq, SrqAttr, UdDest, Wc, WcOpcode, WcStatus,
 };
 
 /// Which frame driver an endpoint uses. Its names (`xdp`, `udp`) are what `--driver`
@@ -319,45 +317,7 @@ impl ToolEndpoint for VerbsEndpoint {
     }
 
     fn post_send(&mut self, wr: &ToolWr) -> anyhow::Result<()> {
-        let op = match wr.op {
-            ToolOp::Send { imm: None } => WrOp::Send,
-            ToolOp::Send { imm: Some(imm) } => WrOp::SendWithImm { imm },
-            ToolOp::Write {
-                remote_addr,
-                rkey,
-                imm: None,
-            } => WrOp::Write { remote_addr, rkey },
-            ToolOp::Write {
-                remote_addr,
-                rkey,
-                imm: Some(imm),
-            } => WrOp::WriteWithImm {
-                remote_addr,
-                rkey,
-                imm,
-            },
-            ToolOp::Read { remote_addr, rkey } => WrOp::Read { remote_addr, rkey },
-            ToolOp::CmpSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => WrOp::CompareSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            },
-            ToolOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => WrOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            },
-        };
+        let op = wr.op;
         let sg_list = if wr.len > 0 {
             vec![self.mr.sge(wr.offset, wr.len as u32)?]
         } else {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use xroce::verbs::{mem_link_config, Device, DeviceConfig, MemLink};
-use xroce_tools::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolOp, ToolWr};
+use xroce_tools::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolWr, WrOp};
 use xroce_tools::file::{self, FileOptions, FileSink, Sink, TransferOutcome};
 use xroce_tools::json_line::{gid_from_hex, gid_hex, recv_json, send_json};
 use xroce_tools::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
@@ -288,10 +288,16 @@ fn fake_sender(
         for (imm, n) in [(None, this), (Some(k as u32), 0)] {
             ep.post_send(&ToolWr {
                 wr_id: k,
-                op: ToolOp::Write {
-                    remote_addr: addr,
-                    rkey,
-                    imm,
+                op: match imm {
+                    None => WrOp::Write {
+                        remote_addr: addr,
+                        rkey,
+                    },
+                    Some(imm) => WrOp::WriteWithImm {
+                        remote_addr: addr,
+                        rkey,
+                        imm,
+                    },
                 },
                 offset: 0,
                 len: n,

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use xroce_tools::demo::{self, Side as DemoSide};
 use xroce_tools::endpoint::{
-    ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolOp, ToolWc, ToolWr, WcKind,
+    ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc, ToolWr, WcKind, WrOp,
 };
 use xroce_tools::file::{self, FileOptions};
 use xroce_tools::perf::{PerfOptions, PerfRunner};
@@ -145,7 +145,11 @@ impl ToolEndpoint for ModelEndpoint {
             Ok(off..off + len)
         };
         let kind = match wr.op {
-            ToolOp::Send { imm } => {
+            WrOp::Send | WrOp::SendWithImm { .. } => {
+                let imm = match wr.op {
+                    WrOp::SendWithImm { imm } => Some(imm),
+                    _ => None,
+                };
                 let mut data = local;
                 if self.ud {
                     let mut grh = vec![0u8; 40];
@@ -155,11 +159,14 @@ impl ToolEndpoint for ModelEndpoint {
                 deliver(peer, data, imm, false);
                 WcKind::Send
             }
-            ToolOp::Write {
-                remote_addr,
-                rkey,
-                imm,
+            WrOp::Write { remote_addr, rkey }
+            | WrOp::WriteWithImm {
+                remote_addr, rkey, ..
             } => {
+                let imm = match wr.op {
+                    WrOp::WriteWithImm { imm, .. } => Some(imm),
+                    _ => None,
+                };
                 let r = remote_range(remote_addr, rkey, wr.len, peer)?;
                 peer.mem[r].copy_from_slice(&local);
                 if imm.is_some() {
@@ -168,18 +175,18 @@ impl ToolEndpoint for ModelEndpoint {
                 }
                 WcKind::Write
             }
-            ToolOp::Read { remote_addr, rkey } => {
+            WrOp::Read { remote_addr, rkey } => {
                 let r = remote_range(remote_addr, rkey, wr.len, peer)?;
                 let data = peer.mem[r].to_vec();
                 me.mem[wr.offset..wr.offset + wr.len].copy_from_slice(&data);
                 WcKind::Read
             }
-            ToolOp::FetchAdd {
+            WrOp::FetchAdd {
                 remote_addr,
                 rkey,
                 add,
             }
-            | ToolOp::CmpSwap {
+            | WrOp::CompareSwap {
                 remote_addr,
                 rkey,
                 compare: add,
@@ -188,8 +195,8 @@ impl ToolEndpoint for ModelEndpoint {
                 let r = remote_range(remote_addr, rkey, 8, peer)?;
                 let old = u64::from_le_bytes(peer.mem[r.clone()].try_into().unwrap());
                 let new = match wr.op {
-                    ToolOp::FetchAdd { .. } => old.wrapping_add(add),
-                    ToolOp::CmpSwap { compare, swap, .. } => {
+                    WrOp::FetchAdd { .. } => old.wrapping_add(add),
+                    WrOp::CompareSwap { compare, swap, .. } => {
                         if old == compare {
                             swap
                         } else {
@@ -202,6 +209,7 @@ impl ToolEndpoint for ModelEndpoint {
                 me.mem[wr.offset..wr.offset + 8].copy_from_slice(&old.to_le_bytes());
                 WcKind::Atomic
             }
+            other => anyhow::bail!("the QP model does not do {other:?}"),
         };
         if wr.signaled {
             me.cq.push_back(ToolWc {

@@ -8,7 +8,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use xroce_tools::file::{self, FileOptions, FileSink};
 use xroce_tools::options;
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
+use xroce_tools::verbs_endpoint::{self, EndpointSpec};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -51,12 +51,8 @@ pub enum Action {
 /// Options both sides take.
 #[derive(clap::Args, Debug)]
 pub struct Common {
-    /// Network interface.
-    #[arg(short = 'd', long = "ib-dev")]
-    pub ib_dev: Option<String>,
-    /// GID index (default: the first IPv4 GID).
-    #[arg(short = 'g', long = "gid-idx")]
-    pub gid_idx: Option<u32>,
+    #[command(flatten)]
+    pub peer: super::peer::PeerArgs,
     /// TCP port for the set-up exchange.
     #[arg(short = 'p', long = "port", default_value_t = 18516)]
     pub port: u16,
@@ -69,13 +65,6 @@ pub struct Common {
     /// Path MTU (default: the largest the link carries).
     #[arg(short = 'm', long = "mtu")]
     pub mtu: Option<u32>,
-    /// Frame driver.
-    #[arg(long = "driver", value_parser = super::values::driver(), default_value_t = DriverChoice::Xdp)]
-    pub driver: DriverChoice,
-    /// Write every frame this endpoint sends and receives to FILE (pcap, Ethernet link
-    /// type): over AF_XDP, tcpdump on the interface sees no RoCE frames.
-    #[arg(long = "pcap", value_name = "FILE")]
-    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Arguments.
@@ -143,8 +132,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
         Action::Send { .. } => None,
     };
-    let dev = setup::pick_device(common.ib_dev.as_deref())?;
-    let gid = setup::pick_gid(&dev, common.gid_idx, "-g")?;
+    let (dev, gid) = common.peer.device_and_gid()?;
     let opts = FileOptions {
         chunk_size: common.chunk,
         slots: common.slots,
@@ -169,9 +157,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 buf_len: opts.sender_buffer_len(),
                 max_send_wr: 2 * opts.slots as u32 + 2,
                 max_recv_wr: opts.slots as u32 + 1,
-                driver: common.driver,
+                driver: common.peer.driver,
                 events: false,
-                pcap: common.pcap.clone(),
+                pcap: common.peer.pcap.clone(),
                 progress: Default::default(),
                 shards: 1,
             };
@@ -214,9 +202,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 buf_len: opts.receiver_buffer_len(),
                 max_send_wr: opts.slots as u32 + 2,
                 max_recv_wr: opts.slots as u32 + 1,
-                driver: common.driver,
+                driver: common.peer.driver,
                 events: false,
-                pcap: common.pcap.clone(),
+                pcap: common.peer.pcap.clone(),
                 progress: Default::default(),
                 shards: 1,
             };

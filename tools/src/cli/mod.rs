@@ -9,6 +9,7 @@ pub mod file;
 pub mod lab;
 pub mod mr_check;
 pub mod mw_check;
+pub mod peer;
 pub mod perf;
 pub mod pingpong;
 pub mod relay;

@@ -7,7 +7,7 @@ use rand::RngCore;
 use xroce_tools::mr_check::{self, MrCheckOptions};
 use xroce_tools::options;
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
+use xroce_tools::verbs_endpoint::{self, EndpointSpec};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -40,12 +40,8 @@ pub enum Role {
 /// Options both sides take.
 #[derive(clap::Args, Debug)]
 pub struct Common {
-    /// Network interface.
-    #[arg(short = 'd', long = "ib-dev")]
-    pub ib_dev: Option<String>,
-    /// GID index (default: the first IPv4 GID).
-    #[arg(short = 'g', long = "gid-idx")]
-    pub gid_idx: Option<u32>,
+    #[command(flatten)]
+    pub peer: super::peer::PeerArgs,
     /// TCP port of the exchange (lab-mr.py's default).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
@@ -65,13 +61,6 @@ pub struct Common {
     /// Seconds without progress before giving up.
     #[arg(long = "stall-timeout", default_value_t = 30)]
     pub stall_timeout: u64,
-    /// Frame driver.
-    #[arg(long = "driver", value_parser = super::values::driver(), default_value_t = DriverChoice::Xdp)]
-    pub driver: DriverChoice,
-    /// Write every frame this endpoint sends and receives to FILE (pcap, Ethernet link
-    /// type): over AF_XDP, tcpdump on the interface sees no RoCE frames.
-    #[arg(long = "pcap", value_name = "FILE")]
-    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Arguments.
@@ -99,8 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     opts.validate()?;
     options::tcp_port("-p/--port", common.port)?;
-    let dev = setup::pick_device(common.ib_dev.as_deref())?;
-    let gid = setup::pick_gid(&dev, common.gid_idx, "-g")?;
+    let (dev, gid) = common.peer.device_and_gid()?;
     // Validates -m against the link (a path MTU above it would be dropped on the wire).
     setup::pick_mtu(&dev, Some(opts.mtu))?;
     let spec = EndpointSpec {
@@ -108,9 +96,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         buf_len: opts.size,
         max_send_wr: opts.depth as u32 + 1,
         max_recv_wr: 1,
-        driver: common.driver,
+        driver: common.peer.driver,
         events: false,
-        pcap: common.pcap.clone(),
+        pcap: common.peer.pcap.clone(),
         progress: Default::default(),
         shards: 1,
     };

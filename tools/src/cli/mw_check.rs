@@ -8,7 +8,7 @@ use xroce::verbs::Device;
 use xroce_tools::mw_check::{self, MwCheckOptions};
 use xroce_tools::options;
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::{device_config, DriverChoice};
+use xroce_tools::verbs_endpoint::device_config;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -40,12 +40,8 @@ pub enum Role {
 /// Options both sides take.
 #[derive(clap::Args, Debug)]
 pub struct Common {
-    /// Network interface.
-    #[arg(short = 'd', long = "ib-dev")]
-    pub ib_dev: Option<String>,
-    /// GID index (default: the first IPv4 GID).
-    #[arg(short = 'g', long = "gid-idx")]
-    pub gid_idx: Option<u32>,
+    #[command(flatten)]
+    pub peer: super::peer::PeerArgs,
     /// TCP port of the exchange (lab-mw.py's default).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
@@ -58,12 +54,6 @@ pub struct Common {
     /// Seconds to wait for a completion or the peer.
     #[arg(long = "timeout", default_value_t = 30)]
     pub timeout: u64,
-    /// Frame driver.
-    #[arg(long = "driver", value_parser = super::values::driver(), default_value_t = DriverChoice::Xdp)]
-    pub driver: DriverChoice,
-    /// Write every frame this endpoint sends and receives to FILE (pcap).
-    #[arg(long = "pcap", value_name = "FILE")]
-    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Arguments.
@@ -91,12 +81,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     opts.validate()?;
     options::tcp_port("-p/--port", common.port)?;
-    let netdev = setup::pick_device(common.ib_dev.as_deref())?;
-    let gid = setup::pick_gid(&netdev, common.gid_idx, "-g")?;
+    let (netdev, gid) = common.peer.device_and_gid()?;
     setup::pick_mtu(&netdev, Some(opts.mtu))?;
     let dev = Device::open(
         &netdev.name,
-        device_config(common.driver, common.pcap.clone()),
+        device_config(common.peer.driver, common.peer.pcap.clone()),
     )?;
     let mut fill = |buf: &mut [u8]| rand::thread_rng().fill_bytes(buf);
     match &args.role {

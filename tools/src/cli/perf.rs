@@ -32,43 +32,6 @@ Examples:
   # 8 QPs over 4 threads, each with its own engine shard (the interface needs 4 queues)
   xroce perf write_bw -d veth1 -x 1 -s 64 -q 8 --threads 4 --shards 4 198.18.0.1";
 
-/// The eight tests.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-#[value(rename_all = "snake_case")]
-pub enum Test {
-    /// SEND bandwidth (ib_send_bw).
-    SendBw,
-    /// RDMA WRITE bandwidth (ib_write_bw).
-    WriteBw,
-    /// RDMA READ bandwidth (ib_read_bw).
-    ReadBw,
-    /// Atomic bandwidth (ib_atomic_bw).
-    AtomicBw,
-    /// SEND latency, ping-pong (ib_send_lat).
-    SendLat,
-    /// RDMA WRITE latency, ping-pong through memory (ib_write_lat).
-    WriteLat,
-    /// RDMA READ latency (ib_read_lat).
-    ReadLat,
-    /// Atomic latency (ib_atomic_lat).
-    AtomicLat,
-}
-
-impl Test {
-    fn kind(self) -> TestKind {
-        match self {
-            Test::SendBw => TestKind::SendBw,
-            Test::WriteBw => TestKind::WriteBw,
-            Test::ReadBw => TestKind::ReadBw,
-            Test::AtomicBw => TestKind::AtomicBw,
-            Test::SendLat => TestKind::SendLat,
-            Test::WriteLat => TestKind::WriteLat,
-            Test::ReadLat => TestKind::ReadLat,
-            Test::AtomicLat => TestKind::AtomicLat,
-        }
-    }
-}
-
 /// Connection type (`-c`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Conn {
@@ -110,8 +73,8 @@ pub enum Atomic {
 #[command(after_help = EXAMPLES)]
 pub struct Args {
     /// Which test.
-    #[arg(value_enum)]
-    pub test: Test,
+    #[arg(value_parser = super::values::test())]
+    pub test: TestKind,
     /// Server to connect to; without it, wait for a client.
     pub host: Option<String>,
     /// Network interface (the "IB device").
@@ -223,7 +186,7 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let kind = args.test.kind();
+    let kind = args.test;
     let mut opts = PerfOptions::defaults(kind);
     if let Some(s) = args.size {
         opts.size = s;

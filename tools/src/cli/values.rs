@@ -3,6 +3,7 @@
 //! command modules.
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use xroce::verbs::ProgressMode;
+use xroce_tools::perftest_oob::TestKind;
 use xroce_tools::verbs_endpoint::DriverChoice;
 
 /// `--driver xdp|udp`: lists each driver with its help line, and refuses any other value
@@ -15,6 +16,15 @@ pub fn driver() -> impl TypedValueParser<Value = DriverChoice> {
         name.parse::<DriverChoice>()
             .expect("clap passes only the names DriverChoice::ALL lists")
     })
+}
+
+/// `xroce perf <test>`: the eight tests with their help lines.
+pub fn test() -> impl TypedValueParser<Value = TestKind> {
+    PossibleValuesParser::new(TestKind::ALL.map(|t| PossibleValue::new(t.name()).help(t.about())))
+        .map(|name| {
+            name.parse::<TestKind>()
+                .expect("clap passes only the names TestKind::ALL lists")
+        })
 }
 
 /// `--progress wakeup|busy-poll`.
@@ -77,6 +87,26 @@ mod tests {
         let err = parse(&["--progress", "spin"]).unwrap_err().to_string();
         assert!(
             err.contains("[possible values: wakeup, busy-poll]"),
+            "{err}"
+        );
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct TestCli {
+        #[arg(value_parser = test())]
+        test: TestKind,
+    }
+
+    #[test]
+    fn test_names_reach_the_library_type() {
+        use clap::Parser;
+        let parse = |arg: &str| TestCli::try_parse_from(["x", arg]).map(|c| c.test);
+        for kind in TestKind::ALL {
+            assert_eq!(parse(kind.name()).unwrap(), kind);
+        }
+        let err = parse("write-bw").unwrap_err().to_string();
+        assert!(
+            err.contains("[possible values: send_bw, write_bw, read_bw, atomic_bw, send_lat, write_lat, read_lat, atomic_lat]"),
             "{err}"
         );
     }
