@@ -78,11 +78,16 @@ impl Srq {
         self.inner.id
     }
 
+    /// Runs `f` on the engine that holds the SRQ (shard 0: the shards share the SRQ table).
+    fn on_engine<R>(&self, f: impl FnOnce(&mut crate::engine::Engine) -> R) -> Result<R> {
+        self.inner.pd.core.shared.with_engine(0, false, f)
+    }
+
     fn with<R>(
         &self,
         f: impl FnOnce(&mut crate::engine::Engine) -> std::result::Result<R, crate::engine::EngineError>,
     ) -> Result<R> {
-        Ok(self.inner.pd.core.shared.with_engine(0, false, f)??)
+        Ok(self.on_engine(f)??)
     }
 
     /// Posts one receive WR (`ibv_post_srq_recv`); its SGEs must be in memory of the SRQ's
@@ -99,16 +104,14 @@ impl Srq {
         walk: impl FnOnce(&mut dyn FnMut(u64, &[crate::engine::Sge]) -> Result<()>) -> Result<()>,
     ) -> Result<()> {
         let id = self.inner.id;
-        self.inner.pd.core.shared.with_engine(0, false, |e| {
-            walk(&mut |wr_id, sges| Ok(e.post_srq_recv_sges(id, wr_id, sges)?))
-        })?
+        self.on_engine(|e| walk(&mut |wr_id, sges| Ok(e.post_srq_recv_sges(id, wr_id, sges)?)))?
     }
 
     /// Posts receive WRs in order under one engine lock; the first refusal stops the batch
     /// and names its index and wr_id (those before it stay posted).
     pub fn post_recv_batch(&self, wrs: &[RecvWr]) -> Result<()> {
         let id = self.inner.id;
-        let refused = self.inner.pd.core.shared.with_engine(0, false, |e| {
+        let refused = self.on_engine(|e| {
             wrs.iter()
                 .enumerate()
                 .find_map(|(i, wr)| e.post_srq_recv(id, wr).err().map(|err| (i, wr.wr_id, err)))

@@ -46,7 +46,7 @@ pub const MAX_JUMBO_MTU: u32 = 9000;
 /// `-n/--iters` (round trips per latency row): enough for a 99th percentile.
 pub const MIN_LAT_ITERS: u64 = 100;
 /// `-n/--iters` upper bound: perf's latency limit (one timestamp per iteration).
-pub const MAX_LAT_ITERS: u64 = crate::perf::MAX_LAT_ITERS;
+pub const MAX_LAT_ITERS: u64 = crate::perftest::run::MAX_LAT_ITERS;
 /// `--messages` lower bound.
 pub const MIN_MESSAGES: u64 = 100;
 /// `--messages` upper bound.
@@ -358,7 +358,7 @@ fn library_cases(opts: &BenchOptions) -> Vec<BwCase> {
         iters: if test.ends_with("_lat") {
             opts.lat_iters()
         } else {
-            opts.messages_for(size).max(crate::perf::MIN_ITERS)
+            opts.messages_for(size).max(crate::perftest::run::MIN_ITERS)
         },
         threads: 1,
         shards: 1,
@@ -399,7 +399,7 @@ pub fn plan(opts: &BenchOptions) -> Plan {
         test,
         size,
         qps,
-        iters: (opts.messages_for(size) / qps as u64).max(crate::perf::MIN_ITERS),
+        iters: (opts.messages_for(size) / qps as u64).max(crate::perftest::run::MIN_ITERS),
         threads: 1,
         shards: opts.shards,
     };
@@ -438,7 +438,7 @@ pub fn plan(opts: &BenchOptions) -> Plan {
                     test: "write_bw",
                     size,
                     qps,
-                    iters: (total / qps as u64).max(crate::perf::MIN_ITERS),
+                    iters: (total / qps as u64).max(crate::perftest::run::MIN_ITERS),
                     threads: 1,
                     shards: opts.shards,
                 });
@@ -1958,7 +1958,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         "Throughput ratios are xroce / reference: above 1 is faster. Latency ratios are xroce time / reference time: below 1 is faster.".to_string(),
         "Each xroce bandwidth row is compared with the stream of the same payload per packet (the message size up to the path MTU) in the direction its data flows (read_bw: B->A).".to_string(),
         "Latency: send_lat and write_lat print half a round trip, as perftest and sockperf do, and are compared with half the ping-pong's round trip; read_lat prints a whole round trip and is compared with the whole.".to_string(),
-        "Latency statistics (median, p99) are computed as perftest computes them (tools/src/stats.rs), for the ping-pongs too.".to_string(),
+        "Latency statistics (median, p99) are computed as perftest computes them (tools/src/perftest/stats.rs), for the ping-pongs too.".to_string(),
         format!("The 4 KiB rows ran on a second veth pair at MTU {} (path MTU {}): one 4 KiB message per packet.", opts.jumbo_mtu, path_mtu(opts.jumbo_mtu)),
     ];
     if machine.cores <= 2 {
@@ -2491,7 +2491,7 @@ mod tests {
         // Every payload per packet a bandwidth row needs has its stream row.
         assert_eq!(base.stream_payloads, vec![64, 256, 1024]);
         for c in base.bw.iter().chain(&base.scale) {
-            assert!(c.iters >= crate::perf::MIN_ITERS);
+            assert!(c.iters >= crate::perftest::run::MIN_ITERS);
         }
     }
 

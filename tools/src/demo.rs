@@ -29,12 +29,12 @@ use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::frame_line;
+use crate::endpoint::verbs::{self as verbs_endpoint, DriverChoice, EndpointSpec};
 use crate::endpoint::{
     poll_one, ConnectParams, RemoteInfo, ToolEndpoint, ToolWc, ToolWr, WcKind, WrOp,
 };
 use crate::json_line::{gid_from_hex, gid_hex, recv_json, send_json};
 use crate::setup::{random_psn, OobStream, SETUP_TIMEOUT};
-use crate::verbs_endpoint::{self, DriverChoice, EndpointSpec};
 use xroce::engine::Mtu;
 use xroce::netdev::Gid;
 use xroce::verbs::{Device, DeviceConfig, TracedFrame};

@@ -8,29 +8,30 @@
 //! rxe runs to the server-side logic and compares the reply field by field.
 //! See `docs/tools.md`.
 //!
-//! This crate is the tools' side of xroce: the `xroce` command (`tools/src/main.rs`, arguments in
-//! `tools/src/cli/`) and its logic here, over the provider library `xroce`, which depends on none of
-//! it. `analysis` is what `xroce dump` makes of a capture; `conform` the conformance suite.
+//! This crate is the tools' side of xroce: the `xroce` command (`tools/src/main.rs`, arguments
+//! in `tools/src/cli/`) and its logic here, over the provider library `xroce`, which depends
+//! on none of it. The logic, by family:
+//! - [`perftest`]: perftest's eight tests (`xroce perf`): their out-of-band exchange (`oob`,
+//!   and the RDMA CM's `cm`), the run, statistics and report layout;
+//! - [`pingpong`]: rdma-core's `ibv_*_pingpong` (`xroce pingpong`), its exchange and the SRQ
+//!   variant;
+//! - [`checks`]: `xroce mr-check` and `xroce mw-check`, a peer's memory checked byte for byte;
+//! - [`file`], [`demo`], [`bench`] (`xroce bench`), [`analysis`] (what `xroce dump` makes of
+//!   a capture), [`conform`] (the conformance suite);
+//! - what they share: [`endpoint`] (the slice of verbs a tool needs, and its verbs
+//!   implementation), [`setup`], [`options`], [`json_line`], [`tcp_streams`].
 #![forbid(unsafe_code)]
 
 pub mod analysis;
 pub mod bench;
+pub mod checks;
 pub mod conform;
 pub mod demo;
 pub mod endpoint;
 pub mod file;
 pub mod json_line;
-pub mod mr_check;
-pub mod mw_check;
 pub mod options;
-pub mod perf;
-pub mod perftest_cm;
-pub mod perftest_oob;
+pub mod perftest;
 pub mod pingpong;
-pub mod pingpong_oob;
-pub mod report;
 pub mod setup;
-pub mod srq_pingpong;
-pub mod stats;
 pub mod tcp_streams;
-pub mod verbs_endpoint;

@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn each_cause_is_printed_once() {
-        use crate::perftest_oob::PerftestOobError;
+        use crate::perftest::oob::PerftestOobError;
         // A perf server whose client died: the cause was printed twice, and the message
         // asked whether the peer runs the same test.
         let eof = std::io::Error::new(

@@ -597,8 +597,8 @@ fn a_loopback_listener_hears_reqs_for_any_local_address() {
 /// met REJ "invalid service id", and Debian's ib_write_bw crashed on that REJECTED).
 #[test]
 fn perftest_server_takes_test_qp_reqs_sent_before_it_accepts() {
-    use xroce_tools::perftest_cm::CmQps;
-    use xroce_tools::perftest_oob::Role;
+    use xroce_tools::perftest::cm::CmQps;
+    use xroce_tools::perftest::oob::Role;
     let (a, b, _link) = pair(0.0);
     let (client, server) = (side(&a, quick()), side(&b, quick()));
     let mut server_qps = CmQps::new(&server.cm, Role::Server, None, 18515, None).unwrap();

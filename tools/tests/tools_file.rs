@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use xroce::verbs::{mem_link_config, Device, DeviceConfig, MemLink};
+use xroce_tools::endpoint::verbs::{open_on, DriverChoice, EndpointSpec};
 use xroce_tools::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolWr, WrOp};
 use xroce_tools::file::{self, FileOptions, FileSink, Sink, TransferOutcome};
 use xroce_tools::json_line::{gid_from_hex, gid_hex, recv_json, send_json};
-use xroce_tools::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
 
 fn devices() -> (Device, Device, MemLink) {
     Device::mem_pair(&mem_link_config(1500, 0.0, 7), DeviceConfig::default()).unwrap()

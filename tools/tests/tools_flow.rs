@@ -18,10 +18,10 @@ use xroce_tools::endpoint::{
     ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc, ToolWr, WcKind, WrOp,
 };
 use xroce_tools::file::{self, FileOptions};
-use xroce_tools::perf::{PerfOptions, PerfRunner};
-use xroce_tools::perftest_oob::{self, LocalSide, PerftestComm, Role, TestKind};
+use xroce_tools::perftest::oob::{self as perftest_oob, LocalSide, PerftestComm, Role, TestKind};
+use xroce_tools::perftest::report::TestInfo;
+use xroce_tools::perftest::run::{PerfOptions, PerfRunner};
 use xroce_tools::pingpong::{self, PingpongOptions};
-use xroce_tools::report::TestInfo;
 
 #[derive(Default)]
 struct Side {

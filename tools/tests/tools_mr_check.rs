@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use xroce::verbs::{mem_link_config, Device, DeviceConfig, MemLink};
+use xroce_tools::checks::mr::{self as mr_check, MrCheckOptions};
+use xroce_tools::endpoint::verbs::{open_on, DriverChoice, EndpointSpec};
 use xroce_tools::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint};
 use xroce_tools::json_line::{gid_from_hex, gid_hex, hex};
-use xroce_tools::mr_check::{self, MrCheckOptions};
-use xroce_tools::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
 
 fn devices(loss: f64) -> (Device, Device, MemLink) {
     Device::mem_pair(&mem_link_config(1500, loss, 11), DeviceConfig::default()).unwrap()

@@ -5,7 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use xroce::verbs::{mem_link_config, Device, DeviceConfig};
-use xroce_tools::mw_check::{self, MwCheckOptions};
+use xroce_tools::checks::mw::{self as mw_check, MwCheckOptions};
 
 fn opts() -> MwCheckOptions {
     MwCheckOptions {

@@ -18,11 +18,11 @@ use std::io::{Read, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use xroce_tools::perftest_oob::{
-    self, BwReport, LocalSide, NegotiateParams, PeerWatch, PerftestComm, PerftestDest,
-    PerftestRunner, Role, Step, SysData, TestKind,
+use xroce_tools::perftest::oob::{
+    self as perftest_oob, BwReport, LocalSide, NegotiateParams, PeerWatch, PerftestComm,
+    PerftestDest, PerftestRunner, Role, Step, SysData, TestKind,
 };
-use xroce_tools::pingpong_oob::{self, PingpongDest};
+use xroce_tools::pingpong::oob::{self as pingpong_oob, PingpongDest};
 use xroce_tools::setup::OobStream;
 use xroce_tools::tcp_streams;
 

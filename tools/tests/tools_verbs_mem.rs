@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use xroce::engine::QpType;
 use xroce::verbs::{mem_link_config, Device, DeviceConfig, MemLink};
+use xroce_tools::endpoint::verbs::{open_on, DriverChoice, EndpointSpec};
 use xroce_tools::endpoint::{ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc, ToolWr};
 use xroce_tools::file::{self, FileOptions};
-use xroce_tools::perf::{PerfOptions, PerfRunner};
-use xroce_tools::perftest_oob::{self, PerftestComm, Role, TestKind};
+use xroce_tools::perftest::oob::{self as perftest_oob, PerftestComm, Role, TestKind};
+use xroce_tools::perftest::report::JsonResult;
+use xroce_tools::perftest::run::{PerfOptions, PerfRunner};
 use xroce_tools::pingpong::{self, PingpongOptions};
-use xroce_tools::report::JsonResult;
-use xroce_tools::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
 
 fn devices(loss: f64) -> (Device, Device, MemLink) {
     Device::mem_pair(&mem_link_config(1500, loss, 7), DeviceConfig::default()).unwrap()

@@ -7,12 +7,12 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use xroce::verbs::*;
+use xroce_tools::endpoint::verbs::{open_on_with_srq, DriverChoice, EndpointSpec};
 use xroce_tools::endpoint::ToolEndpoint;
-use xroce_tools::perf::{PerfOptions, PerfRunner};
-use xroce_tools::perftest_oob::{self, PerftestComm, Role, TestKind};
-use xroce_tools::report;
-use xroce_tools::srq_pingpong::{SrqPingpong, SrqPingpongOptions};
-use xroce_tools::verbs_endpoint::{open_on_with_srq, DriverChoice, EndpointSpec};
+use xroce_tools::perftest::oob::{self as perftest_oob, PerftestComm, Role, TestKind};
+use xroce_tools::perftest::report;
+use xroce_tools::perftest::run::{PerfOptions, PerfRunner};
+use xroce_tools::pingpong::srq::{SrqPingpong, SrqPingpongOptions};
 
 fn devices(loss: f64) -> (Device, Device, MemLink) {
     Device::mem_pair(&mem_link_config(1500, loss, 11), DeviceConfig::default()).unwrap()

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::LatencyStats;
+use crate::perftest::stats::LatencyStats;
 
 /// UDP port of the kernel UDP rows (not 4791: the XDP program would take RoCE's port).
 pub const UDP_PORT: u16 = 5201;
@@ -339,10 +339,10 @@ pub fn vm_rss_kib() -> anyhow::Result<u64> {
 /// once (as a run touches it). What the devices cost without QPs is measured first and left
 /// out.
 fn qp_memory(spec: &ChildSpec, out: &mut dyn Write) -> anyhow::Result<()> {
+    use crate::endpoint::verbs::{open_on, DriverChoice, EndpointSpec};
     use crate::endpoint::RemoteInfo;
-    use crate::perf::PerfOptions;
-    use crate::perftest_oob::TestKind;
-    use crate::verbs_endpoint::{open_on, DriverChoice, EndpointSpec};
+    use crate::perftest::oob::TestKind;
+    use crate::perftest::run::PerfOptions;
     use xroce::verbs::{mem_link_config, Device, DeviceConfig};
 
     let mut opts = PerfOptions::defaults(TestKind::WriteBw);

@@ -16,8 +16,8 @@ use anyhow::{anyhow, bail, Context};
 
 use xroce::verbs::{mem_link_config, Device, DeviceConfig};
 use xroce_tools::demo::{self as story, device_config, Side};
+use xroce_tools::endpoint::verbs::DriverChoice;
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::DriverChoice;
 
 /// Which driver the demo runs on.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

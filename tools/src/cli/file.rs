@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use signal_hook::consts::{SIGINT, SIGTERM};
+use xroce_tools::endpoint::verbs::{self as verbs_endpoint, EndpointSpec};
 use xroce_tools::file::{self, FileOptions, FileSink};
 use xroce_tools::options;
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::{self, EndpointSpec};
 
 const EXAMPLES: &str = "\
 Examples:

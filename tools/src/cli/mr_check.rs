@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use rand::RngCore;
-use xroce_tools::mr_check::{self, MrCheckOptions};
+use xroce_tools::checks::mr::{self as mr_check, MrCheckOptions};
+use xroce_tools::endpoint::verbs::{self as verbs_endpoint, EndpointSpec};
 use xroce_tools::options;
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::{self, EndpointSpec};
 
 const EXAMPLES: &str = "\
 Examples:

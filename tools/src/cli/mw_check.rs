@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use rand::RngCore;
 use xroce::verbs::Device;
-use xroce_tools::mw_check::{self, MwCheckOptions};
+use xroce_tools::checks::mw::{self as mw_check, MwCheckOptions};
+use xroce_tools::endpoint::verbs::device_config;
 use xroce_tools::options;
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::device_config;
 
 const EXAMPLES: &str = "\
 Examples:

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use xroce::netdev::{GidEntry, NetdevInfo};
+use xroce_tools::endpoint::verbs::DriverChoice;
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::DriverChoice;
 
 /// Where the endpoint runs and how its frames move.
 #[derive(clap::Args, Debug, Clone)]

@@ -4,16 +4,16 @@ use std::io::Write;
 use std::time::Duration;
 
 use xroce::verbs::ProgressMode;
+use xroce_tools::endpoint::verbs::{self as verbs_endpoint, DriverChoice, EndpointSpec};
 use xroce_tools::options;
-use xroce_tools::perf::{self, PerfOptions, PerfRunner};
-use xroce_tools::perftest_cm;
-use xroce_tools::perftest_oob::{
-    self, enums, PerftestComm, PerftestDest, Role, TestKind, BOOKWORM_VERSION,
+use xroce_tools::perftest::cm as perftest_cm;
+use xroce_tools::perftest::oob::{
+    self as perftest_oob, enums, PerftestComm, PerftestDest, Role, TestKind, BOOKWORM_VERSION,
 };
-use xroce_tools::report::{JsonReport, TestInfo};
+use xroce_tools::perftest::report::{JsonReport, TestInfo};
+use xroce_tools::perftest::run::{self as perf, PerfOptions, PerfRunner};
+use xroce_tools::perftest::stats;
 use xroce_tools::setup;
-use xroce_tools::stats;
-use xroce_tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
 
 const EXAMPLES: &str = "\
 Examples:

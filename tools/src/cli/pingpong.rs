@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use xroce::verbs::attr::limits;
 use xroce::verbs::ProgressMode;
+use xroce_tools::endpoint::verbs::{self as verbs_endpoint, DriverChoice, EndpointSpec};
 use xroce_tools::options;
-use xroce_tools::perftest_oob::Role;
+use xroce_tools::perftest::oob::Role;
+use xroce_tools::pingpong::oob::DEFAULT_PORT;
 use xroce_tools::pingpong::{self, PingpongOptions};
-use xroce_tools::pingpong_oob::DEFAULT_PORT;
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::{self, DriverChoice, EndpointSpec};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -220,7 +220,7 @@ fn run_srq(
     rx_depth: u32,
     mtu: u32,
 ) -> anyhow::Result<i32> {
-    use xroce_tools::srq_pingpong::{SrqPingpong, SrqPingpongOptions};
+    use xroce_tools::pingpong::srq::{SrqPingpong, SrqPingpongOptions};
     if args.chk {
         anyhow::bail!("-c/--chk: ibv_srq_pingpong has no validation option; drop -c");
     }

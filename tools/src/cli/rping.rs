@@ -29,8 +29,8 @@ use xroce::verbs::{
     Access, CompletionChannel, Cq, Device, Mr, Pd, Qp, QpAttr, QpAttrMask, QpCaps, QpInitAttr,
     QpState, RecvWr, SendFlags, SendWr, VerbsError, Wc, WcOpcode, WcStatus, WrOp,
 };
+use xroce_tools::endpoint::verbs::{self as verbs_endpoint, DriverChoice};
 use xroce_tools::setup;
-use xroce_tools::verbs_endpoint::{self, DriverChoice};
 
 /// rping's `RPING_BUFSIZE`: a ping is at most this minus one byte.
 const RPING_BUFSIZE: usize = 64 * 1024;

@@ -13,7 +13,7 @@ use std::process::ExitStatus;
 
 use xroce::netdev;
 use xroce::verbs::ProgressMode;
-use xroce_tools::verbs_endpoint::DriverChoice;
+use xroce_tools::endpoint::verbs::DriverChoice;
 
 const EXAMPLES: &str = "\
 Examples:

@@ -3,8 +3,8 @@
 //! command modules.
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use xroce::verbs::ProgressMode;
-use xroce_tools::perftest_oob::TestKind;
-use xroce_tools::verbs_endpoint::DriverChoice;
+use xroce_tools::endpoint::verbs::DriverChoice;
+use xroce_tools::perftest::oob::TestKind;
 
 /// `--driver xdp|udp`: lists each driver with its help line, and refuses any other value
 /// with clap's "invalid value ... [possible values: xdp, udp, relay]".

@@ -2,10 +2,10 @@
 //! connected through rdma_cm, as perftest 4.5-0.17 does it.
 //!
 //! `-R` sets perftest's `use_rdma_cm` too, so there is no TCP at all: the exchange of
-//! [`crate::perftest_oob`] runs over a first rdma_cm connection on the test's port
+//! [`crate::perftest::oob`] runs over a first rdma_cm connection on the test's port
 //! (RDMA_PS_TCP, service id 0x1060000 + port), one RC SEND per message
 //! (`rdma_write_data`/`rdma_read_data`), the QP addresses as the binary
-//! `struct pingpong_dest` ([`crate::perftest_oob::PerftestDest::encode_binary`]).
+//! `struct pingpong_dest` ([`crate::perftest::oob::PerftestDest::encode_binary`]).
 //! Then `create_rdma_cm_connection` connects the test QPs, one id per QP, on the same port:
 //!
 //! | perftest (client / server) | here |
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use crate::perftest_oob::Role;
+use crate::perftest::oob::Role;
 use crate::setup::OobStream;
 use xroce::rdmacm::{Cm, CmId, ConnParam, EventChannel, EventKind, PortSpace, RdmaCmEvent};
 use xroce::verbs::{

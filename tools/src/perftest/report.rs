@@ -1,8 +1,8 @@
 //! perftest's text layout (header block, address lines, result tables), so the output of
 //! `xroce perf` reads like `ib_write_bw`'s, and the JSON form for machines.
 
-use crate::perftest_oob::{PerftestDest, TestKind};
-use crate::stats::{BwStats, BwUnit, LatencyStats};
+use crate::perftest::oob::{PerftestDest, TestKind};
+use crate::perftest::stats::{BwStats, BwUnit, LatencyStats};
 
 /// perftest's `RESULT_LINE`.
 pub const RESULT_LINE: &str =
@@ -80,7 +80,7 @@ pub fn header(info: &TestInfo) -> String {
     if info.is_client || info.duplex {
         s.push_str(&format!(" TX depth        : {}\n", info.tx_depth));
     }
-    if info.kind.verb() == crate::perftest_oob::enums::VERB_SEND && !info.is_client {
+    if info.kind.verb() == crate::perftest::oob::enums::VERB_SEND && !info.is_client {
         s.push_str(&format!(" RX depth        : {}\n", info.rx_depth));
     }
     if info.kind.is_bw() {
@@ -134,7 +134,7 @@ pub fn address_lines(dest: &PerftestDest, remote: bool, kind: TestKind) -> Strin
     if kind.is_read_like() {
         s.push_str(&format!(" OUT {}", c_alt_hex(u64::from(dest.out_reads), 4)));
     }
-    if kind.verb() != crate::perftest_oob::enums::VERB_SEND {
+    if kind.verb() != crate::perftest::oob::enums::VERB_SEND {
         s.push_str(&format!(
             " RKey {} VAddr {}",
             c_alt_hex(u64::from(dest.rkey), 8),

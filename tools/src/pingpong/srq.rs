@@ -14,8 +14,8 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::perftest_oob::Role;
-use crate::pingpong_oob::{self, PingpongDest, SRQ_MAX_QP};
+use crate::perftest::oob::Role;
+use crate::pingpong::oob::{self, PingpongDest, SRQ_MAX_QP};
 use crate::setup::OobStream;
 use xroce::engine::SrqAttr;
 use xroce::netdev::Gid;
@@ -283,10 +283,10 @@ impl SrqPingpong {
         out.flush()?;
         let mut stream = open_stream()?;
         let remote = match role {
-            Role::Server => pingpong_oob::server_exchange_all(&mut stream, &mine, |remote| {
+            Role::Server => oob::server_exchange_all(&mut stream, &mine, |remote| {
                 self.connect(opts, &mine, remote)
             })?,
-            Role::Client => pingpong_oob::client_exchange_all(&mut stream, &mine)?,
+            Role::Client => oob::client_exchange_all(&mut stream, &mine)?,
         };
         for r in &remote[..num_qp] {
             writeln!(out, "{}", r.address_line("remote address:", false))?;
@@ -353,7 +353,7 @@ impl SrqPingpong {
             }
         }
         let usec = start.elapsed().as_secs_f64() * 1e6;
-        for line in pingpong_oob::result_lines(opts.size as u64, opts.iters, usec) {
+        for line in oob::result_lines(opts.size as u64, opts.iters, usec) {
             writeln!(out, "{line}")?;
         }
         Ok(SrqPingpongOutcome {

@@ -215,7 +215,7 @@ impl VerbsEndpoint {
             } else {
                 Access::NONE
             },
-            crate::pingpong_oob::UD_QKEY,
+            crate::pingpong::oob::UD_QKEY,
         )?;
         Ok(VerbsEndpoint {
             device: device.clone(),

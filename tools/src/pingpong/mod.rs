@@ -6,12 +6,15 @@
 //! send and the awaited receive completed, it sends again, until `iters` sends and
 //! receives are done. Receives are re-posted when at most one is left.
 
+pub mod oob;
+pub mod srq;
+
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolWr, WcKind, WrOp};
-use crate::perftest_oob::Role;
-use crate::pingpong_oob::{self, PingpongDest, UD_GRH_LEN, UD_QKEY};
+use crate::perftest::oob::Role;
+use crate::pingpong::oob::{PingpongDest, UD_GRH_LEN, UD_QKEY};
 use crate::setup::OobStream;
 
 const RECV_WRID: u64 = 1;
@@ -135,11 +138,11 @@ pub fn run<S: OobStream, F: FnOnce() -> anyhow::Result<S>>(
         )
     };
     let remote = match role {
-        Role::Server => pingpong_oob::server_exchange(stream, &mine, |remote| {
+        Role::Server => oob::server_exchange(stream, &mine, |remote| {
             let (r, p) = params(remote);
             ep.connect(&r, &p)
         })?,
-        Role::Client => pingpong_oob::client_exchange(stream, &mine)?,
+        Role::Client => oob::client_exchange(stream, &mine)?,
     };
     writeln!(out, "{}", remote.address_line("remote address:", false))?;
     if role == Role::Client {
@@ -218,7 +221,7 @@ pub fn run<S: OobStream, F: FnOnce() -> anyhow::Result<S>>(
     if !opts.ud {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    for line in pingpong_oob::result_lines(opts.size as u64, opts.iters, usec) {
+    for line in oob::result_lines(opts.size as u64, opts.iters, usec) {
         writeln!(out, "{line}")?;
     }
     let mut invalid_pages = Vec::new();

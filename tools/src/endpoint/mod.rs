@@ -6,6 +6,8 @@
 //! Offsets are relative to the start of the endpoint's registered buffer; remote addresses
 //! are the peer's virtual addresses as announced over TCP.
 
+pub mod verbs;
+
 /// What this side announces to the peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalInfo {

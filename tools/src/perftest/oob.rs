@@ -992,7 +992,7 @@ impl<S: OobStream> PerftestComm<S> {
     }
 
     /// `-R`: perftest then exchanges over rdma_cm ("Data ex. method : rdma_cm"), `stream`
-    /// being one (a [`crate::perftest_cm::CmStream`]); `gid_index` is what our
+    /// being one (a [`crate::perftest::cm::CmStream`]); `gid_index` is what our
     /// addresses announce.
     pub fn with_rdma_cm(mut self, gid_index: u32) -> Self {
         self.rdma_cm_gid_index = Some(gid_index as i32);

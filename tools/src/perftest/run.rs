@@ -1,5 +1,5 @@
 //! The eight perftest tests over [`ToolEndpoint`]s, driven by the byte-exact conversation of
-//! [`crate::perftest_oob`].
+//! [`crate::perftest::oob`].
 //!
 //! Buffer layout (as perftest): each QP's buffer has two halves of `half` bytes. The first
 //! half is the local source/destination; the announced VA points at the second half, which
@@ -9,7 +9,7 @@
 //!
 //! Bandwidth: up to `tx_depth` WRs in flight per QP, every `cq_mod`-th signalled (and the
 //! last), post and completion times recorded per message. Latency: one operation at a
-//! time, a timestamp at each post, statistics as in [`crate::stats`].
+//! time, a timestamp at each post, statistics as in [`crate::perftest::stats`].
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,12 +19,12 @@ use crate::endpoint::{
     ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc, ToolWr, WcKind, WrOp,
 };
 use crate::options::in_range;
-use crate::perftest_oob::{
+use crate::perftest::oob::{
     enums, BwReport, LocalSide, NegotiateParams, PeerWatch, PerftestDest, PerftestRunner, Role,
     SysData, TestKind,
 };
-use crate::report::{self, JsonResult, ThreadBw};
-use crate::stats::{BwStats, BwTimes, BwUnit, LatencyStats, MAX_PEAK_ITERS};
+use crate::perftest::report::{self as report, JsonResult, ThreadBw};
+use crate::perftest::stats::{BwStats, BwTimes, BwUnit, LatencyStats, MAX_PEAK_ITERS};
 
 /// perftest's UD Q_Key (`DEF_QKEY`).
 pub const PERFTEST_QKEY: u32 = 0x1111_1111;
@@ -108,7 +108,7 @@ pub struct PerfOptions {
     /// `--use-srq` (send tests): the receiving side's QPs take their receives from one
     /// shared receive queue of `rx_depth` WRs, each QP posting `rx_depth / num_qps` of them
     /// (perftest's `ctx_set_recv_wqes`). Needs endpoints opened with
-    /// [`crate::verbs_endpoint::open_with_srq`] and [`PerfOptions::srq_depth`].
+    /// [`crate::endpoint::verbs::open_with_srq`] and [`PerfOptions::srq_depth`].
     pub use_srq: bool,
     /// `-u`: the QPs' local ACK timeout exponent (4.096 us x 2^n; 0 = none; perftest's
     /// default 14 = 67 ms), IBTA 9.7.6.1.
@@ -256,11 +256,11 @@ impl PerfOptions {
     }
 
     /// The conversation of this run for `role` (perftest's main(), with `-b` or without).
-    pub fn script(&self, role: Role, sizes: &[u64]) -> Vec<crate::perftest_oob::Step> {
+    pub fn script(&self, role: Role, sizes: &[u64]) -> Vec<crate::perftest::oob::Step> {
         let steps =
-            crate::perftest_oob::script_with(self.kind, role, sizes, self.num_qps, self.duplex);
+            crate::perftest::oob::script_with(self.kind, role, sizes, self.num_qps, self.duplex);
         if self.rdma_cm {
-            crate::perftest_oob::with_rdma_cm(&steps)
+            crate::perftest::oob::with_rdma_cm(&steps)
         } else {
             steps
         }
@@ -483,7 +483,7 @@ pub struct PerfRunner<'a> {
     /// `-b`: this side's result of the size just run, until the reports are exchanged.
     duplex_local: Option<(BwStats, Vec<ThreadBw>)>,
     /// `-R`: the rdma_cm ids that connect the QPs ([`PerftestRunner::cm_connect`]).
-    cm: Option<crate::perftest_cm::CmQps>,
+    cm: Option<crate::perftest::cm::CmQps>,
 }
 
 impl<'a> PerfRunner<'a> {
@@ -514,9 +514,9 @@ impl<'a> PerfRunner<'a> {
         }
     }
 
-    /// `-R`: the QPs are connected through `cm` at [`crate::perftest_oob::Step::CmConnect`],
+    /// `-R`: the QPs are connected through `cm` at [`crate::perftest::oob::Step::CmConnect`],
     /// not by hand at `Connect`.
-    pub fn with_rdma_cm(mut self, cm: crate::perftest_cm::CmQps) -> Self {
+    pub fn with_rdma_cm(mut self, cm: crate::perftest::cm::CmQps) -> Self {
         self.cm = Some(cm);
         self
     }
@@ -1027,7 +1027,7 @@ impl PerftestRunner for PerfRunner<'_> {
     }
 
     fn connect(&mut self, remote: &[PerftestDest], mtu_enum: u8) -> anyhow::Result<()> {
-        let mtu = crate::perftest_oob::mtu_bytes(mtu_enum).unwrap_or(1024);
+        let mtu = crate::perftest::oob::mtu_bytes(mtu_enum).unwrap_or(1024);
         if remote.len() != self.eps.len() {
             anyhow::bail!(
                 "peer announced {} QPs, we have {}: use the same -q on both sides",
