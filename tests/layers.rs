@@ -143,11 +143,23 @@ const ENGINE_FLOORS: &[(&str, u32)] = &[
     ("modify", 8),
 ];
 
-/// The engine rooms a file names: `super::<room>`, the rooms in `super::{..}`, and
-/// `crate::engine::<room>` (and its braces).
-fn engine_rooms(code: &str) -> BTreeSet<String> {
+/// The RDMA CM's rooms: the public types; the registry (the CM's shared state and the ids'
+/// data, which the service hands what only it can do when a `Cm` is made); listening behind a
+/// relay; the ids; the service (the `Cm`, its port threads and the agent's news) on top.
+const RDMACM_FLOORS: &[(&str, u32)] = &[
+    ("types", 0),
+    ("registry", 1),
+    ("relay_listen", 2),
+    ("id", 3),
+    ("service", 4),
+];
+
+/// The rooms of `folder` a file names: `super::<room>`, the rooms in `super::{..}`, and
+/// `crate::<folder>::<room>` (and its braces).
+fn rooms_named(code: &str, folder: &str) -> BTreeSet<String> {
     let mut rooms = BTreeSet::new();
-    for prefix in ["super::", "crate::engine::"] {
+    for prefix in ["super::".to_string(), format!("crate::{folder}::")] {
+        let prefix = prefix.as_str();
         for (at, _) in code.match_indices(prefix) {
             let before = code[..at].chars().next_back();
             if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
@@ -191,18 +203,13 @@ fn engine_rooms(code: &str) -> BTreeSet<String> {
     rooms
 }
 
-#[test]
-fn the_engine_has_no_circle() {
-    let engine_floor = |room: &str| {
-        ENGINE_FLOORS
-            .iter()
-            .find(|(r, _)| *r == room)
-            .map(|(_, f)| *f)
-    };
+/// Every room of `src/<folder>/` uses only rooms on floors below its own: no circle.
+fn assert_rooms_on_floors(folder: &str, floors: &[(&str, u32)]) {
+    let floor_of = |room: &str| floors.iter().find(|(r, _)| *r == room).map(|(_, f)| *f);
     let mut up = Vec::new();
     let mut rooms_seen = BTreeSet::new();
     for (path, text) in sources() {
-        let Ok(inside) = path.strip_prefix("engine") else {
+        let Ok(inside) = path.strip_prefix(folder) else {
             continue;
         };
         let from = inside.to_string_lossy().trim_end_matches(".rs").to_string();
@@ -210,42 +217,50 @@ fn the_engine_has_no_circle() {
             continue;
         }
         rooms_seen.insert(from.clone());
-        let Some(from_floor) = engine_floor(&from) else {
-            up.push(format!(
-                "src/engine/{from}.rs has no floor in ENGINE_FLOORS"
-            ));
+        let Some(from_floor) = floor_of(&from) else {
+            up.push(format!("src/{folder}/{from}.rs has no floor"));
             continue;
         };
-        for to in engine_rooms(&code_only(&text)) {
-            let Some(to_floor) = engine_floor(&to) else {
+        for to in rooms_named(&code_only(&text), folder) {
+            let Some(to_floor) = floor_of(&to) else {
                 continue;
             };
             if to != from && to_floor >= from_floor {
                 up.push(format!(
-                    "src/engine/{from}.rs (floor {from_floor}) uses {to} (floor {to_floor})"
+                    "src/{folder}/{from}.rs (floor {from_floor}) uses {to} (floor {to_floor})"
                 ));
             }
         }
     }
     assert!(
         up.is_empty(),
-        "the engine's rooms import up or across:\n{}",
+        "the rooms of src/{folder} import up or across:\n{}",
         up.join("\n")
     );
-    let gone: Vec<_> = ENGINE_FLOORS
+    let gone: Vec<_> = floors
         .iter()
         .filter(|(r, _)| !rooms_seen.contains(*r))
         .collect();
     assert!(
         gone.is_empty(),
-        "ENGINE_FLOORS names rooms that are gone: {gone:?}"
+        "the floors of src/{folder} name rooms that are gone: {gone:?}"
     );
+}
+
+#[test]
+fn the_engine_has_no_circle() {
+    assert_rooms_on_floors("engine", ENGINE_FLOORS);
+}
+
+#[test]
+fn the_rdma_cm_has_no_circle() {
+    assert_rooms_on_floors("rdmacm", RDMACM_FLOORS);
 }
 
 #[test]
 fn the_room_reader_sees_groups_and_single_names() {
     let code = "use super::{completion::{self, post}, qp, DeviceState};\nuse super::time::Instant; crate::engine::cq::x; a::super::no";
-    let found: Vec<String> = engine_rooms(code).into_iter().collect();
+    let found: Vec<String> = rooms_named(code, "engine").into_iter().collect();
     assert_eq!(found, ["DeviceState", "completion", "cq", "qp", "time"]);
 }
 

@@ -5,29 +5,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cm::{
-    CmReq, ConnId, ConnectRequest, ListenId, MadPeer, PathMtu, RejectReason, ReplyParams, SidrId,
-    SidrReply, SidrRequest, SidrStatus, TransportType,
+    CmReq, ConnId, ConnectRequest, MadPeer, PathMtu, RejectReason, ReplyParams, SidrId, SidrReply,
+    SidrRequest, SidrStatus, TransportType,
 };
 use crate::engine::{AddressVector, Mtu, QpAttr, QpAttrMask, QpState, QpType};
 use crate::netdev::{Gid, MacAddr};
 use crate::verbs::{Access, AhAttr, Pd, Qp, QpInitAttr};
 use crate::wire::cma::{service_id, CmaHeader};
 
-use super::service::{
-    after_call, cma_header, listens_anywhere, port_taken, CmShared, CmState, Port, UD_QKEY,
+use super::registry::{
+    after_call, cma_header, listens_anywhere, port_taken, send_mad, Cleanup, CmShared, CmState,
+    IdData, IdInner, Port, Role, UD_QKEY,
 };
 use super::{lock, ChannelInner, ConnParam, EventChannel, EventKind, EventParam, IdState};
 use super::{PathInfo, PortSpace, RdmaCmError, RdmaCmEvent, Result, UdParam};
 use crate::cm::State as AgentState;
 use crate::engine::Instant;
-
-/// Which side of a connection an id is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Role {
-    None,
-    Active,
-    Passive,
-}
 
 /// An rdma_cm id (`struct rdma_cm_id`). A handle: clones name the same id; equal when they
 /// do. The id is destroyed by [`CmId::destroy`] or when its last handle is dropped (events
@@ -55,58 +48,6 @@ impl std::fmt::Debug for CmId {
             .field("remote", &d.remote)
             .finish()
     }
-}
-
-pub(crate) struct IdInner {
-    pub(crate) cm: Arc<CmShared>,
-    pub(crate) key: u64,
-    pub(crate) ps: PortSpace,
-    pub(crate) qp_type: QpType,
-    user_data: AtomicU64,
-    pub(crate) data: Mutex<IdData>,
-}
-
-pub(crate) struct IdData {
-    pub(crate) state: IdState,
-    pub(crate) channel: Arc<ChannelInner>,
-    role: Role,
-    port: Option<usize>,
-    local: Option<SocketAddr>,
-    remote: Option<SocketAddr>,
-    bound: Option<(u16, u16, IpAddr)>,
-    path: Option<PathInfo>,
-    qp: Option<Qp>,
-    conn: Option<ConnId>,
-    listens: Vec<(usize, ListenId)>,
-    sidr: Option<SidrId>,
-    /// Passive: the REQ being answered; active: what our REQ asked.
-    req: Option<CmReq>,
-    peer: Option<MadPeer>,
-    tos: u8,
-    ack_timeout: Option<u8>,
-    reuse_addr: bool,
-    /// The starting PSN we announce: the first PSN we receive.
-    psn: u32,
-    /// What was agreed, seen from this side (for init_qp_attr and the Established event).
-    agreed: ConnParam,
-    remote_qpn: u32,
-    remote_psn: u32,
-    remote_ack_timeout: u8,
-    remote_qkey: u32,
-    mtu: Mtu,
-    established_reported: bool,
-    disconnect_reported: bool,
-}
-
-/// What is left to undo of an id dropped without [`CmId::destroy`].
-pub(crate) struct Cleanup {
-    key: u64,
-    port: Option<usize>,
-    conn: Option<ConnId>,
-    listens: Vec<(usize, ListenId)>,
-    sidr: Option<SidrId>,
-    role: Role,
-    bound: Option<(u16, u16, IpAddr)>,
 }
 
 /// Undoes what an id held in the CM: its connection (told to the peer as its state
@@ -161,7 +102,7 @@ pub(crate) fn bury(state: &mut CmState, c: Cleanup) {
     }
     // The REJ, DREQ or DREP the agent queued for an abandoned connection.
     while let Some(out) = p.agent.poll_transmit() {
-        super::service::send_mad(p, &out.to, &out.bytes);
+        send_mad(p, &out.to, &out.bytes);
     }
     p.kick();
 }

@@ -21,7 +21,15 @@
 //! from the route and neighbour tables, and QP moves done for the user (INIT at
 //! create, RTR/RTS when the REQ is accepted or the REP arrives, ERR on reject and
 //! disconnect).
+//!
+//! Rooms, bottom up (tests/layers.rs, `RDMACM_FLOORS`): `types` (the public values);
+//! `registry` (the CM's shared state: its ports, the ports bound, the ids' data; the service
+//! hands it the two things only the service can do, running an agent's news and opening a
+//! port, when the `Cm` is made); `relay_listen` (listening behind a relay); `id` (what a user
+//! does with an id); `service` (the `Cm`, its port threads, the agent's events turned into
+//! rdma_cm events).
 mod id;
+mod registry;
 mod relay_listen;
 mod service;
 mod types;
@@ -34,7 +42,8 @@ use std::time::{Duration, Instant};
 
 pub use crate::wire::cma::PortSpace;
 pub use id::CmId;
-pub use service::{Cm, CmConfigRdma, DeviceOpener};
+pub use registry::{CmConfigRdma, DeviceOpener};
+pub use service::Cm;
 pub use types::*;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -11,7 +11,7 @@ use crate::cm::{CmConfig, CmError, ListenId};
 use crate::driver::relay::{ServiceRegistration, ServiceRegistrationError};
 use crate::verbs::Device;
 
-use super::service::Port;
+use super::registry::Port;
 use super::{RdmaCmError, Result};
 
 /// The agent's settings for `device`: its relay slot as the comm id prefix, if any.

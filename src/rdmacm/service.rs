@@ -1,86 +1,19 @@
 //! The per-device CM service: QP1, a [`CmAgent`], and the thread that runs them; and how the
 //! agent's events become rdma_cm events on the ids.
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixDatagram;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::cm::{
-    CmAgent, CmConfig, CmEvent, ConnId, ListenId, MadPeer, RejectReason, SidrId, SidrStatus,
-};
-use crate::netdev::{Gid, MacAddr};
-use crate::verbs::{AhAttr, Device, Gsi, MadAddress, ReceivedMad, MAD_LEN};
-use crate::wire::cma::CmaHeader;
+use crate::cm::{CmAgent, CmEvent, MadPeer, RejectReason, SidrStatus};
+use crate::netdev::Gid;
+use crate::verbs::{AhAttr, Device, Gsi, ReceivedMad};
 
-use super::id::{CmId, IdInner};
+use super::id::CmId;
+use super::registry::{send_mad, CmConfigRdma, CmShared, CmState, DeviceOpener, IdInner, Port};
+use super::UdParam;
 use super::{lock, ConnParam, EventKind, EventParam, IdState, RdmaCmError, RdmaCmEvent, Result};
-use super::{UdParam, RDMA_UDP_QKEY};
-
-/// Finds (opening it if needed) the device that owns a local address; `Ok(None)`: no device
-/// has it. What the drop-in librdmacm uses to open its interfaces lazily.
-pub type DeviceOpener = dyn Fn(IpAddr) -> Result<Option<Device>> + Send + Sync;
-
-/// Settings of a [`Cm`].
-#[derive(Clone, Debug)]
-pub struct CmConfigRdma {
-    /// The CM protocol's settings for every device's agent (packet lifetime, retries, ...).
-    pub agent: CmConfig,
-    /// How long address resolution may wait for the next hop's MAC.
-    pub resolve_timeout: Duration,
-    /// The REQ's "Remote/Local CM Response Timeout" exponents (the kernel's
-    /// CMA_CM_RESPONSE_TIMEOUT, 20: 4.3 s).
-    pub cm_response_timeout: u8,
-    /// How often a REQ is sent again (the kernel's CMA_MAX_CM_RETRIES, 15).
-    pub max_cm_retries: u8,
-    /// The local ACK timeout exponent of connections, unless an id sets its own
-    /// (rxe's rdma_cm sends 19 in REQs, 2.1 s: docs/cm.md).
-    pub local_ack_timeout: u8,
-    /// The REP's target ACK delay exponent (rxe's: 15, 134 ms).
-    pub target_ack_delay: u8,
-    /// The RNR NAK timer our QPs advertise: the kernel's rdma_cm leaves it at 0 (655 ms,
-    /// IBTA 9.7.5.2.8 table 45); xroce uses 12 (0.64 ms) unless told otherwise, as its
-    /// pingpong tools do, so that a receiver that is late once does not stall 655 ms.
-    pub min_rnr_timer: u8,
-}
-
-impl Default for CmConfigRdma {
-    fn default() -> CmConfigRdma {
-        CmConfigRdma {
-            agent: CmConfig {
-                first_comm_id: rand::random::<u32>() | 1,
-                first_tid: rand::random::<u32>() as u64,
-                local_ca_guid: 0,
-                ..CmConfig::default()
-            },
-            resolve_timeout: Duration::from_secs(2),
-            cm_response_timeout: 20,
-            max_cm_retries: 15,
-            local_ack_timeout: 19,
-            target_ack_delay: 15,
-            min_rnr_timer: 12,
-        }
-    }
-}
-
-impl CmConfigRdma {
-    /// Short CM timers, for links that lose nothing or lose on purpose (in-memory links,
-    /// the simulator, tests): a wait for an answer is milliseconds instead of the seconds the
-    /// defaults wait between resends, as rxe's kernel rdma_cm does.
-    pub fn with_short_timers() -> CmConfigRdma {
-        let default = CmConfigRdma::default();
-        CmConfigRdma {
-            agent: CmConfig {
-                packet_life_time: 8,
-                local_cm_response_timeout: 12,
-                ..default.agent
-            },
-            cm_response_timeout: 12,
-            ..default
-        }
-    }
-}
 
 /// The RDMA CM of a process, or of a part of it: ids on a set of devices. Clone to share.
 #[derive(Clone)]
@@ -104,67 +37,6 @@ impl std::fmt::Debug for Cm {
     }
 }
 
-pub(crate) struct CmShared {
-    pub(crate) state: Mutex<CmState>,
-    pub(crate) config: CmConfigRdma,
-    opener: Option<Box<DeviceOpener>>,
-    /// Cleanups of ids dropped without [`CmId::destroy`], done by a port thread (a drop may
-    /// happen where the state lock is held).
-    pub(crate) graveyard: Mutex<Vec<super::id::Cleanup>>,
-    next_id_key: std::sync::atomic::AtomicU64,
-}
-
-impl CmShared {
-    /// A fresh id key (created and child ids alike).
-    pub(crate) fn next_key(&self) -> u64 {
-        self.next_id_key
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-impl Drop for CmShared {
-    /// Stops the port threads and waits for them, so that QP1 of each device is closed
-    /// when the last handle is gone (a new `Cm` on the device may open it at once).
-    fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        for port in &state.ports {
-            let _ = port.wake.send(b"x");
-        }
-        let me = std::thread::current().id();
-        for port in &mut state.ports {
-            if let Some(thread) = port.thread.take() {
-                // The last handle may be dropped by a port thread itself.
-                if thread.thread().id() != me {
-                    let _ = thread.join();
-                }
-            }
-        }
-    }
-}
-
-pub(crate) struct CmState {
-    pub(crate) ports: Vec<Port>,
-    /// (port space, port, address) bound by ids; the unspecified address binds all.
-    pub(crate) bound: HashSet<(u16, u16, IpAddr)>,
-    next_ephemeral: u16,
-}
-
-/// One device's CM: QP1, its agent, and the ids it serves by connection.
-pub(crate) struct Port {
-    pub(crate) device: Device,
-    pub(crate) gsi: Arc<Gsi>,
-    pub(crate) agent: CmAgent,
-    pub(crate) conns: HashMap<ConnId, Weak<IdInner>>,
-    pub(crate) listens: HashMap<ListenId, Weak<IdInner>>,
-    pub(crate) sidrs: HashMap<SidrId, Weak<IdInner>>,
-    /// Passive SIDR exchanges: the answering side's handle → the child id.
-    pub(crate) sidr_children: HashMap<SidrId, Weak<IdInner>>,
-    /// Behind a relay: the service id registration of each listener (`relay_listen`).
-    pub(crate) relay_services: HashMap<ListenId, crate::driver::relay::ServiceRegistration>,
-    wake: UnixDatagram,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
 impl Cm {
     /// A CM over `devices` (each gets its GSI, QP1, now: a device whose QP1 is taken is
     /// [`crate::engine::EngineError::GsiExists`]).
@@ -186,6 +58,8 @@ impl Cm {
                     next_ephemeral: 32768 + (rand::random::<u16>() % 28000),
                 }),
                 config,
+                agent_news: pump,
+                open_port: add_port,
                 opener,
                 graveyard: Mutex::new(Vec::new()),
                 next_id_key: std::sync::atomic::AtomicU64::new(1),
@@ -305,74 +179,10 @@ fn open_gsi(device: &Device) -> Result<Gsi> {
     }
 }
 
-impl Port {
-    /// Makes the port's thread look at its timers again.
-    pub(crate) fn kick(&self) {
-        let _ = self.wake.send(b"k");
-    }
-}
-
 /// The CA GUID of a device: EUI-64 from its MAC (what rxe uses, IBTA 13.4.2 "GUID").
 fn ca_guid(device: &Device) -> u64 {
     let m = device.netdev().mac.0;
     u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
-}
-
-impl CmShared {
-    /// Finds the port of a device that owns local address `ip` (opening the device through
-    /// the opener when none does yet).
-    pub(crate) fn port_for_local(
-        self: &Arc<Self>,
-        state: &mut CmState,
-        ip: IpAddr,
-    ) -> Result<usize> {
-        if let Some(i) = state
-            .ports
-            .iter()
-            .position(|p| p.device.gid_index_of(ip).is_some())
-        {
-            return Ok(i);
-        }
-        // A loopback address binds to the first device, as Linux's rdma_cm does
-        // (cma_bind_loopback): libfabric's verbs provider binds 127.0.0.1 to find a device.
-        // The id keeps the loopback address, which listens like the wildcard
-        // (`listens_anywhere`).
-        if ip.is_loopback() && !state.ports.is_empty() {
-            return Ok(0);
-        }
-        if let Some(open) = &self.opener {
-            if let Some(device) = open(ip)? {
-                return add_port(self, state, &device);
-            }
-        }
-        Err(RdmaCmError::AddressNotAvailable(ip))
-    }
-
-    /// A free ephemeral port of `space` on `ip`.
-    pub(crate) fn ephemeral_port(state: &mut CmState, space: u16, ip: IpAddr) -> u16 {
-        for _ in 0..65536 {
-            let port = state.next_ephemeral;
-            state.next_ephemeral = if port >= 60999 { 32768 } else { port + 1 };
-            if !port_taken(state, space, port, ip) {
-                return port;
-            }
-        }
-        0
-    }
-}
-
-pub(crate) fn port_taken(state: &CmState, space: u16, port: u16, ip: IpAddr) -> bool {
-    state.bound.iter().any(|&(s, p, a)| {
-        s == space && p == port && (a == ip || listens_anywhere(a) || listens_anywhere(ip))
-    })
-}
-
-/// An address that stands for every local address: the unspecified one, and, as Linux's
-/// rdma_cm counts it (cma_any_addr: cma_zero_addr or cma_loopback_addr), a loopback one.
-/// A listener bound there hears a REQ for any address of any device, and its port is
-/// taken on all of them.
-pub(crate) fn listens_anywhere(ip: IpAddr) -> bool {
-    ip.is_unspecified() || ip.is_loopback()
 }
 
 /// Sends what the agent of `port` has queued and turns its events into rdma_cm events.
@@ -398,27 +208,6 @@ pub(crate) fn pump(
             continue;
         };
         handle_event(shared, state, index, event, keep);
-    }
-}
-
-pub(crate) fn send_mad(port: &Port, to: &MadPeer, bytes: &[u8]) {
-    let Ok(mad) = <&[u8; MAD_LEN]>::try_from(bytes) else {
-        return;
-    };
-    let sgid_index = port
-        .device
-        .gid_table()
-        .iter()
-        .find(|e| e.gid.is_ipv4() == to.gid.is_ipv4())
-        .map_or(0, |e| e.index);
-    let mut addr = MadAddress::gsi(to.gid, sgid_index.min(255) as u8);
-    addr.qpn = to.qpn;
-    addr.mac = to
-        .mac
-        .filter(|m| *m != [0; 6] && m[0] & 1 == 0)
-        .map(MacAddr);
-    if let Err(e) = port.gsi.send(&addr, mad) {
-        tracing::debug!(device = port.device.name(), error = %e, "CM MAD not sent");
     }
 }
 
@@ -815,24 +604,3 @@ fn establish_on_data(port: &mut Port, now: crate::engine::Instant) -> bool {
     }
     waiting
 }
-
-/// Runs the agent of `index` after a user call changed it: sends, events, and makes the
-/// port's thread take the new timers.
-pub(crate) fn after_call(
-    shared: &Arc<CmShared>,
-    state: &mut CmState,
-    index: usize,
-) -> Vec<Arc<IdInner>> {
-    let mut keep = Vec::new();
-    pump(shared, state, index, &mut keep);
-    state.ports[index].kick();
-    keep
-}
-
-/// The rdma_cm header a REQ or SIDR_REQ of `id` starts its private data with.
-pub(crate) fn cma_header(local: SocketAddr, remote: SocketAddr) -> CmaHeader {
-    CmaHeader::new(local.ip(), local.port(), remote.ip())
-}
-
-/// The Q_Key of UD ids: RDMA_UDP_QKEY.
-pub(crate) const UD_QKEY: u32 = RDMA_UDP_QKEY;
