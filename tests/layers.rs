@@ -154,6 +154,20 @@ const RDMACM_FLOORS: &[(&str, u32)] = &[
     ("service", 4),
 ];
 
+/// The CM protocol's rooms: the values it exchanges and a message with its transaction id;
+/// the agent (its connections, listeners and SIDR exchanges, and what all work on it
+/// needs); the three kinds of work on it, side by side: the caller's commands, the handlers
+/// of arriving MADs, the timers.
+const CM_FLOORS: &[(&str, u32)] = &[
+    ("types", 0),
+    ("msg", 0),
+    ("agent", 1),
+    ("commands", 2),
+    ("handlers", 2),
+    ("timers", 2),
+    ("tests", 3),
+];
+
 /// The rooms of `folder` a file names: `super::<room>`, the rooms in `super::{..}`, and
 /// `crate::<folder>::<room>` (and its braces).
 fn rooms_named(code: &str, folder: &str) -> BTreeSet<String> {
@@ -250,6 +264,11 @@ fn assert_rooms_on_floors(folder: &str, floors: &[(&str, u32)]) {
 #[test]
 fn the_engine_has_no_circle() {
     assert_rooms_on_floors("engine", ENGINE_FLOORS);
+}
+
+#[test]
+fn the_cm_protocol_has_no_circle() {
+    assert_rooms_on_floors("cm", CM_FLOORS);
 }
 
 #[test]

@@ -5,13 +5,16 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::agent::*;
 use super::*;
-use crate::wire::cm::{CmMad, CmMessage};
+use crate::netdev::Gid;
+use crate::wire::cm::*;
 
 const A: usize = 0;
 const B: usize = 1;
