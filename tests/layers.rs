@@ -283,6 +283,31 @@ fn the_room_reader_sees_groups_and_single_names() {
     assert_eq!(found, ["DeviceState", "completion", "cq", "qp", "time"]);
 }
 
+/// The sans-IO layers (the transport engine and the CM protocol) name no module that does
+/// I/O: interface queries, drivers, namespaces, captures. Their values (addresses, MTUs) are
+/// the wire's.
+#[test]
+fn the_sans_io_layers_name_no_io_module() {
+    const SANS_IO: [&str; 2] = ["engine", "cm"];
+    const IO: [&str; 4] = ["netdev", "driver", "netns", "capture"];
+    let mut found = Vec::new();
+    for (path, text) in sources() {
+        if !SANS_IO.contains(&module_of(&path).as_str()) {
+            continue;
+        }
+        for to in crate_paths(&code_only(&text)) {
+            if IO.contains(&to.as_str()) {
+                found.push(format!("src/{}: crate::{to}", path.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "sans-IO code naming I/O modules:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_path_reader_sees_module_names() {
     let code = "use crate::wire::Mtu; let x = crate::engine::GSI_QPN; a::crate::no; xcrate::no";

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use crate::netdev::Gid;
+use crate::wire::addr::Gid;
 use crate::wire::cm::{CmMessage, CmRej, PrivateData, RejectReason, RejectedMessage, ARI_LEN};
 
 use super::msg::Envelope;

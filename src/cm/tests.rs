@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::agent::*;
 use super::*;
-use crate::netdev::Gid;
+use crate::wire::addr::Gid;
 use crate::wire::cm::*;
 
 const A: usize = 0;

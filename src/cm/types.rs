@@ -2,7 +2,7 @@
 //! replies, events, states, errors and counters.
 use std::time::Duration;
 
-use crate::netdev::Gid;
+use crate::wire::addr::Gid;
 use crate::wire::cm::{CmRep, CmReq, PathMtu, RejectReason, SidrStatus, TransportType};
 
 /// The unit of every CM timeout field: 4.096 µs × 2^exponent (IBTA 12.6.5, "Remote CM

@@ -9,8 +9,8 @@ use crate::cm::{
     SidrRequest, SidrStatus, TransportType,
 };
 use crate::engine::{AddressVector, Mtu, QpAttr, QpAttrMask, QpState, QpType};
-use crate::netdev::{Gid, MacAddr};
 use crate::verbs::{Access, AhAttr, Pd, Qp, QpInitAttr};
+use crate::wire::addr::{Gid, MacAddr};
 use crate::wire::cma::{service_id, CmaHeader};
 
 use super::registry::{

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use crate::cm::{CmAgent, CmConfig, CmReq, ConnId, ListenId, MadPeer, SidrId};
 use crate::engine::{Mtu, QpType};
-use crate::netdev::MacAddr;
 use crate::verbs::{Device, Gsi, MadAddress, Qp, MAD_LEN};
+use crate::wire::addr::MacAddr;
 use crate::wire::cma::CmaHeader;
 
 use super::RDMA_UDP_QKEY;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::cm::{CmAgent, CmEvent, MadPeer, RejectReason, SidrStatus};
-use crate::netdev::Gid;
 use crate::verbs::{AhAttr, Device, Gsi, ReceivedMad};
+use crate::wire::addr::Gid;
 
 use super::id::CmId;
 use super::registry::{send_mad, CmConfigRdma, CmShared, CmState, DeviceOpener, IdInner, Port};

@@ -2,8 +2,8 @@
 use std::net::SocketAddr;
 
 use crate::cm::CmError;
-use crate::netdev::{Gid, MacAddr};
 use crate::verbs::{AhAttr, VerbsError};
+use crate::wire::addr::{Gid, MacAddr};
 
 use super::CmId;
 

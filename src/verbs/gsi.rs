@@ -14,7 +14,7 @@ use crate::engine::{
     shard_of_qpn, AddressVector, QpCaps, QpType, RecvWr, SendFlags, SendWr, UdDest, Wc, WcOpcode,
     WcStatus, WrOp, GSI_QKEY, GSI_QPN,
 };
-use crate::netdev::{Gid, MacAddr};
+use crate::wire::addr::{Gid, MacAddr};
 
 use super::cq::{CompletionChannel, Cq};
 use super::device::{lock, Device};

@@ -8,7 +8,7 @@ use crate::engine::{
     check_mr_access, Access, AddressVector, MrChange, MrInfo, MrMemory, MwId, MwInfo, MwType, PdId,
     Sge,
 };
-use crate::netdev::Gid;
+use crate::wire::addr::Gid;
 
 use super::attr::limits;
 use super::device::{Core, Device, ObjectKind, ObjectSlot};

@@ -5,7 +5,7 @@ use crate::engine::{
     Access, Mtu, MwBindInfo, QpAttr, QpAttrMask, QpCaps, QpInit, QpState, QpType, RecvWr,
     SendFlags, SendWr, SendWrRef, Sge,
 };
-use crate::netdev::Gid;
+use crate::wire::addr::Gid;
 
 use super::attr::limits;
 use super::cq::{Cq, CqInner};

@@ -18,6 +18,7 @@
 
 mod bytes;
 
+pub mod addr;
 pub mod aeth;
 pub mod atomic;
 pub mod bth;
