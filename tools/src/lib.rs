@@ -16,6 +16,7 @@
 //! - [`pingpong`]: rdma-core's `ibv_*_pingpong` (`xroce pingpong`), its exchange and the SRQ
 //!   variant;
 //! - [`checks`]: `xroce mr-check` and `xroce mw-check`, a peer's memory checked byte for byte;
+//! - [`rping`]: librdmacm's `rping` (`xroce rping`) over xroce's RDMA CM;
 //! - [`file`], [`demo`], [`bench`] (`xroce bench`), [`analysis`] (what `xroce dump` makes of
 //!   a capture), [`conform`] (the conformance suite);
 //! - what they share: [`endpoint`] (the slice of verbs a tool needs, and its verbs
@@ -33,5 +34,6 @@ pub mod json_line;
 pub mod options;
 pub mod perftest;
 pub mod pingpong;
+pub mod rping;
 pub mod setup;
 pub mod tcp_streams;
