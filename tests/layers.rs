@@ -308,6 +308,47 @@ fn the_sans_io_layers_name_no_io_module() {
     );
 }
 
+/// The verbs runtime (`src/verbs/runtime/`: the device's shared state, rounds, the progress
+/// token and background threads, asynchronous events) is below the handles users hold: it
+/// names none of their modules. The handles and their device know each other (the object
+/// model of verbs.h); the runtime knows neither.
+#[test]
+fn the_verbs_runtime_names_no_handle() {
+    const HANDLES: [&str; 6] = ["device", "cq", "pd", "qp", "srq", "gsi"];
+    let mut found = Vec::new();
+    let mut files = 0;
+    for (path, text) in sources() {
+        let Ok(inside) = path.strip_prefix("verbs/runtime") else {
+            continue;
+        };
+        files += 1;
+        // From runtime/mod.rs `super::` is verbs; from a file below it, `super::super::`.
+        let verbs = if inside == Path::new("mod.rs") {
+            "super::"
+        } else {
+            "super::super::"
+        };
+        let code = code_only(&text);
+        for handle in HANDLES {
+            for prefix in [verbs.to_string(), "crate::verbs::".to_string()] {
+                let named = format!("{prefix}{handle}");
+                if code.match_indices(&named).any(|(at, _)| {
+                    let after = code[at + named.len()..].chars().next();
+                    !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                }) {
+                    found.push(format!("src/{}: {named}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(files >= 3, "read the runtime's files: {files}");
+    assert!(
+        found.is_empty(),
+        "the runtime names handles:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_path_reader_sees_module_names() {
     let code = "use crate::wire::Mtu; let x = crate::engine::GSI_QPN; a::crate::no; xcrate::no";

@@ -10,29 +10,9 @@ use crate::driver::wait_readable;
 use crate::engine::{CqId, Wc};
 
 use super::attr::limits;
-use super::device::{drain, lock, Core, Device, ObjectKind, ObjectSlot};
+use super::device::{Core, Device, ObjectKind, ObjectSlot};
 use super::error::{Result, VerbsError};
-
-/// The shared half of a completion channel: the progress thread (or any verbs call) pushes
-/// the id of a CQ that fired and writes a byte to make the fd readable.
-#[derive(Debug)]
-pub(crate) struct ChannelShared {
-    rx: UnixDatagram,
-    tx: UnixDatagram,
-    fired: Mutex<VecDeque<CqId>>,
-}
-
-impl ChannelShared {
-    pub fn notify(&self, cq: CqId) {
-        lock(&self.fired).push_back(cq);
-        let _ = self.tx.send(&[1]);
-    }
-
-    /// Makes the fd readable without an event: a waiter looks again (the device stopped).
-    pub fn wake(&self) {
-        let _ = self.tx.send(&[1]);
-    }
-}
+use super::runtime::{drain, lock, ChannelShared};
 
 /// A completion channel (`ibv_comp_channel`): CQs armed with [`Cq::req_notify`] report
 /// here when a completion arrives. Block on it with [`CompletionChannel::get_cq_event`], or
@@ -146,7 +126,7 @@ impl CqInner {
 
     /// Runs `f` (a poll) in a progress round of each shard whose QPs complete here.
     fn poll_with<R>(&self, f: impl FnOnce(&mut crate::engine::Engine) -> R) -> Result<R> {
-        let shared = &self.core.shared;
+        let shared = &self.core.runtime;
         shared.hold_lease();
         let shards = self.shards.load(Ordering::Relaxed);
         if shards == 1 << self.home {
@@ -159,7 +139,7 @@ impl CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        let shared = &self.core.shared;
+        let shared = &self.core.runtime;
         if self.has_channel {
             lock(&shared.channels).remove(&self.id.0);
         }
@@ -262,7 +242,7 @@ impl Cq {
         }
         let inner = &self.inner;
         // Stored under the engine lock: concurrent resizes leave the depth of the last one.
-        Ok(inner.core.shared.with_engine(inner.home, false, |e| {
+        Ok(inner.core.runtime.with_engine(inner.home, false, |e| {
             e.resize_cq(inner.id, depth)
                 .map(|()| inner.depth.store(depth, Ordering::Relaxed))
         })??)
@@ -277,7 +257,7 @@ impl Cq {
     /// Takes up to `wcs.len()` completions, oldest first (`ibv_poll_cq`); returns how many.
     ///
     /// When no other thread is making progress, this call does it first: it receives the
-    /// frames waiting in the driver, answers them and transmits (see [`super::progress`]), so a
+    /// frames waiting in the driver, answers them and transmits (see [`super::runtime::progress`]), so a
     /// busy-polling thread needs no hand-off from the background thread.
     pub fn poll(&self, wcs: &mut [Wc]) -> Result<usize> {
         Ok(self.inner.poll_with(|e| e.poll_cq(self.inner.id, wcs))??)
@@ -296,7 +276,7 @@ impl Cq {
         Ok(self
             .inner
             .core
-            .shared
+            .runtime
             .with_engine(self.inner.home, false, |e| e.poll_cq_one(id))??)
     }
 
@@ -304,9 +284,9 @@ impl Cq {
     /// next solicited or failed one) raises one event on the CQ's completion channel.
     ///
     /// Arming says this thread is about to sleep on the channel: the background progress
-    /// thread takes over receiving at once (see [`super::progress`]).
+    /// thread takes over receiving at once (see [`super::runtime::progress`]).
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        let shared = &self.inner.core.shared;
+        let shared = &self.inner.core.runtime;
         shared.stop_polling();
         let id = self.inner.id;
         Ok(shared.with_engine(self.inner.home, false, |e| {

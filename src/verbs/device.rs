@@ -3,8 +3,8 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -15,11 +15,13 @@ use crate::engine::{Engine, EngineConfig, Event};
 use crate::netdev::{self, Gid, GidEntry, IfAddr, MacAddr, NetdevInfo, OperState};
 
 use super::attr::{DeviceAttr, PortAttr};
-use super::cq::{ChannelShared, CompletionChannel, Cq};
+use super::cq::{CompletionChannel, Cq};
 use super::error::{Result, VerbsError};
-use super::events::AsyncQueue;
 use super::pd::Pd;
-use super::progress;
+use super::runtime::events::AsyncQueue;
+use super::runtime::{
+    self, lock, panic_text, progress, ProgressMode, ProgressStats, Runtime, Shard, TracedFrame,
+};
 
 /// Which driver moves the device's frames.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -35,63 +37,6 @@ pub enum DriverKind {
     /// ([`DriverKind::Xdp`] falls back to it by itself when the interface is taken and a
     /// relay serves it.)
     Relay,
-}
-
-/// How the background progress thread waits for work when no application thread polls
-/// (a thread that polls a CQ makes progress itself in either mode: see [`super::progress`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum ProgressMode {
-    /// Sleep in poll(2) on the driver's fd and a wake-up fd until a frame arrives or the
-    /// next transport timer is due. Low CPU use; the right mode for applications that poll
-    /// their CQs (they drive progress) or sleep on completion channels, and for any machine
-    /// with fewer spare cores than busy threads.
-    #[default]
-    Wakeup,
-    /// Never sleep while nobody polls: spin on the driver. The responder (READ, WRITE,
-    /// atomics) answers without a wake-up, at the cost of one core at 100%; right only when
-    /// a core is spare for it.
-    BusyPoll,
-}
-
-impl ProgressMode {
-    /// Every mode, in the order `--help` lists them.
-    pub const ALL: [ProgressMode; 2] = [ProgressMode::Wakeup, ProgressMode::BusyPoll];
-
-    /// The name `--progress` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProgressMode::Wakeup => "wakeup",
-            ProgressMode::BusyPoll => "busy-poll",
-        }
-    }
-
-    /// One line for `--help`.
-    pub fn about(self) -> &'static str {
-        match self {
-            ProgressMode::Wakeup => {
-                "the background thread sleeps until a frame or a timer; polling threads drive progress"
-            }
-            ProgressMode::BusyPoll => {
-                "the background thread spins while nobody polls (one core at 100%)"
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for ProgressMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for ProgressMode {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        ProgressMode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown progress mode {s:?}: choose wakeup or busy-poll"))
-    }
 }
 
 /// How to open a [`Device`].
@@ -147,119 +92,6 @@ impl Default for DeviceConfig {
     }
 }
 
-/// One frame seen by the progress thread (see [`DeviceConfig::trace_frames`]).
-#[derive(Clone, Debug)]
-pub struct TracedFrame {
-    /// Time since the device was opened.
-    pub at: Duration,
-    /// True if sent by this device, false if received.
-    pub outgoing: bool,
-    /// The whole Ethernet frame.
-    pub bytes: Vec<u8>,
-}
-
-/// Counters of the progress thread (the engine's own counters are [`Device::counters`]).
-#[derive(Debug, Default)]
-pub struct ProgressStats {
-    /// Frames handed to the engine.
-    pub rx_frames: AtomicU64,
-    /// Frames the engine produced and the driver accepted.
-    pub tx_frames: AtomicU64,
-    /// Frames the driver refused (counted, then dropped: the transport retries).
-    pub tx_errors: AtomicU64,
-    /// Flushes that handed queued frames to the link (on AF_XDP and UDP, a system call
-    /// each): `tx_frames / kicks` is how many frames one kick carries.
-    pub kicks: AtomicU64,
-    /// Loop iterations that went to sleep.
-    pub sleeps: AtomicU64,
-    /// Wake-up writes to the background thread (one system call each): an application's
-    /// round armed a timer earlier than the sleeping thread would look, or a poller went to
-    /// sleep on a completion channel. Posting makes none.
-    pub wakeups: AtomicU64,
-    /// Rounds run by application threads (polls, posts) instead of the background thread.
-    pub driven_rounds: AtomicU64,
-    /// Frames a shard received for a QP of another shard and handed to it (a device with
-    /// several shards; each costs a copy).
-    pub handed_off_frames: AtomicU64,
-    /// Of `rx_frames`, those received in rounds of application threads.
-    pub driven_rx_frames: AtomicU64,
-    /// Frames the engine sent to one of the device's own addresses, handed straight back to
-    /// the shard of their QP instead of the driver (loopback: they never reach the link).
-    pub looped_back_frames: AtomicU64,
-}
-
-/// A device's state, shared by its user-facing handles and its progress thread: the engine
-/// behind its lock, the interface facts, the wake-up socket, channels, counters and traces.
-pub(crate) struct DeviceState {
-    pub name: String,
-    /// UDP driver: the one address its socket sends from (the only usable source GID).
-    pub udp_source: Option<IpAddr>,
-    /// The engine shards (at least one): see [`DeviceConfig::shards`].
-    pub shards: Vec<Shard>,
-    /// The shard the next CQ is placed on (round robin).
-    pub next_cq_shard: AtomicUsize,
-    pub start: Instant,
-    pub progress_mode: ProgressMode,
-    pub stop: AtomicBool,
-    /// Set when progress stopped for good (a driver failure, a panic): why.
-    pub stopped: Mutex<Option<String>>,
-    /// `stopped` is set (checked on every call without taking its lock).
-    pub stopped_flag: AtomicBool,
-    pub netdev: NetdevInfo,
-    pub gid_table: Vec<GidEntry>,
-    pub driver_info: DriverInfo,
-    pub neighbour_timeout: Duration,
-    pub static_neighbours: Mutex<HashMap<IpAddr, MacAddr>>,
-    /// Completion channel of each CQ that has one, by CQ id.
-    pub channels: Mutex<HashMap<u32, Arc<ChannelShared>>>,
-    /// Every completion channel of the device (with or without CQs), to wake its waiters
-    /// when the progress thread stops.
-    pub all_channels: Mutex<Vec<Weak<ChannelShared>>>,
-    /// Asynchronous events (QP fatal, CQ error, port active/error, ...) and their fd.
-    pub async_events: AsyncQueue,
-    /// The device's own addresses (its GIDs): frames to them are looped back.
-    pub local_ips: Vec<IpAddr>,
-    /// The QPN prefix of the device's engines ([`Driver::qpn_prefix`]): a frame to an own
-    /// address whose QPN has another prefix belongs to another process on the interface,
-    /// and goes to the driver (the relay), not back to this device.
-    pub qpn_prefix: Option<u8>,
-    /// The relay the device goes through, and its slot ([`Driver::relay_endpoint`]).
-    pub relay: Option<crate::driver::relay::RelayEndpoint>,
-    pub stats: ProgressStats,
-    pub xdp_stats: Mutex<Option<XdpStats>>,
-    /// Set by [`Device::xdp_stats`] to ask the progress thread for fresh counters.
-    pub xdp_stats_wanted: AtomicBool,
-    /// Bumped by the progress thread each time it refreshed `xdp_stats`.
-    pub xdp_stats_generation: AtomicU64,
-    pub trace_limit: usize,
-    pub trace: Mutex<VecDeque<TracedFrame>>,
-    /// Live objects of each kind, against the device limits.
-    pub objects: [AtomicU32; 7],
-}
-
-/// One engine shard of a device: its engine, its progress token (with its driver) and its
-/// background thread's state. Shards share the device's objects through the engine's tables
-/// and nothing else, so threads working on different shards never wait for each other.
-pub(crate) struct Shard {
-    pub engine: Mutex<Engine>,
-    /// The progress token: the driver and a round's buffers (only ever `try_lock`ed; see
-    /// [`progress`]). Lock order: this, then `engine`.
-    pub progress: Mutex<progress::Progress>,
-    /// Work was posted while someone else held the token: its holder runs one more round.
-    pub pending: AtomicBool,
-    /// When an application thread last polled (engine clock, ns; 0 = nobody polls).
-    pub poller_seen: AtomicU64,
-    /// When the sleeping background thread looks again (engine clock, ns), or
-    /// `THREAD_AWAKE` / `THREAD_YIELDING` / `THREAD_ASLEEP_NO_TIMER`.
-    pub thread_wake_at: AtomicU64,
-    /// Writing a byte wakes the shard's background thread.
-    pub waker: UnixDatagram,
-    /// Frames other shards received for this shard's QPs.
-    pub inbox: Mutex<progress::Inbox>,
-    /// `inbox` has frames (checked by every round without taking its lock).
-    pub inbox_waiting: AtomicBool,
-}
-
 /// The kinds of object the device limits ([`DeviceAttr`]'s `max_pd`, `max_mr`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ObjectKind {
@@ -297,7 +129,7 @@ pub(crate) struct ObjectSlot {
 impl ObjectSlot {
     pub fn take(core: &Arc<Core>, kind: ObjectKind) -> Result<ObjectSlot> {
         let (what, max) = kind.limit();
-        let counter = &core.shared.objects[kind as usize];
+        let counter = &core.runtime.objects[kind as usize];
         let before = counter.fetch_add(1, Ordering::SeqCst);
         if before >= max {
             counter.fetch_sub(1, Ordering::SeqCst);
@@ -316,375 +148,14 @@ impl ObjectSlot {
 
 impl Drop for ObjectSlot {
     fn drop(&mut self) {
-        self.core.shared.objects[self.kind as usize].fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-thread_local! {
-    /// The device whose poller's lease this thread holds ([`DeviceState::hold_lease`]).
-    static LEASE_HOLDER: std::cell::RefCell<Weak<DeviceState>> =
-        const { std::cell::RefCell::new(Weak::new()) };
-}
-
-/// Locks a mutex, ignoring poisoning: every critical section here leaves its data valid.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl DeviceState {
-    /// The engine's clock: time since the device was opened.
-    pub fn now(&self) -> crate::engine::Instant {
-        crate::engine::Instant::from_elapsed(self.start.elapsed())
-    }
-
-    /// Runs `f` on the engine of shard `shard`, then delivers the events it raised. With
-    /// `posted` (`f` posted work or changed a QP's state), transmits what it produced: in a
-    /// round of this thread when the shard's progress token is free, else in one more round
-    /// of the token's holder.
-    pub fn with_engine<R>(
-        &self,
-        shard: usize,
-        posted: bool,
-        f: impl FnOnce(&mut Engine) -> R,
-    ) -> Result<R> {
-        self.check_alive()?;
-        let s = &self.shards[shard];
-        // One clock read per call.
-        let now = self.now();
-        // With a poller active, its next poll kicks the frames out with those of other
-        // posts: one system call per batch instead of one per post.
-        let flush = posted.then(|| {
-            if self.poller_active(shard, now) {
-                progress::Flush::Batched
-            } else {
-                progress::Flush::Always
-            }
-        });
-        let f = match flush {
-            // A free token: the post is the call of this thread's round, which transmits
-            // what it produced (one engine lock for both).
-            Some(flush) => match self.drive(shard, now, flush, f)? {
-                Ok(out) => return Ok(out),
-                Err(f) => f,
-            },
-            None => f,
-        };
-        let (out, events) = {
-            let mut engine = lock(&s.engine);
-            let out = f(&mut engine);
-            let mut events = Vec::new();
-            while let Some(ev) = engine.poll_event() {
-                events.push(ev);
-            }
-            (out, events)
-        };
-        self.dispatch(events);
-        if let Some(flush) = flush {
-            // The token was busy. After `f`: a holder that clears `pending` from now on sees
-            // the posted work.
-            s.pending.store(true, Ordering::SeqCst);
-            // Still busy: its holder runs the round `pending` asks for.
-            let _ = self.drive(shard, self.now(), flush, |_| ())?;
-        }
-        Ok(out)
-    }
-
-    /// Runs `f` (a poll of a CQ or of memory) on the engine of shard `shard` inside a
-    /// progress round of this thread when its token is free, so what arrived is received,
-    /// answered and completed here and now; marks this thread as the shard's poller, so the
-    /// background thread stays away.
-    pub fn poll_engine<R>(&self, shard: usize, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
-        self.check_alive()?;
-        let now = self.now();
-        self.shards[shard]
-            .poller_seen
-            .store(now.as_nanos().max(1), Ordering::Relaxed);
-        match self.drive(shard, now, progress::Flush::Always, f)? {
-            Ok(out) => Ok(out),
-            // Someone else is running a round: read what has arrived so far.
-            Err(f) => self.with_engine(shard, false, f),
-        }
-    }
-
-    /// A poll that runs a round on each shard of `shards` (a bit per shard) when its token
-    /// is free, then `f` on the engine of `home` (in its round): for a CQ whose QPs live on
-    /// several shards, or memory any shard may write.
-    pub fn poll_shards<R>(
-        &self,
-        shards: u64,
-        home: usize,
-        f: impl FnOnce(&mut Engine) -> R,
-    ) -> Result<R> {
-        for shard in (0..self.shards.len()).filter(|&i| i != home && shards & (1 << i) != 0) {
-            let now = self.now();
-            self.shards[shard]
-                .poller_seen
-                .store(now.as_nanos().max(1), Ordering::Relaxed);
-            let _ = self.drive(shard, now, progress::Flush::Always, |_| ())?;
-        }
-        self.poll_engine(home, f)
-    }
-
-    /// Every shard, as a bit set for [`DeviceState::poll_shards`].
-    pub fn all_shards(&self) -> u64 {
-        u64::MAX >> (64 - self.shards.len())
-    }
-
-    /// This thread stops polling (it is going to sleep on a completion channel, arms a CQ or
-    /// drops one): the poller's lease ends, and the background threads take their drivers
-    /// back at once instead of when the lease's watchdog ([`progress::POLLER_LEASE`]) would.
-    pub fn stop_polling(&self) {
-        for (index, s) in self.shards.iter().enumerate() {
-            if s.poller_seen.swap(0, Ordering::Relaxed) != 0 {
-                // Kick out what posts left queued for this poller's next poll.
-                let _ = self.drive(index, self.now(), progress::Flush::Always, |_| ());
-                if s.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING {
-                    self.wake(index);
-                }
-            }
-        }
-    }
-
-    /// This thread is about to poll `self`. A thread holds one device's lease at a time: a
-    /// lease it held on another device ends now, so a thread that drives two devices in turn
-    /// (both ends of a test, a program with two contexts) never leaves one of them unserved
-    /// until the watchdog.
-    pub fn hold_lease(self: &Arc<Self>) {
-        let previous = LEASE_HOLDER.try_with(|held| {
-            let mut held = held.borrow_mut();
-            if std::ptr::eq(held.as_ptr(), Arc::as_ptr(self)) {
-                return None;
-            }
-            Some(std::mem::replace(&mut *held, Arc::downgrade(self)))
-        });
-        if let Ok(Some(previous)) = previous {
-            if let Some(previous) = previous.upgrade() {
-                previous.stop_polling();
-            }
-        }
-    }
-
-    /// Whether an application thread holds a poller's lease on shard `shard`: it polled
-    /// within [`progress::POLLER_LEASE`] of `now` and has not stopped polling since.
-    pub fn poller_active(&self, shard: usize, now: crate::engine::Instant) -> bool {
-        self.poller_lease_left(shard, now).is_some()
-    }
-
-    /// How long the poller's lease on shard `shard` runs from `now` unless it polls again;
-    /// `None` without a lease.
-    pub fn poller_lease_left(
-        &self,
-        shard: usize,
-        now: crate::engine::Instant,
-    ) -> Option<std::time::Duration> {
-        let seen = self.shards[shard].poller_seen.load(Ordering::Relaxed);
-        let since = now.as_nanos().saturating_sub(seen);
-        let lease = progress::POLLER_LEASE.as_nanos() as u64;
-        (seen != 0 && since < lease).then(|| std::time::Duration::from_nanos(lease - since))
-    }
-
-    /// Runs `call` in a progress round of this thread on shard `shard` if its token is free,
-    /// then the rounds that work posted meanwhile (`pending`) asks for. `Ok(Err(call))`:
-    /// someone else holds the token (and will run the round `pending` asks for).
-    fn drive<R, F: FnOnce(&mut Engine) -> R>(
-        &self,
-        shard: usize,
-        now: crate::engine::Instant,
-        flush: progress::Flush,
-        call: F,
-    ) -> Result<std::result::Result<R, F>> {
-        let s = &self.shards[shard];
-        let Some(mut token) = progress::try_token(s) else {
-            return Ok(Err(call));
-        };
-        // Cleared only when set: a round nobody asked for writes no shared cache line. (Set
-        // after the load, it is seen by the check after the round.)
-        if s.pending.load(Ordering::Relaxed) {
-            s.pending.store(false, Ordering::SeqCst);
-        }
-        let out = self.driven_round(shard, &mut token, now, flush, call);
-        drop(token);
-        let out = out?;
-        while s.pending.load(Ordering::SeqCst) {
-            let Some(mut token) = progress::try_token(s) else {
-                break;
-            };
-            s.pending.store(false, Ordering::SeqCst);
-            let done = self.driven_round(
-                shard,
-                &mut token,
-                self.now(),
-                progress::Flush::Always,
-                |_| (),
-            );
-            drop(token);
-            done?;
-        }
-        Ok(Ok(out))
-    }
-
-    /// One round in an application thread. A panic in it (an engine or driver bug) stops
-    /// the device as a panic of the background thread does, and this call fails.
-    fn driven_round<R>(
-        &self,
-        shard: usize,
-        token: &mut progress::Progress,
-        now: crate::engine::Instant,
-        flush: progress::Flush,
-        call: impl FnOnce(&mut Engine) -> R,
-    ) -> Result<R> {
-        let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            token.round(self, now, flush, call)
-        }));
-        let (out, outcome) = match round {
-            Ok(Ok(done)) => done,
-            Ok(Err(reason)) => return Err(self.stop_with(reason)),
-            Err(panic) => {
-                return Err(
-                    self.stop_with(format!("progress round panicked: {}", panic_text(&*panic)))
-                )
-            }
-        };
-        self.stats.driven_rounds.fetch_add(1, Ordering::Relaxed);
-        if outcome.received > 0 {
-            self.stats
-                .driven_rx_frames
-                .fetch_add(outcome.received as u64, Ordering::Relaxed);
-        }
-        // A timer armed earlier than the sleeping thread would look: wake it.
-        if let Some(t) = outcome.next_wanted {
-            let wake_at = self.shards[shard].thread_wake_at.load(Ordering::SeqCst);
-            if wake_at != progress::THREAD_AWAKE
-                && wake_at != progress::THREAD_YIELDING
-                && t.as_nanos() < wake_at
-            {
-                self.wake(shard);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Stops the device for `reason` (unless it stopped already) and returns the error
-    /// every later call gets.
-    fn stop_with(&self, reason: String) -> VerbsError {
-        progress::fail(self, reason);
-        let reason = lock(&self.stopped).clone().unwrap_or_default();
-        VerbsError::DeviceStopped {
-            device: self.name.clone(),
-            reason,
-        }
-    }
-
-    /// `Err(DeviceStopped)` with the cause once progress has stopped for good.
-    pub fn check_alive(&self) -> Result<()> {
-        if !self.stopped_flag.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        match lock(&self.stopped).clone() {
-            Some(reason) => Err(VerbsError::DeviceStopped {
-                device: self.name.clone(),
-                reason,
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// Wakes the background progress thread of shard `shard` (one system call).
-    pub fn wake(&self, shard: usize) {
-        self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
-        // A full socket buffer already means "readable": ignore WouldBlock.
-        let _ = self.shards[shard].waker.send(&[1]);
-    }
-
-    /// Gives shard `to` a frame this shard received for one of its QPs, and makes sure it
-    /// looks soon: its poller's next round, or its background thread, woken if asleep.
-    pub fn hand_off(&self, to: usize, frame: &[u8]) {
-        self.stats.handed_off_frames.fetch_add(1, Ordering::Relaxed);
-        self.deliver_to_shard(to, frame, true);
-    }
-
-    /// The shard that must receive `frame`, sent by shard `from`, when it is addressed to
-    /// one of the device's own GIDs (`None`: it goes to the driver). A frame to ourselves
-    /// never leaves the device: the link would not bring it back (a NIC does the same
-    /// internally; rxe loops such packets back in `rxe_loopback`).
-    pub fn loopback_shard(&self, from: usize, frame: &[u8]) -> Option<usize> {
-        let ip = crate::wire::frame::frame_dest_ip(frame)?;
-        if !self.local_ips.contains(&ip) {
-            return None;
-        }
-        if let Some(prefix) = self.qpn_prefix {
-            let qpn = crate::wire::frame::frame_dest_qpn(frame)?;
-            if crate::driver::relay::slot_of_qpn(qpn) != prefix {
-                return None;
-            }
-        }
-        let shards = self.shards.len();
-        Some(match crate::wire::frame::frame_dest_qpn(frame) {
-            Some(qpn) if shards > 1 => crate::engine::shard_of_qpn(qpn, shards as u32) as usize,
-            _ => from,
-        })
-    }
-
-    /// Hands a frame that shard `from` sent to ourselves to shard `to`, as the link would
-    /// deliver it. To the sender's own shard it costs no wake-up: whoever holds that shard's
-    /// token runs one more round when `pending` is set, and that round receives it.
-    pub fn loop_back(&self, from: usize, to: usize, frame: &[u8]) {
-        self.record(false, frame);
-        self.stats
-            .looped_back_frames
-            .fetch_add(1, Ordering::Relaxed);
-        self.deliver_to_shard(to, frame, to != from);
-    }
-
-    /// Puts `frame` in shard `to`'s inbox and makes sure it looks soon: its poller's next
-    /// round, or (`wake`) its background thread, woken if asleep.
-    fn deliver_to_shard(&self, to: usize, frame: &[u8], wake: bool) {
-        let s = &self.shards[to];
-        lock(&s.inbox).push(frame);
-        s.inbox_waiting.store(true, Ordering::SeqCst);
-        s.pending.store(true, Ordering::SeqCst);
-        let wake_at = s.thread_wake_at.load(Ordering::SeqCst);
-        if wake && wake_at != progress::THREAD_AWAKE && wake_at != progress::THREAD_YIELDING {
-            self.wake(to);
-        }
-    }
-
-    /// Routes engine events: CQ notifications to the CQ's completion channel, the rest to
-    /// the device's asynchronous event queue.
-    pub fn dispatch(&self, events: impl IntoIterator<Item = Event>) {
-        for ev in events {
-            match ev {
-                Event::CqNotify(cq) => {
-                    let channel = lock(&self.channels).get(&cq.0).cloned();
-                    if let Some(channel) = channel {
-                        channel.notify(cq);
-                    }
-                }
-                other => self.async_events.push(other),
-            }
-        }
-    }
-
-    pub fn record(&self, outgoing: bool, bytes: &[u8]) {
-        if self.trace_limit == 0 {
-            return;
-        }
-        let mut trace = lock(&self.trace);
-        if trace.len() >= self.trace_limit {
-            trace.pop_front();
-        }
-        trace.push_back(TracedFrame {
-            at: self.start.elapsed(),
-            outgoing,
-            bytes: bytes.to_vec(),
-        });
+        self.core.runtime.objects[self.kind as usize].fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 /// Owns the progress thread: when the last handle on the device (the [`Device`] and every
 /// object created from it) is dropped, the thread is stopped and joined.
 pub(crate) struct Core {
-    pub shared: Arc<DeviceState>,
+    pub runtime: Arc<Runtime>,
     /// One background progress thread per shard, and the link watcher.
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Writing a byte stops the link watcher (when there is one).
@@ -693,8 +164,8 @@ pub(crate) struct Core {
 
 impl Drop for Core {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        for shard in &self.shared.shards {
+        self.runtime.stop.store(true, Ordering::SeqCst);
+        for shard in &self.runtime.shards {
             let _ = shard.waker.send(&[1]);
         }
         if let Some(stop) = lock(&self.link_watch_stop).as_ref() {
@@ -718,8 +189,8 @@ pub struct Device {
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
-            .field("name", &self.core.shared.name)
-            .field("driver", &self.core.shared.driver_info.mode)
+            .field("name", &self.core.runtime.name)
+            .field("driver", &self.core.runtime.driver_info.mode)
             .finish()
     }
 }
@@ -1027,7 +498,7 @@ impl Device {
                 inbox_waiting: AtomicBool::new(false),
             });
         }
-        let shared = Arc::new(DeviceState {
+        let shared = Arc::new(Runtime {
             name: format!("xroce_{}", net.name),
             udp_source,
             shards,
@@ -1058,7 +529,7 @@ impl Device {
         });
         // The Core first: if a spawn fails, dropping it stops the threads already started.
         let core = Arc::new(Core {
-            shared: shared.clone(),
+            runtime: shared.clone(),
             threads: Mutex::new(Vec::new()),
             link_watch_stop: Mutex::new(None),
         });
@@ -1094,7 +565,7 @@ impl Device {
             let thread_shared = shared.clone();
             let thread = super::threads::spawn_settled(
                 format!("xroce-link-{}", shared.netdev.name),
-                move || super::events::watch_link(thread_shared, watch, stop_rx, active),
+                move || runtime::events::watch_link(thread_shared, watch, stop_rx, active),
             )
             .map_err(|source| VerbsError::Io {
                 context: "spawning the link watcher",
@@ -1105,8 +576,8 @@ impl Device {
         Ok(Device { core })
     }
 
-    pub(crate) fn shared(&self) -> &DeviceState {
-        &self.core.shared
+    pub(crate) fn shared(&self) -> &Runtime {
+        &self.core.runtime
     }
 
     /// The device name, `xroce_<interface>`.
@@ -1457,25 +928,4 @@ fn check_shards(shards: u32) -> Result<()> {
 /// The default in-memory link configuration, re-exported for convenience.
 pub fn mem_link_config(mtu: u32, loss: f64, seed: u64) -> MemLinkConfig {
     MemLinkConfig { mtu, loss, seed }
-}
-
-/// What a caught panic said.
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
-/// Empties a non-blocking wake-up socket (each byte in it is one "something happened").
-pub(crate) fn drain(sock: &UnixDatagram) {
-    let mut buf = [0u8; 64];
-    // MSG_DONTWAIT, not the fd's flag: an event fd handed to a C program stays blocking
-    // until the program itself sets O_NONBLOCK (and then expects EAGAIN from the verbs).
-    while let Ok((n, _)) = rustix::net::recv(sock, &mut buf, rustix::net::RecvFlags::DONTWAIT) {
-        if n == 0 {
-            break;
-        }
-    }
 }

@@ -17,10 +17,11 @@ use crate::engine::{
 use crate::wire::addr::{Gid, MacAddr};
 
 use super::cq::{CompletionChannel, Cq};
-use super::device::{lock, Device};
+use super::device::Device;
 use super::error::{Result, VerbsError};
 use super::pd::{Mr, Pd};
 use super::qp::{Qp, QpInitAttr};
+use super::runtime::lock;
 use super::Access;
 
 /// A management datagram's size (IBTA 13.4.2): the GSI carries exactly these.

@@ -72,24 +72,23 @@ pub mod attr;
 mod cq;
 mod device;
 mod error;
-mod events;
 mod gsi;
 mod pd;
-mod progress;
 mod qp;
+mod runtime;
 mod srq;
 pub(crate) mod threads;
 
 pub use attr::{DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
 pub use device::{
-    mem_link_config, Device, DeviceConfig, DeviceIdentity, DeviceRoute, DriverKind, ProgressMode,
-    ProgressStats, TracedFrame, MAX_SHARDS,
+    mem_link_config, Device, DeviceConfig, DeviceIdentity, DeviceRoute, DriverKind, MAX_SHARDS,
 };
 pub use error::{Result, VerbsError};
 pub use gsi::{Gsi, GsiStats, MadAddress, ReceivedMad, MAD_LEN};
 pub use pd::{AddressHandle, AhAttr, Mr, MrRereg, Mw, Pd};
 pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
+pub use runtime::{ProgressMode, ProgressStats, TracedFrame};
 pub use srq::Srq;
 
 pub use crate::dma::{DmaError, UserMemory};

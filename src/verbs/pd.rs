@@ -26,7 +26,7 @@ impl Drop for PdInner {
         // Every MR, QP and AH holds this PD alive, so nothing uses it any more.
         let _ = self
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| e.dealloc_pd(self.id));
     }
 }
@@ -103,7 +103,7 @@ impl Pd {
         let info = self
             .inner
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| match memory {
                 MrMemory::Device(len) => e.reg_mr(self.inner.id, len, access),
                 MrMemory::User(m) => match iova {
@@ -135,7 +135,7 @@ impl Pd {
         let info = self
             .inner
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| e.alloc_mw(self.inner.id, mw_type))??;
         Ok(Mw {
             inner: Arc::new(MwInner {
@@ -189,7 +189,7 @@ impl Drop for MwInner {
         let _ = self
             .pd
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| e.dealloc_mw(id));
     }
 }
@@ -228,7 +228,7 @@ impl Mw {
             .inner
             .pd
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| e.query_mw(id))??)
     }
 
@@ -274,7 +274,10 @@ struct MrState {
 impl Drop for MrInner {
     fn drop(&mut self) {
         let lkey = self.state.load().info.lkey;
-        let _ = self.core.shared.with_engine(0, false, |e| e.dereg_mr(lkey));
+        let _ = self
+            .core
+            .runtime
+            .with_engine(0, false, |e| e.dereg_mr(lkey));
     }
 }
 
@@ -395,7 +398,7 @@ impl Mr {
         let info = self
             .inner
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| e.rereg_mr_at(lkey, engine_change, iova))??;
         let user = match &change.memory {
             Some(MrMemory::User(m)) => Some(m.clone()),
@@ -419,7 +422,7 @@ impl Mr {
         let lkey = self.info().lkey;
         self.inner
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| e.mr_bound_windows(lkey))
     }
 
@@ -463,7 +466,7 @@ impl Mr {
     /// does), so, like polling a CQ, it first makes progress when no other thread is.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let (addr, lkey) = self.check(offset, out.len())?;
-        let shared = &self.inner.core.shared;
+        let shared = &self.inner.core.runtime;
         shared.hold_lease();
         Ok(shared.poll_shards(shared_all(&self.inner.core), 0, |e| {
             e.mr_read(lkey, addr, out)
@@ -476,7 +479,7 @@ impl Mr {
         Ok(self
             .inner
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| e.mr_write(lkey, addr, data))??)
     }
 
@@ -504,7 +507,7 @@ impl Mr {
 /// Every shard of the device: any of them may write a region (a peer's WRITE arrives on
 /// the shard of its QP), so a thread polling memory drives them all.
 fn shared_all(core: &Core) -> u64 {
-    core.shared.all_shards()
+    core.runtime.all_shards()
 }
 
 /// Where to send: the destination of an address handle or of a connected QP (`ibv_ah_attr`
@@ -541,7 +544,7 @@ impl Device {
     /// and family, and resolves the destination MAC. Use it for RC QPs (`QpAttr::ah_attr`).
     pub fn resolve_av(&self, attr: &AhAttr) -> Result<AddressVector> {
         let sgid = self.query_gid(attr.sgid_index as u32)?;
-        if let Some(src) = self.core.shared.udp_source {
+        if let Some(src) = self.core.runtime.udp_source {
             if sgid.to_ip() != src {
                 let usable = self
                     .gid_table()

@@ -108,7 +108,7 @@ impl Drop for QpInner {
         let _ = self
             .pd
             .core
-            .shared
+            .runtime
             .with_engine(self.shard, true, |e| e.destroy_qp(self.qpn));
     }
 }
@@ -249,7 +249,7 @@ impl Qp {
         let qpn = pd
             .inner
             .core
-            .shared
+            .runtime
             .with_engine(shard, false, |e| make(e, engine_init))??;
         init.recv_cq.inner.add_shard(shard);
         Ok(Qp {
@@ -318,7 +318,7 @@ impl Qp {
         Ok(self.query()?.0.cur_qp_state)
     }
 
-    /// Runs `f` on the engine of this QP's shard (see `DeviceState::with_engine`; `posted`:
+    /// Runs `f` on the engine of this QP's shard (see `Runtime::with_engine`; `posted`:
     /// `f` may produce frames to transmit).
     fn on_engine<R>(
         &self,
@@ -328,7 +328,7 @@ impl Qp {
         self.inner
             .pd
             .core
-            .shared
+            .runtime
             .with_engine(self.inner.shard, posted, f)
     }
 

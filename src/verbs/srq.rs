@@ -20,7 +20,7 @@ impl Drop for SrqInner {
         let _ = self
             .pd
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| e.destroy_srq(self.id));
     }
 }
@@ -62,7 +62,7 @@ impl Srq {
         let id = pd
             .inner
             .core
-            .shared
+            .runtime
             .with_engine(0, false, |e| e.create_srq(pd.inner.id, *attr))??;
         Ok(Srq {
             inner: Arc::new(SrqInner {
@@ -80,7 +80,7 @@ impl Srq {
 
     /// Runs `f` on the engine that holds the SRQ (shard 0: the shards share the SRQ table).
     fn on_engine<R>(&self, f: impl FnOnce(&mut crate::engine::Engine) -> R) -> Result<R> {
-        self.inner.pd.core.shared.with_engine(0, false, f)
+        self.inner.pd.core.runtime.with_engine(0, false, f)
     }
 
     fn with<R>(

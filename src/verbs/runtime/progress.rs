@@ -21,14 +21,14 @@
 //! takes a **lease** on progress: while it holds, the thread stays out of the poller's way,
 //! asleep on the wake-up socket alone, so it never preempts a spinning application. The lease
 //! ends when the poller says so (arming a CQ, sleeping on a channel, dropping the CQ:
-//! `DeviceState::stop_polling`, which wakes the thread at once) or, as a watchdog, when no
+//! `Runtime::stop_polling`, which wakes the thread at once) or, as a watchdog, when no
 //! poll came for [`POLLER_LEASE`]. Otherwise, in wake-up mode the thread sleeps in poll(2) on
 //! the driver's fd and the wake-up socket until the next timer; in busy-poll mode it spins on
 //! rounds.
 //!
 //! A device with several engine shards has all of this once per shard: a token, a driver,
 //! a background thread. A round that receives a frame for another shard's QP hands it to
-//! that shard's inbox (see `DeviceState::hand_off`), which the owner drains first in its
+//! that shard's inbox (see `Runtime::hand_off`), which the owner drains first in its
 //! next round.
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
@@ -42,7 +42,7 @@ use crate::engine::{
     shard_of_qpn, transmit_buffer_len, Engine, Event, Instant, Mtu, MAX_FRAME_LEN,
 };
 
-use super::device::{drain, lock, DeviceState, ProgressMode, Shard};
+use super::{drain, lock, ProgressMode, Runtime, Shard};
 
 /// Frames taken from the driver per round.
 pub const RX_BATCH: usize = 64;
@@ -67,12 +67,12 @@ const SHORT_WAIT: Duration = Duration::from_micros(200);
 /// How often the XDP counters are refreshed while busy (when idle, `Device::xdp_stats` asks
 /// for a fresh reading and wakes the thread).
 const STATS_PERIOD: Duration = Duration::from_millis(100);
-/// `DeviceState::thread_wake_at` while the thread is awake.
+/// `Runtime::thread_wake_at` while the thread is awake.
 pub(crate) const THREAD_AWAKE: u64 = 0;
-/// `DeviceState::thread_wake_at` while the thread leaves the driver to a poller (timers
+/// `Runtime::thread_wake_at` while the thread leaves the driver to a poller (timers
 /// are the poller's then: do not wake it for them).
 pub(crate) const THREAD_YIELDING: u64 = 1;
-/// `DeviceState::thread_wake_at` while the thread sleeps with no timer.
+/// `Runtime::thread_wake_at` while the thread sleeps with no timer.
 pub(crate) const THREAD_ASLEEP_NO_TIMER: u64 = u64::MAX;
 
 /// Frames a posting thread may leave queued in the driver, unflushed, while a poller is
@@ -90,7 +90,7 @@ pub(crate) enum Flush {
 }
 
 /// Frames handed to a shard by the shards that received them (see
-/// [`DeviceState::hand_off`]), with the buffers of frames already handled, for reuse.
+/// [`Runtime::hand_off`]), with the buffers of frames already handled, for reuse.
 #[derive(Default)]
 pub(crate) struct Inbox {
     frames: Vec<Vec<u8>>,
@@ -184,7 +184,7 @@ impl Progress {
     /// and transmitting. `Err` is why the device must stop (a driver failure).
     pub fn round<R>(
         &mut self,
-        shared: &DeviceState,
+        shared: &Runtime,
         now: Instant,
         flush: Flush,
         call: impl FnOnce(&mut Engine) -> R,
@@ -232,7 +232,7 @@ impl Progress {
 
     fn receive(
         &mut self,
-        shared: &DeviceState,
+        shared: &Runtime,
         engine: &mut Engine,
         now: Instant,
     ) -> Result<(usize, usize), String> {
@@ -279,7 +279,7 @@ impl Progress {
     /// Handles the frames other shards handed over and those the device looped back to
     /// itself. Their ICRC is checked when this driver can check its own frames' (the shards
     /// of one device have drivers of one kind).
-    fn receive_handed(&mut self, shared: &DeviceState, engine: &mut Engine, now: Instant) -> usize {
+    fn receive_handed(&mut self, shared: &Runtime, engine: &mut Engine, now: Instant) -> usize {
         let shard = &shared.shards[self.shard];
         // A plain load first: an empty round writes no shared cache line.
         if !shard.inbox_waiting.load(Ordering::Relaxed)
@@ -305,7 +305,7 @@ impl Progress {
         n
     }
 
-    fn transmit(&mut self, shared: &DeviceState, engine: &mut Engine, now: Instant) -> usize {
+    fn transmit(&mut self, shared: &Runtime, engine: &mut Engine, now: Instant) -> usize {
         let mut work = 0;
         // Older frames first, then new ones while the driver has room.
         while let Some(frame) = self.backlog.front() {
@@ -396,7 +396,7 @@ impl Progress {
         work + sent
     }
 
-    fn refresh_xdp_stats(&mut self, shared: &DeviceState, now: Instant) {
+    fn refresh_xdp_stats(&mut self, shared: &Runtime, now: Instant) {
         // The XDP program's counters are the interface's: shard 0 reads them.
         if self.shard != 0 {
             return;
@@ -425,7 +425,7 @@ pub(crate) fn try_token(shard: &Shard) -> Option<std::sync::MutexGuard<'_, Progr
 }
 
 /// The background progress thread.
-pub(crate) fn run(shared: Arc<DeviceState>, index: usize, waker: UnixDatagram) {
+pub(crate) fn run(shared: Arc<Runtime>, index: usize, waker: UnixDatagram) {
     let shard = &shared.shards[index];
     let driver_fd = match lock(&shard.progress).wait_fd() {
         Ok(fd) => fd,
@@ -521,7 +521,7 @@ pub(crate) fn run(shared: Arc<DeviceState>, index: usize, waker: UnixDatagram) {
 /// Records why progress stops (a driver error or a panic), then wakes every completion
 /// channel so callers blocked in `get_cq_event` learn it; every later verbs call (posts,
 /// polls, waits) returns `DeviceStopped` with this reason.
-pub(crate) fn fail(shared: &DeviceState, reason: String) {
+pub(crate) fn fail(shared: &Runtime, reason: String) {
     tracing::error!(device = %shared.name, %reason, "progress stopped");
     {
         let mut stopped = lock(&shared.stopped);

@@ -12,8 +12,8 @@ use crate::driver::wait_readable;
 use crate::engine::Event;
 use crate::netdev::{LinkChange, LinkWatch};
 
-use super::device::{drain, lock, DeviceState};
-use super::error::{Result, VerbsError};
+use super::{drain, lock, Runtime};
+use crate::verbs::error::{Result, VerbsError};
 
 /// The only port of a device.
 pub const PORT: u8 = 1;
@@ -86,7 +86,7 @@ impl AsyncQueue {
 /// [`Event::PortActive`] and [`Event::PortError`] on changes of whether it can carry frames.
 /// `stop` (a byte written to its peer) ends it.
 pub(crate) fn watch_link(
-    shared: Arc<DeviceState>,
+    shared: Arc<Runtime>,
     mut watch: LinkWatch,
     stop: UnixDatagram,
     mut active: bool,
