@@ -195,14 +195,14 @@ pub fn shard_of_qpn(qpn: u32, count: u32) -> u32 {
 
 /// An engine's place among its device's shards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Shard {
+struct ShardPlace {
     index: u32,
     count: u32,
     /// The QPN prefix (bits 16..23) of every QPN, 0 for none ([`EngineConfig::qpn_prefix`]).
     prefix: u8,
 }
 
-impl Shard {
+impl ShardPlace {
     /// rxe numbers QPs from 17 (0 and 1 are the special QPs): the first of those in this
     /// shard's lane.
     fn first_qpn(self) -> u32 {
@@ -282,7 +282,7 @@ pub struct Engine {
     next_qpn: u32,
     /// This engine's shard of the device: it numbers its QPs `qpn % count == index`, so a
     /// frame's destination QPN names the shard that owns the QP.
-    shard: Shard,
+    shard: ShardPlace,
     /// QPs that may have a packet to send, round robin.
     tx_list: VecDeque<u32>,
     /// The QP of the frame the last `poll_transmit` returned (for `report_send_failure`).
@@ -305,7 +305,7 @@ impl Engine {
         let prefix = cfg.qpn_prefix.unwrap_or(0);
         Engine::shard_of(
             cfg,
-            Shard {
+            ShardPlace {
                 index: 0,
                 count: 1,
                 prefix,
@@ -325,7 +325,7 @@ impl Engine {
         let prefix = cfg.qpn_prefix.unwrap_or(0);
         (0..count)
             .map(|index| {
-                let shard = Shard {
+                let shard = ShardPlace {
                     index,
                     count,
                     prefix,
@@ -335,7 +335,7 @@ impl Engine {
             .collect()
     }
 
-    fn shard_of(cfg: EngineConfig, shard: Shard, tables: &Tables) -> Engine {
+    fn shard_of(cfg: EngineConfig, shard: ShardPlace, tables: &Tables) -> Engine {
         Engine {
             sh: DeviceState {
                 cfg,
@@ -440,10 +440,10 @@ impl Engine {
 
 #[cfg(test)]
 mod qpn_prefix_tests {
-    use super::Shard;
+    use super::ShardPlace;
 
-    fn shard(index: u32, count: u32, prefix: u8) -> Shard {
-        Shard {
+    fn shard(index: u32, count: u32, prefix: u8) -> ShardPlace {
+        ShardPlace {
             index,
             count,
             prefix,

@@ -37,7 +37,7 @@ mod types;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use crate::wire::cma::PortSpace;
@@ -46,9 +46,9 @@ pub use registry::{CmConfigRdma, DeviceOpener};
 pub use service::Cm;
 pub use types::*;
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+/// The verbs runtime's lock helper (poisoning ignored: every critical section leaves its data
+/// valid), one for the crate.
+pub(crate) use crate::verbs::lock;
 
 /// An event channel (`struct rdma_event_channel`): a queue of events for any number of ids,
 /// behind a file descriptor that is readable exactly while an event is queued (register it

@@ -88,6 +88,7 @@ pub use error::{Result, VerbsError};
 pub use gsi::{Gsi, GsiStats, MadAddress, ReceivedMad, MAD_LEN};
 pub use pd::{AddressHandle, AhAttr, Mr, MrRereg, Mw, Pd};
 pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
+pub(crate) use runtime::lock;
 pub use runtime::{ProgressMode, ProgressStats, TracedFrame};
 pub use srq::Srq;
 
