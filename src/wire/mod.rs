@@ -23,7 +23,6 @@ pub mod aeth;
 pub mod atomic;
 pub mod bth;
 pub mod cm;
-mod cm_pretty;
 pub mod cma;
 pub mod deth;
 pub mod error;

@@ -4,13 +4,13 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::cm::{
+use super::{Explainer, IcrcRole, PrettyPrint};
+use crate::wire::cm::{
     attribute_name, timeout_duration, CmMad, CmMessage, CmPath, CmRej, CmRep, CmReq, SidrRep,
     ARI_LEN,
 };
-use super::cma::{split_service_id, CmaHeader, CMA_HEADER_LEN};
-use super::mad::{method_name, MadHeader, MAD_HEADER_LEN, MAD_LEN, MGMT_CLASS_CM};
-use super::pretty::{Explainer, IcrcRole, PrettyPrint};
+use crate::wire::cma::{split_service_id, CmaHeader, CMA_HEADER_LEN};
+use crate::wire::mad::{method_name, MadHeader, MAD_HEADER_LEN, MAD_LEN, MGMT_CLASS_CM};
 
 const C: IcrcRole = IcrcRole::Covered;
 

@@ -12,6 +12,10 @@
 //!   BTH [42..54]  Base Transport Header
 //!     002a  11                       opcode 0x11 RC_ACKNOWLEDGE: ...   [ICRC: covered]
 //! ```
+//!
+//! The CM's MADs explain themselves in `pretty/cm.rs`, next to the headers' explanations here.
+
+mod cm;
 
 use std::fmt;
 
