@@ -17,292 +17,57 @@ const ACK: Syndrome = Syndrome::Ack { credit: 0x1F };
 pub fn catalogue() -> Vec<Case> {
     vec![
         // --- the target as responder: success ---
-        Case {
-            name: "send_only_success",
-            rule: "IBTA 9.7.5.1 (an ACK for a request with AckReq), C9-148 (MSN counts messages)",
-            summary: "a SEND_ONLY into a posted receive is ACKed with its PSN and MSN 1 and completes the receive with the payload",
-            run: send_only_success,
-        },
-        Case {
-            name: "write_only_success",
-            rule: "IBTA 9.4.3 (RDMA WRITE), 9.7.5.1",
-            summary: "an RDMA WRITE_ONLY is ACKed and its payload is in the target's memory",
-            run: write_only_success,
-        },
-        Case {
-            name: "write_with_immediate_success",
-            rule: "IBTA 9.4.3, 10.7.2.2 (a WRITE with immediate consumes a receive WQE)",
-            summary: "a WRITE_ONLY_WITH_IMMEDIATE is ACKed, written, and completes a receive with the immediate",
-            run: write_with_immediate_success,
-        },
-        Case {
-            name: "read_success",
-            rule: "IBTA 9.4.4 (RDMA READ), 9.7.5.1 (READ responses: FIRST/MIDDLE/LAST with AETH on FIRST and LAST)",
-            summary: "a 3000-byte READ at MTU 1024 is answered by three responses at the request's PSN and the next two, carrying the memory",
-            run: read_success,
-        },
-        Case {
-            name: "compare_swap_success",
-            rule: "IBTA 9.4.5 (atomic operations), 9.7.5.1 (ATOMIC ACKNOWLEDGE with the original value)",
-            summary: "a matching COMPARE_SWAP returns the original value and swaps the memory",
-            run: compare_swap_success,
-        },
-        Case {
-            name: "fetch_add_success",
-            rule: "IBTA 9.4.5, 9.7.5.1",
-            summary: "a FETCH_ADD returns the original value and adds to the memory",
-            run: fetch_add_success,
-        },
-        Case {
-            name: "zero_length_write",
-            rule: "IBTA 9.4.3 / 9.7.4.1.5 (a zero-length RDMA operation checks no R_Key)",
-            summary: "a WRITE_ONLY of length 0 with R_Key 0 is ACKed",
-            run: zero_length_write,
-        },
-        Case {
-            name: "ack_coalescing_msn",
-            rule: "IBTA 9.7.5.1.2 (one ACK may acknowledge several requests), C9-148 (MSN)",
-            summary: "three WRITEs without AckReq and a fourth with it get one ACK, for the fourth PSN, MSN 4",
-            run: ack_coalescing_msn,
-        },
-        Case {
-            name: "psn_wrap",
-            rule: "IBTA 9.7.1 (PSNs are 24 bits and wrap)",
-            summary: "WRITEs at PSN 0xFFFFFE, 0xFFFFFF, 0 and 1 are each ACKed at their PSN",
-            run: psn_wrap,
-        },
+        SEND_ONLY_SUCCESS,
+        WRITE_ONLY_SUCCESS,
+        WRITE_WITH_IMMEDIATE_SUCCESS,
+        READ_SUCCESS,
+        COMPARE_SWAP_SUCCESS,
+        FETCH_ADD_SUCCESS,
+        ZERO_LENGTH_WRITE,
+        ACK_COALESCING_MSN,
+        PSN_WRAP,
         // --- the target as responder: sequence errors and duplicates ---
-        Case {
-            name: "psn_sequence_error_nak_once",
-            rule: "IBTA 9.7.5.2.1, 9.9.3.1 Table 63 class B (one PSN sequence error NAK, then silence until the expected PSN)",
-            summary: "WRITE_FIRST p, MIDDLE p+1 skipped, LAST p+2: one NAK PSN-sequence-error for p+1, nothing for LAST p+2 again, the message completes once p+1 and p+2 come",
-            run: psn_sequence_error_nak_once,
-        },
-        Case {
-            name: "duplicate_send_reacked",
-            rule: "IBTA 9.7.5.1.1, C9-105 (a duplicate SEND is acknowledged, not executed again)",
-            summary: "a SEND sent twice is ACKed twice and fills one receive",
-            run: duplicate_send_reacked,
-        },
-        Case {
-            name: "duplicate_write_reacked",
-            rule: "IBTA 9.7.5.1.1, C9-105 (a duplicate WRITE is acknowledged, not executed again)",
-            summary: "a WRITE repeated at its PSN with other bytes is ACKed and does not change the memory",
-            run: duplicate_write_reacked,
-        },
-        Case {
-            name: "duplicate_read_replay",
-            rule: "IBTA 9.7.5.1.1 (a duplicate READ is executed again, whole or from a later PSN of it)",
-            summary: "a READ repeated at its PSN is answered again in full; repeated from its second PSN with the matching RETH, from there",
-            run: duplicate_read_replay,
-        },
-        Case {
-            name: "duplicate_atomic",
-            rule: "IBTA 9.7.5.1.1, C9-105 (a duplicate atomic returns the saved original value, not executed twice)",
-            summary: "a FETCH_ADD repeated at its PSN returns the first original value and adds once",
-            run: duplicate_atomic,
-        },
+        PSN_SEQUENCE_ERROR_NAK_ONCE,
+        DUPLICATE_SEND_REACKED,
+        DUPLICATE_WRITE_REACKED,
+        DUPLICATE_READ_REPLAY,
+        DUPLICATE_ATOMIC,
         // --- the target as responder: errors ---
-        Case {
-            name: "rkey_violation_write",
-            rule: "IBTA 9.7.4.1.5 (R_Key check), 9.9.3.1 Table 63 class C (NAK remote access error)",
-            summary: "a WRITE with a wrong R_Key gets NAK remote access error and leaves the memory untouched",
-            run: rkey_violation_write,
-        },
-        Case {
-            name: "rkey_violation_read",
-            rule: "IBTA 9.7.4.1.5, 9.9.3.1 class C",
-            summary: "a READ with a wrong R_Key gets NAK remote access error and no data",
-            run: rkey_violation_read,
-        },
-        Case {
-            name: "out_of_bounds_write",
-            rule: "IBTA 9.7.4.1.5 (the range must lie inside the MR), 9.9.3.1 class C",
-            summary: "a WRITE that runs past the MR's end gets NAK remote access error, memory untouched",
-            run: out_of_bounds_write,
-        },
-        Case {
-            name: "out_of_bounds_atomic",
-            rule: "IBTA 9.7.4.1.5, 9.9.3.1 class C",
-            summary: "a FETCH_ADD past the MR's end gets NAK remote access error",
-            run: out_of_bounds_atomic,
-        },
-        Case {
-            name: "wrong_access_write",
-            rule: "IBTA 9.7.4.1.5 (the MR must grant the access the request needs), 9.9.3.1 class C",
-            summary: "a WRITE into an MR registered for remote READ only gets NAK remote access error, memory untouched",
-            run: wrong_access_write,
-        },
-        Case {
-            name: "wrong_access_atomic",
-            rule: "IBTA 9.7.4.1.5, 9.9.3.1 class C",
-            summary: "a FETCH_ADD on an MR registered for remote READ only gets NAK remote access error, memory untouched",
-            run: wrong_access_atomic,
-        },
-        Case {
-            name: "misaligned_atomic",
-            rule: "IBTA 9.4.5 (an atomic's VA is 8-byte aligned), 9.9.3.1 class C (NAK invalid request)",
-            summary: "a FETCH_ADD at an odd address gets NAK invalid request, memory untouched",
-            run: misaligned_atomic,
-        },
-        Case {
-            name: "unexpected_opcode",
-            rule: "IBTA 9.9.3.1, Table 63 class C (opcode sequence: a MIDDLE without a FIRST is an invalid request)",
-            summary: "a WRITE_MIDDLE outside any message gets NAK invalid request",
-            run: unexpected_opcode,
-        },
-        Case {
-            name: "first_inside_message",
-            rule: "IBTA 9.9.3.1, Table 63 class C (opcode sequence: a new FIRST while a message is in progress)",
-            summary: "WRITE_FIRST p then WRITE_FIRST p+1 gets NAK invalid request at p+1",
-            run: first_inside_message,
-        },
-        Case {
-            name: "send_longer_than_receive",
-            rule: "IBTA 9.9.3.1, Table 63 class C (length error: NAK invalid request; the receive completes with a local length error)",
-            summary: "a 200-byte SEND into a 64-byte receive gets NAK invalid request",
-            run: send_longer_than_receive,
-        },
-        Case {
-            name: "middle_not_mtu",
-            rule: "IBTA 9.7.5.1, 9.9.3.1 class C (a FIRST or MIDDLE packet carries exactly the path MTU)",
-            summary: "a WRITE_MIDDLE of 100 bytes at MTU 1024 gets NAK invalid request",
-            run: middle_not_mtu,
-        },
-        Case {
-            name: "last_longer_than_mtu",
-            rule: "IBTA 9.7.5.1, 9.9.3.1 class C (a LAST packet carries 1 to path-MTU bytes)",
-            summary: "WRITE_FIRST p then a WRITE_LAST of MTU + 4 bytes gets NAK invalid request",
-            run: last_longer_than_mtu,
-        },
-        Case {
-            name: "zero_length_send",
-            rule: "IBTA 9.4.1 (a SEND may carry no payload; it still consumes a receive)",
-            summary: "a SEND_ONLY of 0 bytes is ACKed and completes a receive with length 0",
-            run: zero_length_send,
-        },
-        Case {
-            name: "zero_length_read",
-            rule: "IBTA 9.4.4 / 9.7.4.1.5 (a zero-length READ checks no R_Key and is answered by one empty READ_RESPONSE_ONLY)",
-            summary: "a READ of length 0 with R_Key 0 gets one READ_RESPONSE_ONLY without payload",
-            run: zero_length_read,
-        },
-        Case {
-            name: "read_depth_exceeded",
-            rule: "IBTA 9.7.5.1 (the responder keeps max_dest_rd_atomic READ resources; more READs than negotiated are refused with NAK invalid request, or served, never answered with wrong data)",
-            summary: "with max_dest_rd_atomic 1, two READs at once get their right data in order, or NAK invalid request for the second",
-            run: read_depth_exceeded,
-        },
-        Case {
-            name: "ud_qkey_violation",
-            rule: "IBTA 10.2.4 (Q_Keys): a UD datagram whose Q_Key does not match the QP's is dropped silently; 14.2.5.6 (PortInfo Q_KeyViolations): and counted",
-            summary: "a UD SEND with the wrong Q_Key is not delivered and not answered, and a counter moves; with the right one it is delivered",
-            run: ud_qkey_violation,
-        },
-        Case {
-            name: "rnr_nak_no_receive",
-            rule: "IBTA 9.7.5.2.8 (RNR NAK with the responder's minimum RNR timer; the PSN is not consumed)",
-            summary: "a SEND with no receive posted gets RNR NAK carrying min_rnr_timer; the same PSN succeeds once a receive is posted",
-            run: rnr_nak_no_receive,
-        },
+        RKEY_VIOLATION_WRITE,
+        RKEY_VIOLATION_READ,
+        OUT_OF_BOUNDS_WRITE,
+        OUT_OF_BOUNDS_ATOMIC,
+        WRONG_ACCESS_WRITE,
+        WRONG_ACCESS_ATOMIC,
+        MISALIGNED_ATOMIC,
+        UNEXPECTED_OPCODE,
+        FIRST_INSIDE_MESSAGE,
+        SEND_LONGER_THAN_RECEIVE,
+        MIDDLE_NOT_MTU,
+        LAST_LONGER_THAN_MTU,
+        ZERO_LENGTH_SEND,
+        ZERO_LENGTH_READ,
+        READ_DEPTH_EXCEEDED,
+        UD_QKEY_VIOLATION,
+        RNR_NAK_NO_RECEIVE,
         // --- the target as responder: what must be dropped ---
-        Case {
-            name: "bad_icrc_dropped",
-            rule: "IBTA 7.8 (ICRC), Annex A17 (RoCEv2 ICRC): a packet whose ICRC fails is dropped silently; 16.1.3.5 (PortCounters PortRcvErrors): and counted",
-            summary: "a WRITE with a corrupted ICRC gets no answer, writes nothing and moves a counter; the same WRITE intact is ACKed",
-            run: bad_icrc_dropped,
-        },
-        Case {
-            name: "wrong_pkey_dropped",
-            rule: "IBTA 9.6 (transport header checks), 10.9 (P_Keys): a packet whose P_Key does not match is dropped silently; 14.2.5.6 (PortInfo P_KeyViolations): and counted",
-            summary: "a WRITE with P_Key 0x1234 gets no answer, writes nothing and moves a counter",
-            run: wrong_pkey_dropped,
-        },
-        Case {
-            name: "wrong_dest_qp_dropped",
-            rule: "IBTA 9.6 (transport header checks): a packet for a QP that does not exist is dropped silently",
-            summary: "a WRITE to a QPN nobody has gets no answer",
-            run: wrong_dest_qp_dropped,
-        },
-        Case {
-            name: "wrong_source_dropped",
-            rule: "IBTA 9.6 (transport header checks): an RC packet from another address than the QP's peer is dropped silently",
-            summary: "a WRITE to the right QP and PSN from another IP address gets no answer and writes nothing",
-            run: wrong_source_dropped,
-        },
+        BAD_ICRC_DROPPED,
+        WRONG_PKEY_DROPPED,
+        WRONG_DEST_QP_DROPPED,
+        WRONG_SOURCE_DROPPED,
         // --- the target as requester ---
-        Case {
-            name: "ghost_ack",
-            rule: "IBTA 9.7.5.2 (an ACK for a PSN not outstanding is ignored)",
-            summary: "an ACK for a PSN the target never sent changes nothing: its next SEND still starts at its first PSN and completes",
-            run: ghost_ack,
-        },
-        Case {
-            name: "implied_nak",
-            rule: "IBTA 9.7.5.2 (an ACK past an outstanding READ implies its responses were lost: the READ is sent again)",
-            summary: "the target sends READ p and SEND p+1; an ACK for p+1 alone makes it send the READ again",
-            run: implied_nak,
-        },
-        Case {
-            name: "ack_timeout_retry",
-            rule: "IBTA 9.7.6.1.3, C9-140 (local ACK timeout 4.096 µs × 2^timeout; retry_cnt retries, then RETRY_EXC_ERR)",
-            summary: "with timeout 14 (67 ms) and retry_cnt 2, an unanswered SEND goes out 3 times, about 67 ms apart, then completes with RETRY_EXC_ERR",
-            run: ack_timeout_retry,
-        },
-        Case {
-            name: "ack_timeout_retry_cnt_7",
-            rule: "IBTA 9.7.6.1.3, C9-140 (retry_cnt is a 3-bit count: 7 means 7 retries; only rnr_retry 7 means forever)",
-            summary: "with retry_cnt 7 an unanswered SEND goes out 8 times and completes with RETRY_EXC_ERR",
-            run: ack_timeout_retry_cnt_7,
-        },
-        Case {
-            name: "psn_retry_exceeded",
-            rule: "IBTA 9.7.5.2.1 (a PSN sequence error NAK makes the requester resend; it counts against retry_cnt)",
-            summary: "a SEND answered by NAK PSN-sequence-error each time goes out retry_cnt + 1 times, then RETRY_EXC_ERR",
-            run: psn_retry_exceeded,
-        },
-        Case {
-            name: "rnr_retry_exceeded",
-            rule: "IBTA 9.7.5.2.8 (the requester waits the RNR NAK's timer, retries rnr_retry times, then RNR_RETRY_EXC_ERR)",
-            summary: "a SEND answered by RNR NAK (timer 20, 10.24 ms) each time goes out rnr_retry + 1 times, at least 10.24 ms apart",
-            run: rnr_retry_exceeded,
-        },
-        Case {
-            name: "rnr_retry_then_success",
-            rule: "IBTA 9.7.5.2.8",
-            summary: "a SEND answered by one RNR NAK goes out again after the timer and completes once ACKed",
-            run: rnr_retry_then_success,
-        },
-        Case {
-            name: "remote_access_error_nak",
-            rule: "IBTA 9.7.5.2, 9.9.3.1 (a NAK remote access error is not retried: the WR completes with REM_ACCESS_ERR)",
-            summary: "a WRITE answered by NAK remote access error completes with IBV_WC_REM_ACCESS_ERR, not retried",
-            run: remote_access_error_nak,
-        },
-        Case {
-            name: "remote_operational_error_nak",
-            rule: "IBTA 9.7.5.2, 9.9.3.1 (a NAK remote operational error is not retried: the WR completes with REM_OP_ERR)",
-            summary: "a SEND answered by NAK remote operational error completes with IBV_WC_REM_OP_ERR",
-            run: remote_operational_error_nak,
-        },
-        Case {
-            name: "bad_response",
-            rule: "IBTA 9.7.5.2 (a response of the wrong kind for the outstanding request is a bad response: BAD_RESP_ERR)",
-            summary: "a SEND answered by an ATOMIC ACKNOWLEDGE completes with IBV_WC_BAD_RESP_ERR",
-            run: bad_response,
-        },
-        Case {
-            name: "write_retry_from_nak_psn",
-            rule: "IBTA 9.7.5.2.1 (go-back-N: resend from the NAK's PSN, which acknowledges the packets before it)",
-            summary: "a 3-packet WRITE answered by NAK PSN-sequence-error at its second PSN is resent from the MIDDLE, not the FIRST",
-            run: write_retry_from_nak_psn,
-        },
-        Case {
-            name: "read_retry_partial",
-            rule: "IBTA 9.7.5.2 (a READ whose responses stop is requested again, whole or from the first missing response)",
-            summary: "a 3-response READ that gets only its FIRST response is requested again, and completes with the data once answered",
-            run: read_retry_partial,
-        },
+        GHOST_ACK,
+        IMPLIED_NAK,
+        ACK_TIMEOUT_RETRY,
+        ACK_TIMEOUT_RETRY_CNT_7,
+        PSN_RETRY_EXCEEDED,
+        RNR_RETRY_EXCEEDED,
+        RNR_RETRY_THEN_SUCCESS,
+        REMOTE_ACCESS_ERROR_NAK,
+        REMOTE_OPERATIONAL_ERROR_NAK,
+        BAD_RESPONSE,
+        WRITE_RETRY_FROM_NAK_PSN,
+        READ_RETRY_PARTIAL,
     ]
 }
 
@@ -449,6 +214,13 @@ fn ms(d: Duration) -> f64 {
 // ---------------------------------------------------------------------------------------
 // the target as responder: success
 
+const SEND_ONLY_SUCCESS: Case = Case {
+    name: "send_only_success",
+    rule: "IBTA 9.7.5.1 (an ACK for a request with AckReq), C9-148 (MSN counts messages)",
+    summary: "a SEND_ONLY into a posted receive is ACKed with its PSN and MSN 1 and completes the receive with the payload",
+    run: send_only_success,
+};
+
 fn send_only_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     cx.agent.post_recv(&rc.qp, 1, &rc.mr, 0, 256)?;
@@ -466,6 +238,13 @@ fn send_only_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_memory(cx, &rc, 0, &data, "the receive buffer holds the payload")
 }
 
+const WRITE_ONLY_SUCCESS: Case = Case {
+    name: "write_only_success",
+    rule: "IBTA 9.4.3 (RDMA WRITE), 9.7.5.1",
+    summary: "an RDMA WRITE_ONLY is ACKed and its payload is in the target's memory",
+    run: write_only_success,
+};
+
 fn write_only_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let data = pattern(2, 200);
@@ -474,6 +253,14 @@ fn write_only_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_ack(cx, a.as_ref(), rc.psn, Some(1));
     expect_memory(cx, &rc, 64, &data, "the memory holds the payload")
 }
+
+const WRITE_WITH_IMMEDIATE_SUCCESS: Case = Case {
+    name: "write_with_immediate_success",
+    rule: "IBTA 9.4.3, 10.7.2.2 (a WRITE with immediate consumes a receive WQE)",
+    summary:
+        "a WRITE_ONLY_WITH_IMMEDIATE is ACKed, written, and completes a receive with the immediate",
+    run: write_with_immediate_success,
+};
 
 fn write_with_immediate_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -500,6 +287,13 @@ fn write_with_immediate_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     );
     expect_memory(cx, &rc, 128, &data, "the memory holds the payload")
 }
+
+const READ_SUCCESS: Case = Case {
+    name: "read_success",
+    rule: "IBTA 9.4.4 (RDMA READ), 9.7.5.1 (READ responses: FIRST/MIDDLE/LAST with AETH on FIRST and LAST)",
+    summary: "a 3000-byte READ at MTU 1024 is answered by three responses at the request's PSN and the next two, carrying the memory",
+    run: read_success,
+};
 
 fn read_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -553,6 +347,13 @@ fn read_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const COMPARE_SWAP_SUCCESS: Case = Case {
+    name: "compare_swap_success",
+    rule: "IBTA 9.4.5 (atomic operations), 9.7.5.1 (ATOMIC ACKNOWLEDGE with the original value)",
+    summary: "a matching COMPARE_SWAP returns the original value and swaps the memory",
+    run: compare_swap_success,
+};
+
 fn compare_swap_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let old = 0x0102_0304_0506_0708u64;
@@ -576,6 +377,13 @@ fn compare_swap_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const FETCH_ADD_SUCCESS: Case = Case {
+    name: "fetch_add_success",
+    rule: "IBTA 9.4.5, 9.7.5.1",
+    summary: "a FETCH_ADD returns the original value and adds to the memory",
+    run: fetch_add_success,
+};
+
 fn fetch_add_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     cx.agent.write_mem(&rc.mr, 16, &100u64.to_ne_bytes())?;
@@ -594,6 +402,13 @@ fn fetch_add_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const ZERO_LENGTH_WRITE: Case = Case {
+    name: "zero_length_write",
+    rule: "IBTA 9.4.3 / 9.7.4.1.5 (a zero-length RDMA operation checks no R_Key)",
+    summary: "a WRITE_ONLY of length 0 with R_Key 0 is ACKed",
+    run: zero_length_write,
+};
+
 fn zero_length_write(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let mut p = rc.rdma(Opcode::RC_RDMA_WRITE_ONLY, rc.psn, 0, 0, &[]);
@@ -606,6 +421,14 @@ fn zero_length_write(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_ack(cx, a.as_ref(), rc.psn, Some(1));
     Ok(())
 }
+
+const ACK_COALESCING_MSN: Case = Case {
+    name: "ack_coalescing_msn",
+    rule: "IBTA 9.7.5.1.2 (one ACK may acknowledge several requests), C9-148 (MSN)",
+    summary:
+        "three WRITEs without AckReq and a fourth with it get one ACK, for the fourth PSN, MSN 4",
+    run: ack_coalescing_msn,
+};
 
 fn ack_coalescing_msn(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -633,6 +456,13 @@ fn ack_coalescing_msn(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const PSN_WRAP: Case = Case {
+    name: "psn_wrap",
+    rule: "IBTA 9.7.1 (PSNs are 24 bits and wrap)",
+    summary: "WRITEs at PSN 0xFFFFFE, 0xFFFFFF, 0 and 1 are each ACKed at their PSN",
+    run: psn_wrap,
+};
+
 fn psn_wrap(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|p| p.rq_psn = 0xFF_FFFE)?;
     let data = pattern(6, 16);
@@ -655,6 +485,13 @@ fn psn_wrap(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
 
 // ---------------------------------------------------------------------------------------
 // sequence errors and duplicates
+
+const PSN_SEQUENCE_ERROR_NAK_ONCE: Case = Case {
+    name: "psn_sequence_error_nak_once",
+    rule: "IBTA 9.7.5.2.1, 9.9.3.1 Table 63 class B (one PSN sequence error NAK, then silence until the expected PSN)",
+    summary: "WRITE_FIRST p, MIDDLE p+1 skipped, LAST p+2: one NAK PSN-sequence-error for p+1, nothing for LAST p+2 again, the message completes once p+1 and p+2 come",
+    run: psn_sequence_error_nak_once,
+};
 
 fn psn_sequence_error_nak_once(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -684,6 +521,13 @@ fn psn_sequence_error_nak_once(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_memory(cx, &rc, 0, &data, "the memory holds the whole message")
 }
 
+const DUPLICATE_SEND_REACKED: Case = Case {
+    name: "duplicate_send_reacked",
+    rule: "IBTA 9.7.5.1.1, C9-105 (a duplicate SEND is acknowledged, not executed again)",
+    summary: "a SEND sent twice is ACKed twice and fills one receive",
+    run: duplicate_send_reacked,
+};
+
 fn duplicate_send_reacked(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     cx.agent.post_recv(&rc.qp, 1, &rc.mr, 0, 256)?;
@@ -705,6 +549,13 @@ fn duplicate_send_reacked(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_no_more_completions(cx, &rc)
 }
 
+const DUPLICATE_WRITE_REACKED: Case = Case {
+    name: "duplicate_write_reacked",
+    rule: "IBTA 9.7.5.1.1, C9-105 (a duplicate WRITE is acknowledged, not executed again)",
+    summary: "a WRITE repeated at its PSN with other bytes is ACKed and does not change the memory",
+    run: duplicate_write_reacked,
+};
+
 fn duplicate_write_reacked(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let data = pattern(9, 64);
@@ -723,6 +574,13 @@ fn duplicate_write_reacked(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
         "the memory still holds the first WRITE's bytes",
     )
 }
+
+const DUPLICATE_READ_REPLAY: Case = Case {
+    name: "duplicate_read_replay",
+    rule: "IBTA 9.7.5.1.1 (a duplicate READ is executed again, whole or from a later PSN of it)",
+    summary: "a READ repeated at its PSN is answered again in full; repeated from its second PSN with the matching RETH, from there",
+    run: duplicate_read_replay,
+};
 
 fn duplicate_read_replay(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -778,6 +636,13 @@ fn duplicate_read_replay(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const DUPLICATE_ATOMIC: Case = Case {
+    name: "duplicate_atomic",
+    rule: "IBTA 9.7.5.1.1, C9-105 (a duplicate atomic returns the saved original value, not executed twice)",
+    summary: "a FETCH_ADD repeated at its PSN returns the first original value and adds once",
+    run: duplicate_atomic,
+};
+
 fn duplicate_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     cx.agent.write_mem(&rc.mr, 0, &1000u64.to_ne_bytes())?;
@@ -806,6 +671,14 @@ fn duplicate_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
 // ---------------------------------------------------------------------------------------
 // errors
 
+const RKEY_VIOLATION_WRITE: Case = Case {
+    name: "rkey_violation_write",
+    rule: "IBTA 9.7.4.1.5 (R_Key check), 9.9.3.1 Table 63 class C (NAK remote access error)",
+    summary:
+        "a WRITE with a wrong R_Key gets NAK remote access error and leaves the memory untouched",
+    run: rkey_violation_write,
+};
+
 fn rkey_violation_write(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let data = pattern(11, 64);
@@ -819,6 +692,13 @@ fn rkey_violation_write(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_memory(cx, &rc, 0, &[0; 64], "the memory is untouched")
 }
 
+const RKEY_VIOLATION_READ: Case = Case {
+    name: "rkey_violation_read",
+    rule: "IBTA 9.7.4.1.5, 9.9.3.1 class C",
+    summary: "a READ with a wrong R_Key gets NAK remote access error and no data",
+    run: rkey_violation_read,
+};
+
 fn rkey_violation_read(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let mut p = rc.rdma(Opcode::RC_RDMA_READ_REQUEST, rc.psn, 0, 64, &[]);
@@ -830,6 +710,13 @@ fn rkey_violation_read(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_nak(cx, a.as_ref(), rc.psn, NakCode::RemoteAccessError);
     Ok(())
 }
+
+const OUT_OF_BOUNDS_WRITE: Case = Case {
+    name: "out_of_bounds_write",
+    rule: "IBTA 9.7.4.1.5 (the range must lie inside the MR), 9.9.3.1 class C",
+    summary: "a WRITE that runs past the MR's end gets NAK remote access error, memory untouched",
+    run: out_of_bounds_write,
+};
 
 fn out_of_bounds_write(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -847,6 +734,13 @@ fn out_of_bounds_write(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     )
 }
 
+const OUT_OF_BOUNDS_ATOMIC: Case = Case {
+    name: "out_of_bounds_atomic",
+    rule: "IBTA 9.7.4.1.5, 9.9.3.1 class C",
+    summary: "a FETCH_ADD past the MR's end gets NAK remote access error",
+    run: out_of_bounds_atomic,
+};
+
 fn out_of_bounds_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let at = super::case::MR_LEN as u64;
@@ -855,6 +749,13 @@ fn out_of_bounds_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_nak(cx, a.as_ref(), rc.psn, NakCode::RemoteAccessError);
     Ok(())
 }
+
+const WRONG_ACCESS_WRITE: Case = Case {
+    name: "wrong_access_write",
+    rule: "IBTA 9.7.4.1.5 (the MR must grant the access the request needs), 9.9.3.1 class C",
+    summary: "a WRITE into an MR registered for remote READ only gets NAK remote access error, memory untouched",
+    run: wrong_access_write,
+};
 
 fn wrong_access_write(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc_with_access(&["local_write", "remote_read"], |_| {})?;
@@ -865,6 +766,13 @@ fn wrong_access_write(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_memory(cx, &rc, 0, &[0; 64], "the memory is untouched")
 }
 
+const WRONG_ACCESS_ATOMIC: Case = Case {
+    name: "wrong_access_atomic",
+    rule: "IBTA 9.7.4.1.5, 9.9.3.1 class C",
+    summary: "a FETCH_ADD on an MR registered for remote READ only gets NAK remote access error, memory untouched",
+    run: wrong_access_atomic,
+};
+
 fn wrong_access_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc_with_access(&["local_write", "remote_read"], |_| {})?;
     cx.send(&rc.atomic(Opcode::RC_FETCH_ADD, rc.psn, 0, 1, 0))?;
@@ -872,6 +780,13 @@ fn wrong_access_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_nak(cx, a.as_ref(), rc.psn, NakCode::RemoteAccessError);
     expect_memory(cx, &rc, 0, &[0; 8], "the memory is untouched")
 }
+
+const MISALIGNED_ATOMIC: Case = Case {
+    name: "misaligned_atomic",
+    rule: "IBTA 9.4.5 (an atomic's VA is 8-byte aligned), 9.9.3.1 class C (NAK invalid request)",
+    summary: "a FETCH_ADD at an odd address gets NAK invalid request, memory untouched",
+    run: misaligned_atomic,
+};
 
 fn misaligned_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -881,6 +796,13 @@ fn misaligned_atomic(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_memory(cx, &rc, 0, &[0; 16], "the memory is untouched")
 }
 
+const UNEXPECTED_OPCODE: Case = Case {
+    name: "unexpected_opcode",
+    rule: "IBTA 9.9.3.1, Table 63 class C (opcode sequence: a MIDDLE without a FIRST is an invalid request)",
+    summary: "a WRITE_MIDDLE outside any message gets NAK invalid request",
+    run: unexpected_opcode,
+};
+
 fn unexpected_opcode(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let data = pattern(13, rc.mtu());
@@ -889,6 +811,13 @@ fn unexpected_opcode(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_nak(cx, a.as_ref(), rc.psn, NakCode::InvalidRequest);
     Ok(())
 }
+
+const FIRST_INSIDE_MESSAGE: Case = Case {
+    name: "first_inside_message",
+    rule: "IBTA 9.9.3.1, Table 63 class C (opcode sequence: a new FIRST while a message is in progress)",
+    summary: "WRITE_FIRST p then WRITE_FIRST p+1 gets NAK invalid request at p+1",
+    run: first_inside_message,
+};
 
 fn first_inside_message(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -916,6 +845,13 @@ fn first_inside_message(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const SEND_LONGER_THAN_RECEIVE: Case = Case {
+    name: "send_longer_than_receive",
+    rule: "IBTA 9.9.3.1, Table 63 class C (length error: NAK invalid request; the receive completes with a local length error)",
+    summary: "a 200-byte SEND into a 64-byte receive gets NAK invalid request",
+    run: send_longer_than_receive,
+};
+
 fn send_longer_than_receive(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     cx.agent.post_recv(&rc.qp, 1, &rc.mr, 0, 64)?;
@@ -926,6 +862,13 @@ fn send_longer_than_receive(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_completion(cx, &rc, "IBV_WC_LOC_LEN_ERR", "the receive completes")?;
     Ok(())
 }
+
+const MIDDLE_NOT_MTU: Case = Case {
+    name: "middle_not_mtu",
+    rule: "IBTA 9.7.5.1, 9.9.3.1 class C (a FIRST or MIDDLE packet carries exactly the path MTU)",
+    summary: "a WRITE_MIDDLE of 100 bytes at MTU 1024 gets NAK invalid request",
+    run: middle_not_mtu,
+};
 
 fn middle_not_mtu(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -946,6 +889,13 @@ fn middle_not_mtu(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const LAST_LONGER_THAN_MTU: Case = Case {
+    name: "last_longer_than_mtu",
+    rule: "IBTA 9.7.5.1, 9.9.3.1 class C (a LAST packet carries 1 to path-MTU bytes)",
+    summary: "WRITE_FIRST p then a WRITE_LAST of MTU + 4 bytes gets NAK invalid request",
+    run: last_longer_than_mtu,
+};
+
 fn last_longer_than_mtu(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let mtu = rc.mtu();
@@ -965,6 +915,13 @@ fn last_longer_than_mtu(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const ZERO_LENGTH_SEND: Case = Case {
+    name: "zero_length_send",
+    rule: "IBTA 9.4.1 (a SEND may carry no payload; it still consumes a receive)",
+    summary: "a SEND_ONLY of 0 bytes is ACKed and completes a receive with length 0",
+    run: zero_length_send,
+};
+
 fn zero_length_send(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     cx.agent.post_recv(&rc.qp, 5, &rc.mr, 0, 64)?;
@@ -979,6 +936,13 @@ fn zero_length_send(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     );
     Ok(())
 }
+
+const ZERO_LENGTH_READ: Case = Case {
+    name: "zero_length_read",
+    rule: "IBTA 9.4.4 / 9.7.4.1.5 (a zero-length READ checks no R_Key and is answered by one empty READ_RESPONSE_ONLY)",
+    summary: "a READ of length 0 with R_Key 0 gets one READ_RESPONSE_ONLY without payload",
+    run: zero_length_read,
+};
 
 fn zero_length_read(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -1004,6 +968,13 @@ fn zero_length_read(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     );
     Ok(())
 }
+
+const READ_DEPTH_EXCEEDED: Case = Case {
+    name: "read_depth_exceeded",
+    rule: "IBTA 9.7.5.1 (the responder keeps max_dest_rd_atomic READ resources; more READs than negotiated are refused with NAK invalid request, or served, never answered with wrong data)",
+    summary: "with max_dest_rd_atomic 1, two READs at once get their right data in order, or NAK invalid request for the second",
+    run: read_depth_exceeded,
+};
 
 fn read_depth_exceeded(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|p| p.max_dest_rd_atomic = 1)?;
@@ -1033,6 +1004,13 @@ fn read_depth_exceeded(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     );
     Ok(())
 }
+
+const UD_QKEY_VIOLATION: Case = Case {
+    name: "ud_qkey_violation",
+    rule: "IBTA 10.2.4 (Q_Keys): a UD datagram whose Q_Key does not match the QP's is dropped silently; 14.2.5.6 (PortInfo Q_KeyViolations): and counted",
+    summary: "a UD SEND with the wrong Q_Key is not delivered and not answered, and a counter moves; with the right one it is delivered",
+    run: ud_qkey_violation,
+};
 
 fn ud_qkey_violation(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     const QKEY: u32 = 0x1111_2222;
@@ -1093,6 +1071,13 @@ fn ud_qkey_violation(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const RNR_NAK_NO_RECEIVE: Case = Case {
+    name: "rnr_nak_no_receive",
+    rule: "IBTA 9.7.5.2.8 (RNR NAK with the responder's minimum RNR timer; the PSN is not consumed)",
+    summary: "a SEND with no receive posted gets RNR NAK carrying min_rnr_timer; the same PSN succeeds once a receive is posted",
+    run: rnr_nak_no_receive,
+};
+
 fn rnr_nak_no_receive(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|p| p.min_rnr_timer = 14)?;
     let data = pattern(17, 20);
@@ -1114,6 +1099,13 @@ fn rnr_nak_no_receive(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
 
 // ---------------------------------------------------------------------------------------
 // dropped silently
+
+const BAD_ICRC_DROPPED: Case = Case {
+    name: "bad_icrc_dropped",
+    rule: "IBTA 7.8 (ICRC), Annex A17 (RoCEv2 ICRC): a packet whose ICRC fails is dropped silently; 16.1.3.5 (PortCounters PortRcvErrors): and counted",
+    summary: "a WRITE with a corrupted ICRC gets no answer, writes nothing and moves a counter; the same WRITE intact is ACKed",
+    run: bad_icrc_dropped,
+};
 
 fn bad_icrc_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -1138,6 +1130,13 @@ fn bad_icrc_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const WRONG_PKEY_DROPPED: Case = Case {
+    name: "wrong_pkey_dropped",
+    rule: "IBTA 9.6 (transport header checks), 10.9 (P_Keys): a packet whose P_Key does not match is dropped silently; 14.2.5.6 (PortInfo P_KeyViolations): and counted",
+    summary: "a WRITE with P_Key 0x1234 gets no answer, writes nothing and moves a counter",
+    run: wrong_pkey_dropped,
+};
+
 fn wrong_pkey_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let data = pattern(19, 64);
@@ -1160,6 +1159,13 @@ fn wrong_pkey_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     Ok(())
 }
 
+const WRONG_SOURCE_DROPPED: Case = Case {
+    name: "wrong_source_dropped",
+    rule: "IBTA 9.6 (transport header checks): an RC packet from another address than the QP's peer is dropped silently",
+    summary: "a WRITE to the right QP and PSN from another IP address gets no answer and writes nothing",
+    run: wrong_source_dropped,
+};
+
 fn wrong_source_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     let data = pattern(27, 64);
@@ -1181,6 +1187,13 @@ fn wrong_source_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_ack(cx, a.as_ref(), rc.psn, Some(1));
     Ok(())
 }
+
+const WRONG_DEST_QP_DROPPED: Case = Case {
+    name: "wrong_dest_qp_dropped",
+    rule: "IBTA 9.6 (transport header checks): a packet for a QP that does not exist is dropped silently",
+    summary: "a WRITE to a QPN nobody has gets no answer",
+    run: wrong_dest_qp_dropped,
+};
 
 fn wrong_dest_qp_dropped(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -1209,6 +1222,13 @@ fn target_sends(
     cx.answer(rc)
 }
 
+const GHOST_ACK: Case = Case {
+    name: "ghost_ack",
+    rule: "IBTA 9.7.5.2 (an ACK for a PSN not outstanding is ignored)",
+    summary: "an ACK for a PSN the target never sent changes nothing: its next SEND still starts at its first PSN and completes",
+    run: ghost_ack,
+};
+
 fn ghost_ack(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
     cx.send(&acknowledge(rc.qpn(), next(rc.target_psn, 5), ACK, 5))?;
@@ -1230,6 +1250,13 @@ fn ghost_ack(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_completion(cx, &rc, "IBV_WC_SUCCESS", "the SEND completes")?;
     Ok(())
 }
+
+const IMPLIED_NAK: Case = Case {
+    name: "implied_nak",
+    rule: "IBTA 9.7.5.2 (an ACK past an outstanding READ implies its responses were lost: the READ is sent again)",
+    summary: "the target sends READ p and SEND p+1; an ACK for p+1 alone makes it send the READ again",
+    run: implied_nak,
+};
 
 fn implied_nak(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     // A long ACK timeout (1.07 s): a resend well before it is the implied NAK's, not the
@@ -1384,9 +1411,23 @@ fn ack_timeout_case(cx: &mut Ctx<'_>, timeout: u8, retry_cnt: u8) -> Result<(), 
     Ok(())
 }
 
+const ACK_TIMEOUT_RETRY: Case = Case {
+    name: "ack_timeout_retry",
+    rule: "IBTA 9.7.6.1.3, C9-140 (local ACK timeout 4.096 µs × 2^timeout; retry_cnt retries, then RETRY_EXC_ERR)",
+    summary: "with timeout 14 (67 ms) and retry_cnt 2, an unanswered SEND goes out 3 times, about 67 ms apart, then completes with RETRY_EXC_ERR",
+    run: ack_timeout_retry,
+};
+
 fn ack_timeout_retry(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     ack_timeout_case(cx, 14, 2)
 }
+
+const ACK_TIMEOUT_RETRY_CNT_7: Case = Case {
+    name: "ack_timeout_retry_cnt_7",
+    rule: "IBTA 9.7.6.1.3, C9-140 (retry_cnt is a 3-bit count: 7 means 7 retries; only rnr_retry 7 means forever)",
+    summary: "with retry_cnt 7 an unanswered SEND goes out 8 times and completes with RETRY_EXC_ERR",
+    run: ack_timeout_retry_cnt_7,
+};
 
 fn ack_timeout_retry_cnt_7(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     ack_timeout_case(cx, 12, 7)
@@ -1415,6 +1456,13 @@ fn answer_each(
     Ok(sent)
 }
 
+const PSN_RETRY_EXCEEDED: Case = Case {
+    name: "psn_retry_exceeded",
+    rule: "IBTA 9.7.5.2.1 (a PSN sequence error NAK makes the requester resend; it counts against retry_cnt)",
+    summary: "a SEND answered by NAK PSN-sequence-error each time goes out retry_cnt + 1 times, then RETRY_EXC_ERR",
+    run: psn_retry_exceeded,
+};
+
 fn psn_retry_exceeded(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|p| p.retry_cnt = 2)?;
     let qpn = rc.qpn();
@@ -1431,6 +1479,13 @@ fn psn_retry_exceeded(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_completion(cx, &rc, "IBV_WC_RETRY_EXC_ERR", "the SEND completes")?;
     Ok(())
 }
+
+const RNR_RETRY_EXCEEDED: Case = Case {
+    name: "rnr_retry_exceeded",
+    rule: "IBTA 9.7.5.2.8 (the requester waits the RNR NAK's timer, retries rnr_retry times, then RNR_RETRY_EXC_ERR)",
+    summary: "a SEND answered by RNR NAK (timer 20, 10.24 ms) each time goes out rnr_retry + 1 times, at least 10.24 ms apart",
+    run: rnr_retry_exceeded,
+};
 
 fn rnr_retry_exceeded(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|p| p.rnr_retry = 2)?;
@@ -1457,6 +1512,14 @@ fn rnr_retry_exceeded(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_completion(cx, &rc, "IBV_WC_RNR_RETRY_EXC_ERR", "the SEND completes")?;
     Ok(())
 }
+
+const RNR_RETRY_THEN_SUCCESS: Case = Case {
+    name: "rnr_retry_then_success",
+    rule: "IBTA 9.7.5.2.8",
+    summary:
+        "a SEND answered by one RNR NAK goes out again after the timer and completes once ACKed",
+    run: rnr_retry_then_success,
+};
 
 fn rnr_retry_then_success(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|p| p.rnr_retry = 3)?;
@@ -1501,6 +1564,13 @@ fn nak_completes(cx: &mut Ctx<'_>, op: WrOp, code: NakCode, status: &str) -> Res
     Ok(())
 }
 
+const REMOTE_ACCESS_ERROR_NAK: Case = Case {
+    name: "remote_access_error_nak",
+    rule: "IBTA 9.7.5.2, 9.9.3.1 (a NAK remote access error is not retried: the WR completes with REM_ACCESS_ERR)",
+    summary: "a WRITE answered by NAK remote access error completes with IBV_WC_REM_ACCESS_ERR, not retried",
+    run: remote_access_error_nak,
+};
+
 fn remote_access_error_nak(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     nak_completes(
         cx,
@@ -1513,6 +1583,13 @@ fn remote_access_error_nak(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     )
 }
 
+const REMOTE_OPERATIONAL_ERROR_NAK: Case = Case {
+    name: "remote_operational_error_nak",
+    rule: "IBTA 9.7.5.2, 9.9.3.1 (a NAK remote operational error is not retried: the WR completes with REM_OP_ERR)",
+    summary: "a SEND answered by NAK remote operational error completes with IBV_WC_REM_OP_ERR",
+    run: remote_operational_error_nak,
+};
+
 fn remote_operational_error_nak(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     nak_completes(
         cx,
@@ -1521,6 +1598,13 @@ fn remote_operational_error_nak(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
         "IBV_WC_REM_OP_ERR",
     )
 }
+
+const BAD_RESPONSE: Case = Case {
+    name: "bad_response",
+    rule: "IBTA 9.7.5.2 (a response of the wrong kind for the outstanding request is a bad response: BAD_RESP_ERR)",
+    summary: "a SEND answered by an ATOMIC ACKNOWLEDGE completes with IBV_WC_BAD_RESP_ERR",
+    run: bad_response,
+};
 
 fn bad_response(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|p| p.retry_cnt = 1)?;
@@ -1548,6 +1632,13 @@ fn bad_response(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     }
     Ok(())
 }
+
+const WRITE_RETRY_FROM_NAK_PSN: Case = Case {
+    name: "write_retry_from_nak_psn",
+    rule: "IBTA 9.7.5.2.1 (go-back-N: resend from the NAK's PSN, which acknowledges the packets before it)",
+    summary: "a 3-packet WRITE answered by NAK PSN-sequence-error at its second PSN is resent from the MIDDLE, not the FIRST",
+    run: write_retry_from_nak_psn,
+};
 
 fn write_retry_from_nak_psn(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|_| {})?;
@@ -1594,6 +1685,13 @@ fn write_retry_from_nak_psn(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     expect_completion(cx, &rc, "IBV_WC_SUCCESS", "the WRITE completes")?;
     Ok(())
 }
+
+const READ_RETRY_PARTIAL: Case = Case {
+    name: "read_retry_partial",
+    rule: "IBTA 9.7.5.2 (a READ whose responses stop is requested again, whole or from the first missing response)",
+    summary: "a 3-response READ that gets only its FIRST response is requested again, and completes with the data once answered",
+    run: read_retry_partial,
+};
 
 fn read_retry_partial(cx: &mut Ctx<'_>) -> Result<(), CaseError> {
     let rc = cx.rc(|p| p.timeout = 12)?;
