@@ -6,6 +6,15 @@ use std::time::{Duration, Instant};
 
 use xroce::netdev::{self, GidEntry, NetdevInfo};
 
+/// Which end of the TCP connection this is. The client writes first in every exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Connects to the server; perftest's `servername` is set.
+    Client,
+    /// Listens and waits.
+    Server,
+}
+
 /// The interface given with `-d`, or the first one that is up, not loopback, and has an
 /// IPv4 address.
 pub fn pick_device(name: Option<&str>) -> anyhow::Result<NetdevInfo> {
@@ -352,33 +361,6 @@ pub fn peer_hint(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use xroce::netdev::OperState;
-
-    #[test]
-    fn each_cause_is_printed_once() {
-        use crate::perftest::oob::PerftestOobError;
-        // A perf server whose client died: the cause was printed twice, and the message
-        // asked whether the peer runs the same test.
-        let eof = std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "failed to fill whole buffer",
-        );
-        let err = anyhow::Error::from(PerftestOobError::Io {
-            during: "exchanging versions",
-            source: eof,
-        });
-        let text = error_text(&err);
-        assert_eq!(
-            text.matches("failed to fill whole buffer").count(),
-            1,
-            "{text}"
-        );
-        assert!(text.contains("the peer closed the connection"), "{text}");
-        assert!(!text.contains("same test"), "{text}");
-        assert_eq!(format!("{err:#}").matches("failed to fill").count(), 2);
-        // Context that does not repeat its cause keeps it.
-        let err = anyhow::Error::from(std::io::Error::other("disk full")).context("writing x");
-        assert_eq!(error_text(&err), "writing x: disk full");
-    }
 
     #[test]
     fn device_name_from_devinfo_is_accepted() {

@@ -8,6 +8,9 @@
 
 pub mod verbs;
 
+/// The Q_Key of the tools' UD QPs, on the QP and in every send WR: `ibv_ud_pingpong`'s.
+pub const UD_QKEY: u32 = 0x1111_1111;
+
 /// What this side announces to the peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalInfo {

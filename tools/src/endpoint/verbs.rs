@@ -215,7 +215,7 @@ impl VerbsEndpoint {
             } else {
                 Access::NONE
             },
-            crate::pingpong::oob::UD_QKEY,
+            super::UD_QKEY,
         )?;
         Ok(VerbsEndpoint {
             device: device.clone(),

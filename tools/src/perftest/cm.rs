@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use crate::perftest::oob::Role;
 use crate::setup::OobStream;
+use crate::setup::Role;
 use xroce::rdmacm::{Cm, CmId, ConnParam, EventChannel, EventKind, PortSpace, RdmaCmEvent};
 use xroce::verbs::{
     Access, CompletionChannel, Cq, Device, Mr, Pd, Qp, QpAttr, QpAttrMask, QpCaps, QpInitAttr,

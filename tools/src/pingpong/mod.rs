@@ -13,9 +13,9 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::endpoint::{ConnectParams, RemoteInfo, ToolEndpoint, ToolWr, WcKind, WrOp};
-use crate::perftest::oob::Role;
 use crate::pingpong::oob::{PingpongDest, UD_GRH_LEN, UD_QKEY};
 use crate::setup::OobStream;
+use crate::setup::Role;
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;

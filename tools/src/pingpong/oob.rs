@@ -31,8 +31,8 @@ pub const MSG_LEN: usize = 52;
 pub const DONE: &[u8; 5] = b"done\0";
 /// The TCP port both tools use unless `-p` says otherwise.
 pub const DEFAULT_PORT: u16 = 18515;
-/// The Q_Key `ibv_ud_pingpong` sets on its QP and in every send WR.
-pub const UD_QKEY: u32 = 0x1111_1111;
+/// The Q_Key `ibv_ud_pingpong` sets on its QP and in every send WR (the tools' UD Q_Key).
+pub use crate::endpoint::UD_QKEY;
 /// Bytes `ibv_ud_pingpong` reserves in front of each receive buffer for the GRH.
 pub const UD_GRH_LEN: usize = 40;
 

@@ -14,9 +14,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::perftest::oob::Role;
 use crate::pingpong::oob::{self, PingpongDest, SRQ_MAX_QP};
 use crate::setup::OobStream;
+use crate::setup::Role;
 use xroce::engine::SrqAttr;
 use xroce::netdev::Gid;
 use xroce::verbs::{

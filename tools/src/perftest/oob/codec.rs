@@ -22,15 +22,6 @@ pub const DEVICE_ATTR_LEN: usize = 232;
 /// Offset of `max_qp_rd_atom` inside `struct ibv_device_attr` (x86-64).
 pub const DEVICE_ATTR_MAX_QP_RD_ATOM: usize = 144;
 
-/// Which end of the TCP connection this is. The client writes first in every exchange.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Connects to the server; perftest's `servername` is set.
-    Client,
-    /// Listens and waits.
-    Server,
-}
-
 /// What an I/O failure of the exchange means for the user. A closed connection is a peer
 /// that stopped (killed, crashed, or it refused our options and said why in its own
 /// output): asking whether it runs the same test would mislead.

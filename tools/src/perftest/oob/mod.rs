@@ -30,6 +30,7 @@ mod codec;
 mod script;
 mod session;
 
+pub use crate::setup::Role;
 pub use codec::*;
 pub use script::*;
 pub use session::*;
@@ -261,5 +262,31 @@ mod tests {
         let mut rest = Vec::new();
         peer.read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty(), "no \"done\" over rdma_cm: {rest:?}");
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        // A perf server whose client died: the cause was printed twice, and the message
+        // asked whether the peer runs the same test.
+        let eof = std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "failed to fill whole buffer",
+        );
+        let err = anyhow::Error::from(PerftestOobError::Io {
+            during: "exchanging versions",
+            source: eof,
+        });
+        let text = crate::setup::error_text(&err);
+        assert_eq!(
+            text.matches("failed to fill whole buffer").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.contains("the peer closed the connection"), "{text}");
+        assert!(!text.contains("same test"), "{text}");
+        assert_eq!(format!("{err:#}").matches("failed to fill").count(), 2);
+        // Context that does not repeat its cause keeps it.
+        let err = anyhow::Error::from(std::io::Error::other("disk full")).context("writing x");
+        assert_eq!(crate::setup::error_text(&err), "writing x: disk full");
     }
 }
