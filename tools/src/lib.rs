@@ -17,7 +17,8 @@
 //!   variant;
 //! - [`checks`]: `xroce mr-check` and `xroce mw-check`, a peer's memory checked byte for byte;
 //! - [`rping`]: librdmacm's `rping` (`xroce rping`) over xroce's RDMA CM;
-//! - [`file`], [`demo`], [`bench`] (`xroce bench`), [`analysis`] (what `xroce dump` makes of
+//! - [`launch`] (`xroce run`: a program on the drop-in libraries), [`file`], [`demo`],
+//!   [`bench`] (`xroce bench`), [`analysis`] (what `xroce dump` makes of
 //!   a capture), [`conform`] (the conformance suite);
 //! - what they share: [`endpoint`] (the slice of verbs a tool needs, and its verbs
 //!   implementation), [`setup`], [`options`], [`json_line`], [`tcp_streams`].
@@ -31,6 +32,7 @@ pub mod demo;
 pub mod endpoint;
 pub mod file;
 pub mod json_line;
+pub mod launch;
 pub mod options;
 pub mod perftest;
 pub mod pingpong;
