@@ -2,7 +2,7 @@
 //! MPI rank loads, the drop-in C libraries, and what an application embedding xroce builds,
 //! the provider, link none of the tools' crates: no CLI, terminal, hashing, temp-file, JSON or
 //! error-reporting crate. This reads the workspace's resolved dependency graph
-//! (`cargo tree`, offline: the lock file and the fetched sources are enough) and fails on any
+//! (`cargo tree --locked`: the committed lock file, nothing re-resolved) and fails on any
 //! such crate in the normal (linked) dependencies of each of them.
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -33,7 +33,7 @@ const TOOLS_ONLY: &[&str] = &[
 fn linked_crates(package: &str) -> BTreeSet<String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
-        .args(["tree", "--offline", "--edges", "normal", "--prefix", "none"])
+        .args(["tree", "--locked", "--edges", "normal", "--prefix", "none"])
         .args(["--format", "{p}", "--package", package])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
