@@ -20,6 +20,14 @@ use crate::setup::Role;
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 
+/// How long an RC side keeps its QPs after its last completion, so that the peer's last
+/// message still gets its ACK when the one that completed it here was lost: the peer resends
+/// it after its ACK timeout (the tools' QPs use timeout 14, 4.096 us x 2^14 = 67 ms, IBTA
+/// 9.7.6.1.3) and this covers three such resends. rdma-core's `ibv_*_pingpong` destroy their
+/// QPs at once; over a lossy link the peer of one that did can end with RETRY_EXC_ERR. The
+/// device's background thread answers the resends meanwhile: nothing polls.
+pub const PEER_LINGER: std::time::Duration = std::time::Duration::from_millis(270);
+
 /// Options of both tools (`-s -m -r -n -l -c`, `--ud`).
 #[derive(Debug, Clone)]
 pub struct PingpongOptions {
@@ -235,6 +243,9 @@ pub fn run<S: OobStream, F: FnOnce() -> anyhow::Result<S>>(
                 invalid_pages.push(page / page_size);
             }
         }
+    }
+    if !opts.ud {
+        std::thread::sleep(PEER_LINGER);
     }
     Ok(PingpongOutcome {
         local: mine,

@@ -356,6 +356,8 @@ impl SrqPingpong {
         for line in oob::result_lines(opts.size as u64, opts.iters, usec) {
             writeln!(out, "{line}")?;
         }
+        // The peer's last SEND may still need its ACK (see `PEER_LINGER`).
+        std::thread::sleep(super::PEER_LINGER);
         Ok(SrqPingpongOutcome {
             local: mine[..num_qp].to_vec(),
             remote: remote[..num_qp].to_vec(),
