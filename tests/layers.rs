@@ -11,7 +11,7 @@ use std::path::Path;
 
 #[path = "common/source.rs"]
 mod source;
-use source::{code_only, sources};
+use source::{code_only, crate_paths, names_after, sources};
 
 /// Each top-level module and its floor.
 const FLOORS: &[(&str, u32)] = &[
@@ -45,23 +45,6 @@ fn module_of(path: &Path) -> String {
         .as_os_str()
         .to_string_lossy();
     first.trim_end_matches(".rs").to_string()
-}
-
-/// Every `crate::<module>` the code names.
-fn crate_paths(code: &str) -> BTreeSet<String> {
-    code.match_indices("crate::")
-        .filter(|(at, _)| {
-            let before = code[..*at].chars().next_back();
-            !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
-        })
-        .map(|(at, m)| {
-            code[at + m.len()..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect::<String>()
-        })
-        .filter(|m| !m.is_empty())
-        .collect()
 }
 
 #[test]
@@ -171,49 +154,8 @@ const CM_FLOORS: &[(&str, u32)] = &[
 /// The rooms of `folder` a file names: `super::<room>`, the rooms in `super::{..}`, and
 /// `crate::<folder>::<room>` (and its braces).
 fn rooms_named(code: &str, folder: &str) -> BTreeSet<String> {
-    let mut rooms = BTreeSet::new();
-    for prefix in ["super::".to_string(), format!("crate::{folder}::")] {
-        let prefix = prefix.as_str();
-        for (at, _) in code.match_indices(prefix) {
-            let before = code[..at].chars().next_back();
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-                continue;
-            }
-            let rest = &code[at + prefix.len()..];
-            let names: Vec<String> = if let Some(group) = rest.strip_prefix('{') {
-                // Top-level names of the group: `{a, b::{c, d}, e}` -> a, b, e.
-                let (mut depth, mut names, mut word, mut fresh) =
-                    (0, Vec::new(), String::new(), true);
-                for c in group.chars() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' if depth == 0 => break,
-                        '}' => depth -= 1,
-                        ',' if depth == 0 => {
-                            names.extend((!word.is_empty()).then(|| std::mem::take(&mut word)));
-                            fresh = true;
-                        }
-                        c if depth == 0 && fresh && (c.is_alphanumeric() || c == '_') => {
-                            word.push(c)
-                        }
-                        _ if !word.is_empty() => {
-                            names.push(std::mem::take(&mut word));
-                            fresh = false;
-                        }
-                        _ => {}
-                    }
-                }
-                names.extend((!word.is_empty()).then_some(word));
-                names
-            } else {
-                vec![rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect()]
-            };
-            rooms.extend(names);
-        }
-    }
+    let mut rooms = names_after(code, "super::");
+    rooms.extend(names_after(code, &format!("crate::{folder}::")));
     rooms
 }
 
@@ -351,7 +293,8 @@ fn the_verbs_runtime_names_no_handle() {
 
 #[test]
 fn the_path_reader_sees_module_names() {
-    let code = "use crate::wire::Mtu; let x = crate::engine::GSI_QPN; a::crate::no; xcrate::no";
+    let code = "use crate::wire::Mtu; let x = crate::engine::GSI_QPN; a::crate::no; xcrate::no; \
+                use crate::{dma::UserMemory, netdev};";
     let found: Vec<String> = crate_paths(code).into_iter().collect();
-    assert_eq!(found, ["engine", "wire"]);
+    assert_eq!(found, ["dma", "engine", "netdev", "wire"]);
 }

@@ -1,8 +1,10 @@
 //! The library's own source, read by the tests that guard its structure
-//! (tests/unsafe_confined.rs, tests/layers.rs): every `src/**/*.rs` with its path, and its
-//! code with comments and literals blanked out. Include with
+//! (tests/unsafe_confined.rs, tests/layers.rs, tools/tests/tool_rooms.rs): every
+//! `src/**/*.rs` with its path, its code with comments and literals blanked out, and the
+//! module names its paths start with. Include with
 //! `#[path = "common/source.rs"] mod source;`.
 #![allow(dead_code)]
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -125,4 +127,51 @@ pub fn has_word(line: &str, word: &str) -> bool {
         let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
         !ident(before) && !ident(after)
     })
+}
+
+/// The names right after `prefix` wherever the code has it (not inside a longer path such as
+/// `a::crate::`): `crate::wire::Mtu` gives `wire` for `crate::`; a group gives its top-level
+/// names, `super::{a, b::{c, d}, e}` gives `a`, `b` and `e` for `super::`.
+pub fn names_after(code: &str, prefix: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (at, _) in code.match_indices(prefix) {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let rest = &code[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let (mut depth, mut word, mut fresh) = (0, String::new(), true);
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        found.extend((!word.is_empty()).then(|| std::mem::take(&mut word)));
+                        fresh = true;
+                    }
+                    c if depth == 0 && fresh && (c.is_alphanumeric() || c == '_') => word.push(c),
+                    _ if !word.is_empty() => {
+                        found.insert(std::mem::take(&mut word));
+                        fresh = false;
+                    }
+                    _ => {}
+                }
+            }
+            found.extend((!word.is_empty()).then_some(word));
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            found.extend((!name.is_empty()).then_some(name));
+        }
+    }
+    found
+}
+
+/// Every `crate::<module>` the code names, grouped imports (`crate::{a, b}`) included.
+pub fn crate_paths(code: &str) -> BTreeSet<String> {
+    names_after(code, "crate::")
 }

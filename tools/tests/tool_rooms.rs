@@ -7,7 +7,7 @@ use std::path::Path;
 
 #[path = "../../tests/common/source.rs"]
 mod source;
-use source::{code_only, sources};
+use source::{code_only, crate_paths, sources};
 
 /// The top-level module a file of `tools/src/` belongs to (`perftest/oob/codec.rs` ->
 /// `perftest`); `None` for the crate roots and the binary's CLI.
@@ -15,21 +15,6 @@ fn module_of(path: &Path) -> Option<String> {
     let first = path.components().next()?.as_os_str().to_string_lossy();
     let name = first.trim_end_matches(".rs").to_string();
     (!["lib", "main", "cli"].contains(&name.as_str())).then_some(name)
-}
-
-fn crate_paths(code: &str) -> BTreeSet<String> {
-    code.match_indices("crate::")
-        .filter(|(at, _)| {
-            let before = code[..*at].chars().next_back();
-            !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
-        })
-        .map(|(at, m)| {
-            code[at + m.len()..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect()
-        })
-        .collect()
 }
 
 /// A circle of `graph`, if it has one.
