@@ -195,15 +195,12 @@ fn udp_recv(spec: &ChildSpec, out: &mut dyn Write) -> anyhow::Result<()> {
     sock.set_read_timeout(Some(Duration::from_millis(50)))?;
     let mut buf = vec![0u8; 65536];
     ready(out)?;
-    let started = Instant::now();
+    let mut clock = ArrivalClock::start();
     let (mut received, mut bytes) = (0u64, 0u64);
-    let mut first = None;
-    let mut last = Instant::now();
     while received < spec.count {
         match sock.recv(&mut buf) {
             Ok(n) => {
-                last = Instant::now();
-                first.get_or_insert(last);
+                clock.arrived();
                 received += 1;
                 bytes += n as u64;
             }
@@ -213,26 +210,60 @@ fn udp_recv(spec: &ChildSpec, out: &mut dyn Write) -> anyhow::Result<()> {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                let now = Instant::now();
-                if first.is_some() && now - last > QUIET
-                    || first.is_none() && now - started > NOTHING_ARRIVED
-                {
+                if clock.stream_is_over() {
                     break;
                 }
             }
             Err(e) => return Err(e.into()),
         }
     }
-    let seconds = first.map(|f| (last - f).as_secs_f64()).unwrap_or(0.0);
     result(
         out,
         &Received {
             received,
             bytes,
-            seconds,
+            seconds: clock.seconds(),
             mode: "udp".into(),
         },
     )
+}
+
+/// When a stream's first and last packets arrived, and whether the receiver should stop
+/// waiting for more: after [`QUIET`] without a packet, or [`NOTHING_ARRIVED`] without any.
+struct ArrivalClock {
+    started: Instant,
+    first: Option<Instant>,
+    last: Instant,
+}
+
+impl ArrivalClock {
+    fn start() -> ArrivalClock {
+        let now = Instant::now();
+        ArrivalClock {
+            started: now,
+            first: None,
+            last: now,
+        }
+    }
+
+    fn arrived(&mut self) {
+        self.last = Instant::now();
+        self.first.get_or_insert(self.last);
+    }
+
+    fn stream_is_over(&self) -> bool {
+        let now = Instant::now();
+        match self.first {
+            Some(_) => now - self.last > QUIET,
+            None => now - self.started > NOTHING_ARRIVED,
+        }
+    }
+
+    /// First to last packet.
+    fn seconds(&self) -> f64 {
+        self.first
+            .map_or(0.0, |first| (self.last - first).as_secs_f64())
+    }
 }
 
 /// One datagram from `sock`: blocking (a read timeout set) or spinning until `deadline`.
@@ -525,35 +556,28 @@ mod xdp {
             }
             ChildRole::XdpRecv => {
                 ready(out)?;
-                let started = Instant::now();
+                let mut clock = ArrivalClock::start();
                 let (mut received, mut bytes) = (0u64, 0u64);
-                let mut first: Option<Instant> = None;
-                let mut last = Instant::now();
                 while received < spec.count {
                     let n = d.recv(256, &mut |f, _| bytes += f.len() as u64)? as u64;
-                    let now = Instant::now();
                     if n > 0 {
-                        first.get_or_insert(now);
-                        last = now;
+                        clock.arrived();
                         received += n;
                         continue;
                     }
-                    if first.is_some() && now - last > QUIET
-                        || first.is_none() && now - started > NOTHING_ARRIVED
-                    {
+                    if clock.stream_is_over() {
                         break;
                     }
                     if let Some(fd) = d.wait_fd() {
                         poll_readable(fd, Some(Duration::from_millis(50)))?;
                     }
                 }
-                let seconds = first.map(|f| (last - f).as_secs_f64()).unwrap_or(0.0);
                 result(
                     out,
                     &Received {
                         received,
                         bytes,
-                        seconds,
+                        seconds: clock.seconds(),
                         mode,
                     },
                 )

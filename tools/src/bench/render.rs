@@ -17,6 +17,80 @@ pub(super) fn lat_ratio_text(r: &Option<LatencyRatios>) -> (String, String) {
     }
 }
 
+/// A column of a text table: its title, width and side, stated once for the header and
+/// every row.
+#[derive(Clone, Copy)]
+pub(super) struct Col {
+    title: &'static str,
+    width: usize,
+    left: bool,
+    /// Spaces before it (one, or two before a trailing free-text column).
+    gap: usize,
+}
+
+/// A right-aligned column.
+pub(super) const fn right(title: &'static str, width: usize) -> Col {
+    Col {
+        title,
+        width,
+        left: false,
+        gap: 1,
+    }
+}
+
+/// A left-aligned column.
+pub(super) const fn left(title: &'static str, width: usize) -> Col {
+    Col {
+        title,
+        width,
+        left: true,
+        gap: 1,
+    }
+}
+
+impl Col {
+    /// Set off by two spaces.
+    pub(super) const fn apart(self) -> Col {
+        Col { gap: 2, ..self }
+    }
+}
+
+/// Writes a header and `rows` under `cols`, each line starting with `indent`; a row's
+/// cells are already formatted (precision, units), a missing cell is blank.
+pub(super) fn table(
+    s: &mut String,
+    indent: &str,
+    cols: &[Col],
+    rows: impl IntoIterator<Item = Vec<String>>,
+) {
+    let mut line = |cells: &mut dyn Iterator<Item = String>| {
+        s.push_str(indent);
+        for (i, (col, cell)) in cols.iter().zip(cells).enumerate() {
+            if i > 0 {
+                s.extend(std::iter::repeat(' ').take(col.gap));
+            }
+            let w = col.width;
+            s.push_str(&if col.left {
+                format!("{cell:<w$}")
+            } else {
+                format!("{cell:>w$}")
+            });
+        }
+        let trimmed = s.trim_end_matches(' ').len();
+        s.truncate(trimmed);
+        s.push('\n');
+    };
+    line(&mut cols.iter().map(|c| c.title.to_string()));
+    for row in rows {
+        line(&mut row.into_iter());
+    }
+}
+
+/// `x` with `places` decimals.
+pub(super) fn fixed(x: f64, places: usize) -> String {
+    format!("{x:.places$}")
+}
+
 pub(super) fn raw_tables(s: &mut String, title: &str, sec: &RawSection) {
     use std::fmt::Write as _;
     let _ = writeln!(s, "\n== {title} ==");
@@ -25,72 +99,66 @@ pub(super) fn raw_tables(s: &mut String, title: &str, sec: &RawSection) {
             s,
             "one-way stream (Mpkt/s and Gb/s at the receiver, first to last packet; sent/s at the sender):"
         );
-        let _ = writeln!(
-            s,
-            "  {:>5} {:>4} {:>7} {:>6} {:>9} {:>9} {:>7} {:>9} {:>8} {:>9} {:>9}",
-            "MTU",
-            "dir",
-            "payload",
-            "frame",
-            "sent",
-            "received",
-            "loss",
-            "sent M/s",
-            "Mpkt/s",
-            "wire Gb/s",
-            "data Gb/s"
-        );
-        for r in &sec.streams {
-            let _ = writeln!(
-                s,
-                "  {:>5} {:>4} {:>7} {:>6} {:>9} {:>9} {:>6.2}% {:>9.3} {:>8.3} {:>9.2} {:>9.2}",
-                r.link_mtu,
-                r.direction,
-                r.payload,
-                r.frame_bytes,
-                r.sent,
-                r.received,
-                r.loss_percent,
-                r.sender_packets_per_sec / 1e6,
-                r.packets_per_sec / 1e6,
-                r.wire_gbps,
-                r.payload_gbps
-            );
-        }
+        let cols = [
+            right("MTU", 5),
+            right("dir", 4),
+            right("payload", 7),
+            right("frame", 6),
+            right("sent", 9),
+            right("received", 9),
+            right("loss", 7),
+            right("sent M/s", 9),
+            right("Mpkt/s", 8),
+            right("wire Gb/s", 9),
+            right("data Gb/s", 9),
+        ];
+        let rows = sec.streams.iter().map(|r| {
+            vec![
+                r.link_mtu.to_string(),
+                r.direction.to_string(),
+                r.payload.to_string(),
+                r.frame_bytes.to_string(),
+                r.sent.to_string(),
+                r.received.to_string(),
+                format!("{:.2}%", r.loss_percent),
+                fixed(r.sender_packets_per_sec / 1e6, 3),
+                fixed(r.packets_per_sec / 1e6, 3),
+                fixed(r.wire_gbps, 2),
+                fixed(r.payload_gbps, 2),
+            ]
+        });
+        table(s, "  ", &cols, rows);
     }
     if !sec.pingpongs.is_empty() {
         let _ = writeln!(
             s,
             "ping-pong (us; half = half a round trip, as sockperf and ib_send_lat print):"
         );
-        let _ = writeln!(
-            s,
-            "  {:>5} {:<9} {:>7} {:>7} {:>5} {:>10} {:>9} {:>11} {:>10}",
-            "MTU",
-            "mode",
-            "payload",
-            "trips",
-            "lost",
-            "RTT median",
-            "RTT p99",
-            "half median",
-            "half p99"
-        );
-        for r in &sec.pingpongs {
-            let _ = writeln!(
-                s,
-                "  {:>5} {:<9} {:>7} {:>7} {:>5} {:>10.2} {:>9.2} {:>11.2} {:>10.2}",
-                r.link_mtu,
-                r.mode.name(),
-                r.payload,
-                r.round_trips,
-                r.lost,
-                r.rtt_median_us,
-                r.rtt_p99_us,
-                r.half_rtt_median_us,
-                r.half_rtt_p99_us
-            );
-        }
+        let cols = [
+            right("MTU", 5),
+            left("mode", 9),
+            right("payload", 7),
+            right("trips", 7),
+            right("lost", 5),
+            right("RTT median", 10),
+            right("RTT p99", 9),
+            right("half median", 11),
+            right("half p99", 10),
+        ];
+        let rows = sec.pingpongs.iter().map(|r| {
+            vec![
+                r.link_mtu.to_string(),
+                r.mode.name().to_string(),
+                r.payload.to_string(),
+                r.round_trips.to_string(),
+                r.lost.to_string(),
+                fixed(r.rtt_median_us, 2),
+                fixed(r.rtt_p99_us, 2),
+                fixed(r.half_rtt_median_us, 2),
+                fixed(r.half_rtt_p99_us, 2),
+            ]
+        });
+        table(s, "  ", &cols, rows);
     }
 }
 
@@ -160,61 +228,63 @@ pub fn render_text(r: &BenchReport) -> String {
                 s,
                 "bandwidth (payload; ratios against the stream of the same payload per packet):"
             );
-            let _ = writeln!(
-                s,
-                "  {:<8} {:>5} {:>8} {:>4} {:>7} {:>8} {:>8} {:>10} {:>8}",
-                "test", "MTU", "size", "QPs", "iters", "Gb/s", "Mmsg/s", "vs ceiling", "vs UDP"
-            );
-            for b in &x.bw {
-                let _ = writeln!(
-                    s,
-                    "  {:<8} {:>5} {:>8} {:>4} {:>7} {:>8.3} {:>8.3} {:>10} {:>8}",
-                    b.test,
-                    b.link_mtu,
-                    b.size,
-                    b.qps,
-                    b.iters,
-                    b.gbps,
-                    b.msg_rate_mpps,
+            let cols = [
+                left("test", 8),
+                right("MTU", 5),
+                right("size", 8),
+                right("QPs", 4),
+                right("iters", 7),
+                right("Gb/s", 8),
+                right("Mmsg/s", 8),
+                right("vs ceiling", 10),
+                right("vs UDP", 8),
+            ];
+            let rows = x.bw.iter().map(|b| {
+                vec![
+                    b.test.to_string(),
+                    b.link_mtu.to_string(),
+                    b.size.to_string(),
+                    b.qps.to_string(),
+                    b.iters.to_string(),
+                    fixed(b.gbps, 3),
+                    fixed(b.msg_rate_mpps, 3),
                     ratio_text(&b.vs_ceiling),
-                    ratio_text(&b.vs_udp)
-                );
-            }
+                    ratio_text(&b.vs_udp),
+                ]
+            });
+            table(&mut s, "  ", &cols, rows);
         }
         if !x.lat.is_empty() {
             let _ = writeln!(s, "latency (us; send/write_lat half a round trip, read_lat a whole one; ratios are time / reference time):");
-            let _ = writeln!(
-                s,
-                "  {:<9} {:<9} {:>5} {:>5} {:>8} {:>8} {:>11} {:>11} {:>10} {:>10}",
-                "test",
-                "mode",
-                "MTU",
-                "size",
-                "median",
-                "p99",
-                "med/ceiling",
-                "p99/ceiling",
-                "med/UDP",
-                "p99/UDP"
-            );
-            for l in &x.lat {
-                let (cm, cp) = lat_ratio_text(&l.vs_ceiling);
-                let (um, up) = lat_ratio_text(&l.vs_udp);
-                let _ = writeln!(
-                    s,
-                    "  {:<9} {:<9} {:>5} {:>5} {:>8.2} {:>8.2} {:>11} {:>11} {:>10} {:>10}",
-                    l.test,
-                    l.mode.name(),
-                    l.link_mtu,
-                    l.size,
-                    l.median_us,
-                    l.p99_us,
+            let cols = [
+                left("test", 9),
+                left("mode", 9),
+                right("MTU", 5),
+                right("size", 5),
+                right("median", 8),
+                right("p99", 8),
+                right("med/ceiling", 11),
+                right("p99/ceiling", 11),
+                right("med/UDP", 10),
+                right("p99/UDP", 10),
+            ];
+            let rows = x.lat.iter().map(|row| {
+                let (cm, cp) = lat_ratio_text(&row.vs_ceiling);
+                let (um, up) = lat_ratio_text(&row.vs_udp);
+                vec![
+                    row.test.to_string(),
+                    row.mode.name().to_string(),
+                    row.link_mtu.to_string(),
+                    row.size.to_string(),
+                    fixed(row.median_us, 2),
+                    fixed(row.p99_us, 2),
                     cm,
                     cp,
                     um,
-                    up
-                );
-            }
+                    up,
+                ]
+            });
+            table(&mut s, "  ", &cols, rows);
         }
     }
     if let Some(sc) = &r.scale {
@@ -224,43 +294,47 @@ pub fn render_text(r: &BenchReport) -> String {
             sc.link_mtu
         );
         if !sc.rows.is_empty() {
-            let _ = writeln!(
-                s,
-                "  {:>6} {:>5} {:>8} {:>8} {:>8} {:>8} {:>10}",
-                "size", "QPs", "iters/QP", "Gb/s", "Mmsg/s", "vs 1 QP", "vs ceiling"
-            );
-            for row in &sc.rows {
-                let _ = writeln!(
-                    s,
-                    "  {:>6} {:>5} {:>8} {:>8.3} {:>8.3} {:>8} {:>10}",
-                    row.size,
-                    row.qps,
-                    row.iters,
-                    row.gbps,
-                    row.msg_rate_mpps,
+            let cols = [
+                right("size", 6),
+                right("QPs", 5),
+                right("iters/QP", 8),
+                right("Gb/s", 8),
+                right("Mmsg/s", 8),
+                right("vs 1 QP", 8),
+                right("vs ceiling", 10),
+            ];
+            let rows = sc.rows.iter().map(|row| {
+                vec![
+                    row.size.to_string(),
+                    row.qps.to_string(),
+                    row.iters.to_string(),
+                    fixed(row.gbps, 3),
+                    fixed(row.msg_rate_mpps, 3),
                     ratio_text(&row.vs_one_qp),
-                    ratio_text(&row.vs_ceiling)
-                );
-            }
+                    ratio_text(&row.vs_ceiling),
+                ]
+            });
+            table(&mut s, "  ", &cols, rows);
         }
         if !sc.memory.is_empty() {
             let _ = writeln!(s, "memory per QP:");
-            let _ = writeln!(
-                s,
-                "  {:>5} {:>14} {:>13} {:>12} {:>12}",
-                "QPs", "VmRSS before", "VmRSS after", "per QP", "of it buffer"
-            );
-            for mrow in &sc.memory {
-                let _ = writeln!(
-                    s,
-                    "  {:>5} {:>10} KiB {:>9} KiB {:>8.1} KiB {:>8.1} KiB",
-                    mrow.qps,
-                    mrow.rss_before_kib,
-                    mrow.rss_after_kib,
-                    mrow.bytes_per_qp / 1024.0,
-                    mrow.buffer_bytes as f64 / 1024.0
-                );
-            }
+            let cols = [
+                right("QPs", 5),
+                right("VmRSS before", 14),
+                right("VmRSS after", 13),
+                right("per QP", 12),
+                right("of it buffer", 12),
+            ];
+            let rows = sc.memory.iter().map(|m| {
+                vec![
+                    m.qps.to_string(),
+                    format!("{} KiB", m.rss_before_kib),
+                    format!("{} KiB", m.rss_after_kib),
+                    format!("{:.1} KiB", m.bytes_per_qp / 1024.0),
+                    format!("{:.1} KiB", m.buffer_bytes as f64 / 1024.0),
+                ]
+            });
+            table(&mut s, "  ", &cols, rows);
             let _ = writeln!(s, "  how: {}", sc.memory_method);
         }
     }
@@ -270,56 +344,73 @@ pub fn render_text(r: &BenchReport) -> String {
             "\n== 5. Threads: perf --threads and --shards, MTU {}, {} queues per veth end ==",
             t.link_mtu, t.queues
         );
-        let _ = writeln!(
-            s,
-            "  {:<8} {:>5} {:>4} {:>7} {:>6} {:>8} {:>8} {:>11}  per thread Mmsg/s",
-            "test", "size", "QPs", "threads", "shards", "iters/QP", "Mmsg/s", "vs 1 thread",
-        );
-        for row in &t.rows {
-            let figures = match (&row.error, row.msg_rate_mpps) {
-                (Some(e), _) => format!("{:>8} {:>11}  error: {e}", "-", "-"),
-                (None, Some(m)) => format!(
-                    "{m:>8.3} {:>11}  {}",
+        let cols = [
+            left("test", 8),
+            right("size", 5),
+            right("QPs", 4),
+            right("threads", 7),
+            right("shards", 6),
+            right("iters/QP", 8),
+            right("Mmsg/s", 8),
+            right("vs 1 thread", 11),
+            left("per thread Mmsg/s", 0).apart(),
+        ];
+        let rows = t.rows.iter().map(|row| {
+            let (rate, ratio, per_thread) = match (&row.error, row.msg_rate_mpps) {
+                (Some(e), _) => ("-".into(), "-".into(), format!("error: {e}")),
+                (None, Some(m)) => (
+                    fixed(m, 3),
                     ratio_text(&row.vs_one_thread),
                     row.per_thread_mpps
                         .iter()
-                        .map(|p| format!("{p:.3}"))
+                        .map(|p| fixed(*p, 3))
                         .collect::<Vec<_>>()
-                        .join(" + ")
+                        .join(" + "),
                 ),
-                (None, None) => format!("{:>8} {:>11}", "-", "-"),
+                (None, None) => ("-".into(), "-".into(), String::new()),
             };
-            let _ = writeln!(
-                s,
-                "  {:<8} {:>5} {:>4} {:>7} {:>6} {:>8} {figures}",
-                row.test, row.size, row.qps, row.threads, row.shards, row.iters
-            );
-        }
+            vec![
+                row.test.to_string(),
+                row.size.to_string(),
+                row.qps.to_string(),
+                row.threads.to_string(),
+                row.shards.to_string(),
+                row.iters.to_string(),
+                rate,
+                ratio,
+                per_thread,
+            ]
+        });
+        table(&mut s, "  ", &cols, rows);
     }
     if let Some(lib) = &r.library {
         let _ = writeln!(
             s,
             "\n== 6. perftest on xroce's libibverbs.so.1 (xroce run) beside xroce perf, MTU {BASE_MTU} =="
         );
-        let _ = writeln!(
-            s,
-            "{:<10} {:>7} {:>8} {:>7} {:>10} {:>10} {:>7}  within 10%",
-            "test", "size", "iters", "unit", "perftest", "xroce perf", "ratio"
-        );
-        for row in &lib.rows {
-            let _ = writeln!(
-                s,
-                "{:<10} {:>7} {:>8} {:>7} {:>10.3} {:>10.3} {:>7.2}  {}",
-                row.test,
-                row.size,
-                row.iters,
-                row.unit,
-                row.perftest,
-                row.xroce_perf,
-                row.ratio,
-                if row.within_10_percent { "yes" } else { "no" }
-            );
-        }
+        let cols = [
+            left("test", 10),
+            right("size", 7),
+            right("iters", 8),
+            right("unit", 7),
+            right("perftest", 10),
+            right("xroce perf", 10),
+            right("ratio", 7),
+            left("within 10%", 0).apart(),
+        ];
+        let rows = lib.rows.iter().map(|row| {
+            vec![
+                row.test.to_string(),
+                row.size.to_string(),
+                row.iters.to_string(),
+                row.unit.to_string(),
+                fixed(row.perftest, 3),
+                fixed(row.xroce_perf, 3),
+                fixed(row.ratio, 2),
+                (if row.within_10_percent { "yes" } else { "no" }).to_string(),
+            ]
+        });
+        table(&mut s, "", &cols, rows);
     }
     if r.xroce.is_some() || r.scale.is_some() {
         s.push_str(&targets::render(r));

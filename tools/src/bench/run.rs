@@ -212,10 +212,24 @@ impl Runner<'_> {
         let _ = self.log.flush();
     }
 
-    pub(super) fn failed(&mut self, what: &str, e: anyhow::Error) {
+    fn failed(&mut self, what: &str, e: &anyhow::Error) {
         let msg = format!("{what}: {e:#}");
         let _ = writeln!(self.log, "  FAILED: {msg}");
         self.failures.push(msg);
+    }
+
+    /// One step: says `what`, runs it, records it among the failures if it fails (the
+    /// error's text is then the result).
+    pub(super) fn attempt<T>(
+        &mut self,
+        what: &str,
+        step: impl FnOnce(&mut Self) -> anyhow::Result<T>,
+    ) -> Result<T, String> {
+        self.note(what);
+        step(self).map_err(|e| {
+            self.failed(what, &e);
+            format!("{e:#}")
+        })
     }
 
     pub(super) fn child(
@@ -382,28 +396,13 @@ impl Runner<'_> {
             }
             v
         };
-        let mut server = Proc::spawn(
-            &link.b,
-            &self.opts.exe,
-            &args(&link.b_if),
-            format!("{binary} server on the library"),
+        let out = self.server_then_client(
+            link,
+            args,
+            &format!("{binary} on the library"),
+            // perftest says nothing machine-readable when it listens.
+            ServerReady::After(Duration::from_millis(700)),
         )?;
-        // perftest says nothing machine-readable when it listens: give it a moment, and
-        // fail at once if it already died.
-        std::thread::sleep(Duration::from_millis(700));
-        if let Ok(Some(status)) = server.child.try_wait() {
-            bail!("{binary} server: {status}{}", server.said());
-        }
-        let mut client_args = args(&link.a_if);
-        client_args.push(link.b_ip.to_string());
-        let client = Proc::spawn(
-            &link.a,
-            &self.opts.exe,
-            &client_args,
-            format!("{binary} client on the library"),
-        )?;
-        let out = client.finish(Duration::from_secs(180))?;
-        let _ = server.finish(Duration::from_secs(10));
         parse_perftest(&out, latency).with_context(|| format!("{binary} client's output"))
     }
 
@@ -454,39 +453,71 @@ impl Runner<'_> {
             }
             v
         };
+        self.server_then_client(
+            link,
+            common,
+            &format!("xroce perf {test}"),
+            // With --json the server says so on stderr.
+            ServerReady::Says("Waiting for client"),
+        )
+    }
+
+    /// A server in B with `args(B's interface)`, then, once it is ready, a client in A with
+    /// `args(A's interface)` and B's address; the client's stdout.
+    fn server_then_client(
+        &mut self,
+        link: &VethLink,
+        args: impl Fn(&str) -> Vec<String>,
+        what: &str,
+        ready: ServerReady,
+    ) -> anyhow::Result<String> {
         let mut server = Proc::spawn(
             &link.b,
             &self.opts.exe,
-            &common(&link.b_if),
-            format!("xroce perf {test} server"),
+            &args(&link.b_if),
+            format!("{what} server"),
         )?;
-        // Start the client once the server listens (it says so on stderr with --json).
-        let deadline = Instant::now() + READY_TIMEOUT;
-        while !server.stderr_text().contains("Waiting for client") {
-            if Instant::now() > deadline {
-                bail!(
-                    "xroce perf {test} server: not listening after {READY_TIMEOUT:?}{}",
-                    server.said()
-                );
-            }
+        let deadline = Instant::now()
+            + match ready {
+                ServerReady::After(pause) => pause,
+                ServerReady::Says(_) => READY_TIMEOUT,
+            };
+        loop {
             if let Ok(Some(status)) = server.child.try_wait() {
-                bail!("xroce perf {test} server: {status}{}", server.said());
+                bail!("{what} server: {status}{}", server.said());
             }
-            std::thread::sleep(Duration::from_millis(5));
+            match ready {
+                ServerReady::Says(line) if server.stderr_text().contains(line) => break,
+                ServerReady::Says(_) if Instant::now() > deadline => bail!(
+                    "{what} server: not listening after {READY_TIMEOUT:?}{}",
+                    server.said()
+                ),
+                ServerReady::After(_) if Instant::now() >= deadline => break,
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
         }
-        let mut client_args = common(&link.a_if);
+        let mut client_args = args(&link.a_if);
         client_args.push(link.b_ip.to_string());
         let client = Proc::spawn(
             &link.a,
             &self.opts.exe,
             &client_args,
-            format!("xroce perf {test} client"),
+            format!("{what} client"),
         )?;
         // Generous: the rows are sized to take a second or two.
         let out = client.finish(Duration::from_secs(180))?;
         let _ = server.finish(Duration::from_secs(10));
         Ok(out)
     }
+}
+
+/// When a server started by [`Runner::server_then_client`] is ready for its client.
+#[derive(Clone, Copy)]
+enum ServerReady {
+    /// After this long, if it is still running (it says nothing machine-readable).
+    After(Duration),
+    /// When its stderr contains this.
+    Says(&'static str),
 }
 
 impl Drop for Proc {
@@ -496,7 +527,42 @@ impl Drop for Proc {
     }
 }
 
+/// A bandwidth result's figures.
+#[derive(Debug, Clone, Copy)]
+pub struct BwFigures {
+    /// Average Gbit/s.
+    pub gbps: f64,
+    /// Peak Gbit/s.
+    pub peak_gbps: f64,
+    /// Million messages per second.
+    pub msg_rate_mpps: f64,
+}
+
 impl PerfResult {
+    /// A bandwidth test's figures; an error for a latency result.
+    pub fn bw(self) -> anyhow::Result<BwFigures> {
+        match self {
+            PerfResult::Bw {
+                gbps,
+                peak_gbps,
+                msg_rate_mpps,
+            } => Ok(BwFigures {
+                gbps,
+                peak_gbps,
+                msg_rate_mpps,
+            }),
+            other => bail!("not a bandwidth result: {other:?}"),
+        }
+    }
+
+    /// A latency test's median and p99 (us); an error for a bandwidth result.
+    pub fn lat(self) -> anyhow::Result<(f64, f64)> {
+        match self {
+            PerfResult::Lat { median, p99 } => Ok((median, p99)),
+            other => bail!("not a latency result: {other:?}"),
+        }
+    }
+
     /// The headline figure: Gbit/s average or median latency.
     pub fn figure(&self) -> f64 {
         match *self {
@@ -748,12 +814,11 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
     };
     let mut ceiling = opts.runs(Section::Ceiling).then(RawSection::default);
     let mut udp = opts.runs(Section::Udp).then(RawSection::default);
-    let mut bw_raw: Vec<(u32, u32, BwCase, f64, f64, f64)> = Vec::new();
+    let mut bw_raw: Vec<(u32, u32, BwCase, BwFigures)> = Vec::new();
     let mut library_rows: Vec<LibraryRow> = Vec::new();
     let mut lat_raw: Vec<(u32, LatCase, f64, f64)> = Vec::new();
     let mut scale_raw: Vec<(BwCase, f64, f64)> = Vec::new();
-    type ThreadsOutcome = Result<(f64, f64, Vec<f64>), String>;
-    let mut threads_raw: Vec<(BwCase, ThreadsOutcome)> = Vec::new();
+    let mut threads_raw: Vec<(BwCase, Result<(f64, f64, Vec<f64>), String>)> = Vec::new();
     let mut links = Vec::new();
 
     for lp in &plan.links {
@@ -778,20 +843,17 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                         if a_to_b { "A->B" } else { "B->A" },
                         lp.mtu
                     );
-                    runner.note(&what);
-                    match runner.stream(&link, xdp, payload, a_to_b) {
-                        Ok(r) => sec.streams.push(r),
-                        Err(e) => runner.failed(&what, e),
+                    if let Ok(r) = runner.attempt(&what, |r| r.stream(&link, xdp, payload, a_to_b))
+                    {
+                        sec.streams.push(r);
                     }
                 }
             }
             for &size in &lp.ping_sizes {
                 for &mode in &opts.modes {
                     let what = format!("{name} ping-pong {size} B {} MTU {}", mode.name(), lp.mtu);
-                    runner.note(&what);
-                    match runner.pingpong(&link, xdp, size, mode) {
-                        Ok(r) => sec.pingpongs.push(r),
-                        Err(e) => runner.failed(&what, e),
+                    if let Ok(r) = runner.attempt(&what, |r| r.pingpong(&link, xdp, size, mode)) {
+                        sec.pingpongs.push(r);
                     }
                 }
             }
@@ -804,22 +866,8 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                 "xroce perf {} -s {} -q {} -n {} MTU {}",
                 case.test, case.size, case.qps, case.iters, lp.mtu
             );
-            runner.note(&what);
-            match runner.perf(&link, case, None) {
-                Ok(PerfResult::Bw {
-                    gbps,
-                    peak_gbps,
-                    msg_rate_mpps,
-                }) => bw_raw.push((
-                    lp.mtu,
-                    lp.path_mtu,
-                    case.clone(),
-                    gbps,
-                    peak_gbps,
-                    msg_rate_mpps,
-                )),
-                Ok(other) => runner.failed(&what, anyhow!("not a bandwidth result: {other:?}")),
-                Err(e) => runner.failed(&what, e),
+            if let Ok(bw) = runner.attempt(&what, |r| r.perf(&link, case, None)?.bw()) {
+                bw_raw.push((lp.mtu, lp.path_mtu, case.clone(), bw));
             }
         }
         for case in &lp.lat {
@@ -831,7 +879,6 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                 case.mode.name(),
                 lp.mtu
             );
-            runner.note(&what);
             let one = BwCase {
                 test: case.test,
                 size: case.size,
@@ -840,12 +887,10 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                 threads: 1,
                 shards: opts.shards,
             };
-            match runner.perf(&link, &one, Some(case.mode)) {
-                Ok(PerfResult::Lat { median, p99 }) => {
-                    lat_raw.push((lp.mtu, case.clone(), median, p99))
-                }
-                Ok(other) => runner.failed(&what, anyhow!("not a latency result: {other:?}")),
-                Err(e) => runner.failed(&what, e),
+            if let Ok((median, p99)) =
+                runner.attempt(&what, |r| r.perf(&link, &one, Some(case.mode))?.lat())
+            {
+                lat_raw.push((lp.mtu, case.clone(), median, p99));
             }
         }
         if !lp.bw.is_empty() || !lp.lat.is_empty() {
@@ -856,15 +901,8 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                 "scale: xroce perf write_bw -s {} -q {} -n {} MTU {}",
                 case.size, case.qps, case.iters, lp.mtu
             );
-            runner.note(&what);
-            match runner.perf(&link, case, None) {
-                Ok(PerfResult::Bw {
-                    gbps,
-                    msg_rate_mpps,
-                    ..
-                }) => scale_raw.push((case.clone(), gbps, msg_rate_mpps)),
-                Ok(other) => runner.failed(&what, anyhow!("not a bandwidth result: {other:?}")),
-                Err(e) => runner.failed(&what, e),
+            if let Ok(bw) = runner.attempt(&what, |r| r.perf(&link, case, None)?.bw()) {
+                scale_raw.push((case.clone(), bw.gbps, bw.msg_rate_mpps));
             }
         }
         if !lp.scale.is_empty() {
@@ -875,32 +913,11 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                 "threads: xroce perf {} -s {} -q {} --threads {} --shards {} -n {} MTU {}, {} queues",
                 case.test, case.size, case.qps, case.threads, case.shards, case.iters, lp.mtu, lp.queues
             );
-            runner.note(&what);
-            let run = runner.perf_doc(&link, case, None).and_then(|doc| {
-                let per_thread = parse_per_thread_mpps(&doc)?;
-                Ok((parse_perf(&doc)?, per_thread))
+            let outcome = runner.attempt(&what, |r| {
+                let doc = r.perf_doc(&link, case, None)?;
+                let bw = parse_perf(&doc)?.bw()?;
+                Ok((bw.gbps, bw.msg_rate_mpps, parse_per_thread_mpps(&doc)?))
             });
-            let outcome = match run {
-                Ok((
-                    PerfResult::Bw {
-                        gbps,
-                        msg_rate_mpps,
-                        ..
-                    },
-                    per_thread,
-                )) => Ok((gbps, msg_rate_mpps, per_thread)),
-                Ok((other, _)) => {
-                    let e = anyhow!("not a bandwidth result: {other:?}");
-                    let text = format!("{e:#}");
-                    runner.failed(&what, e);
-                    Err(text)
-                }
-                Err(e) => {
-                    let text = format!("{e:#}");
-                    runner.failed(&what, e);
-                    Err(text)
-                }
-            };
             threads_raw.push((case.clone(), outcome));
         }
         if !lp.threads.is_empty() {
@@ -911,20 +928,12 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                 "library: ib_{} -s {} -n {} through xroce run, MTU {}",
                 case.test, case.size, case.iters, lp.mtu
             );
-            runner.note(&what);
-            let perftest = runner.perftest(&link, case);
-            if let Err(e) = &perftest {
-                runner.failed(&what, anyhow!("{e:#}"));
-            }
+            let perftest = runner.attempt(&what, |r| r.perftest(&link, case));
             let what = format!(
                 "library: xroce perf {} -s {} -n {} beside it",
                 case.test, case.size, case.iters
             );
-            runner.note(&what);
-            let perf = runner.perf(&link, case, None);
-            if let Err(e) = &perf {
-                runner.failed(&what, anyhow!("{e:#}"));
-            }
+            let perf = runner.attempt(&what, |r| r.perf(&link, case, None));
             if let (Ok(p), Ok(x)) = (perftest, perf) {
                 library_rows.push(LibraryRow::new(case, p, x));
             }
@@ -944,10 +953,8 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
     let mut memory = Vec::new();
     for &qps in &plan.memory_qps {
         let what = format!("memory of {qps} connected QP pairs (two in-memory devices)");
-        runner.note(&what);
-        match measure_memory(opts, qps) {
-            Ok(m) => memory.push(m),
-            Err(e) => runner.failed(&what, e),
+        if let Ok(m) = runner.attempt(&what, |_| measure_memory(opts, qps)) {
+            memory.push(m);
         }
     }
     machine.xdp_mode = runner.xdp_mode.clone();
@@ -956,7 +963,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
     let xroce = opts.runs(Section::Xroce).then(|| XroceSection {
         bw: bw_raw
             .iter()
-            .map(|(mtu, pmtu, c, gbps, peak, mpps)| {
+            .map(|(mtu, pmtu, c, bw)| {
                 let payload = c.size.min(u64::from(*pmtu));
                 let dir = data_direction(c.test);
                 XroceBwRow {
@@ -966,11 +973,11 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
                     size: c.size,
                     qps: c.qps,
                     iters: c.iters,
-                    gbps: *gbps,
-                    peak_gbps: *peak,
-                    msg_rate_mpps: *mpps,
-                    vs_ceiling: bw_ratio(&ceiling, "ceiling", *mtu, payload, dir, *gbps),
-                    vs_udp: bw_ratio(&udp, "udp", *mtu, payload, dir, *gbps),
+                    gbps: bw.gbps,
+                    peak_gbps: bw.peak_gbps,
+                    msg_rate_mpps: bw.msg_rate_mpps,
+                    vs_ceiling: bw_ratio(&ceiling, "ceiling", *mtu, payload, dir, bw.gbps),
+                    vs_udp: bw_ratio(&udp, "udp", *mtu, payload, dir, bw.gbps),
                 }
             })
             .collect(),

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::render::{left, right, table};
 use super::{BenchReport, Progress, BASE_MTU};
 
 /// Whether a target's ratio must reach its threshold from below or stay under it.
@@ -171,38 +172,34 @@ pub fn render(r: &BenchReport) -> String {
         s,
         "\n== Targets (ratios of figures measured side by side above) =="
     );
-    let _ = writeln!(
-        s,
-        "{:<62} {:>7} {:>8} {:>5} {:>8} {:>5}",
-        "target", "ratio", "needed", "met", "goal", "met"
-    );
     let yes_no = |m: Option<bool>| match m {
         Some(true) => "yes",
         Some(false) => "NO",
         None => "-",
     };
-    for t in &r.targets {
+    let cols = [
+        left("target", 62),
+        right("ratio", 7),
+        right("needed", 8),
+        right("met", 5),
+        right("goal", 8),
+        right("met", 5),
+    ];
+    let rows = r.targets.iter().map(|t| {
         let sign = match t.bound {
             Bound::AtLeast => ">=",
             Bound::AtMost => "<=",
         };
-        let ratio = t.ratio.map_or("not run".into(), |r| format!("{r:.2}"));
-        let goal = t.goal.map_or(String::new(), |g| format!("{sign}{g:.2}"));
-        let _ = writeln!(
-            s,
-            "{:<62} {:>7} {:>8} {:>5} {:>8} {:>5}",
-            t.name,
-            ratio,
+        vec![
+            t.name.to_string(),
+            t.ratio.map_or("not run".into(), |r| format!("{r:.2}")),
             format!("{sign}{:.2}", t.threshold),
-            yes_no(t.met()),
-            goal,
-            if t.goal.is_some() {
-                yes_no(t.goal_met())
-            } else {
-                ""
-            }
-        );
-    }
+            yes_no(t.met()).to_string(),
+            t.goal.map_or(String::new(), |g| format!("{sign}{g:.2}")),
+            t.goal.map_or("", |_| yes_no(t.goal_met())).to_string(),
+        ]
+    });
+    table(&mut s, "", &cols, rows);
     // The reference's own tail says how noisy the machine was during the run.
     if let Some(ping) = r.ceiling.as_ref().and_then(|c| {
         c.pingpongs
