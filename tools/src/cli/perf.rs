@@ -1,19 +1,11 @@
 //! `xroce perf <test>`: perftest's `ib_send_bw` ... `ib_atomic_lat`, with perftest's
 //! options, TCP exchange (byte-exact with perftest 6.06, Debian bookworm) and output.
-use std::io::Write;
-use std::time::Duration;
-
 use xroce::verbs::ProgressMode;
-use xroce_tools::endpoint::verbs::{self as verbs_endpoint, DriverChoice, EndpointSpec};
+use xroce_tools::endpoint::verbs::DriverChoice;
 use xroce_tools::options;
-use xroce_tools::perftest::cm as perftest_cm;
-use xroce_tools::perftest::oob::{
-    self as perftest_oob, enums, PerftestComm, PerftestDest, Role, TestKind, BOOKWORM_VERSION,
-};
-use xroce_tools::perftest::report::{JsonReport, TestInfo};
-use xroce_tools::perftest::run::{self as perf, PerfOptions, PerfRunner};
-use xroce_tools::perftest::stats;
-use xroce_tools::setup;
+use xroce_tools::perftest::command::{run_perf, PerfCommand};
+use xroce_tools::perftest::oob::{self as perftest_oob, TestKind, BOOKWORM_VERSION};
+use xroce_tools::perftest::run::{self as perf, PerfOptions};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -44,17 +36,6 @@ pub enum Conn {
     /// Unreliable connected (send and write tests).
     #[value(name = "UC")]
     Uc,
-}
-
-impl Conn {
-    /// perftest's spelling.
-    fn name(self) -> &'static str {
-        match self {
-            Conn::Rc => "RC",
-            Conn::Ud => "UD",
-            Conn::Uc => "UC",
-        }
-    }
 }
 
 /// Atomic operation (`-A`).
@@ -260,167 +241,22 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         anyhow::bail!("--perftest-version must be 5.70 or newer (perftest refuses older peers)");
     }
 
-    let dev = setup::pick_device(args.ib_dev.as_deref())?;
-    let gid = setup::pick_gid(&dev, args.gid_index, "-x")?;
-    let mtu = setup::pick_mtu(&dev, args.mtu)?;
-    let mtu_enum = perftest_oob::mtu_enum(mtu).unwrap_or(3);
-    let sizes = opts.sizes(mtu);
-    if opts.ud && sizes.iter().any(|&s| s > u64::from(mtu)) {
-        anyhow::bail!(
-            "Max message size in UD cannot be greater than MTU ({mtu}); use -s {mtu} or less"
-        );
-    }
-    let spec = EndpointSpec {
-        qp_type: match args.connection {
-            Conn::Rc => xroce::engine::QpType::Rc,
-            Conn::Uc => xroce::engine::QpType::Uc,
-            Conn::Ud => xroce::engine::QpType::Ud,
-        },
-        buf_len: 2 * opts.half_len(),
-        max_send_wr: opts.tx_depth.max(2),
-        max_recv_wr: opts.rx_depth.max(2),
+    run_perf(PerfCommand {
+        opts,
+        device: args.ib_dev,
+        gid_index: args.gid_index,
+        mtu: args.mtu,
+        host: args.host,
+        port: args.port,
+        inline_size,
+        outs: args.outs,
         driver: args.driver,
-        events: opts.events,
-        pcap: args.pcap.clone(),
+        pcap: args.pcap,
         progress: args.progress,
         shards: args.shards,
-    };
-    let role = if args.host.is_some() {
-        Role::Client
-    } else {
-        Role::Server
-    };
-    let srq_depth = opts.srq_depth(role)?;
-    let mut eps = verbs_endpoint::open_with_srq(&dev, &gid, &spec, opts.num_qps, srq_depth)?;
-    for ep in &mut eps {
-        ep.set_inline(inline_size)?;
-    }
-    let info0 = eps[0].local();
-    opts.out_reads = args.outs.unwrap_or(info0.max_rd_atomic).max(1);
-
-    let dests: Vec<PerftestDest> = eps
-        .iter()
-        .map(|ep| {
-            let info = ep.local();
-            opts.dest(&info, setup::random_psn())
-        })
-        .collect();
-    let local = opts.local_side(mtu_enum, info0.max_rd_atomic as i32, dests.clone());
-
-    // With --json the human tables go to stderr and stdout carries only the document.
-    let mut text: Box<dyn Write> = if args.json {
-        Box::new(std::io::stderr())
-    } else {
-        Box::new(std::io::stdout())
-    };
-    if kind.is_bw() && !opts.measures_peak_as(role) {
-        writeln!(text, "{}", stats::NO_PEAK_WARNING)?;
-    }
-    let info = TestInfo {
-        kind,
-        device: dev.name.clone(),
-        num_qps: opts.num_qps,
-        connection: args.connection.name(),
-        is_client: role == Role::Client,
-        tx_depth: opts.tx_depth,
-        rx_depth: opts.rx_depth,
-        cq_mod: opts.cq_mod,
-        mtu,
-        gid_index: Some(gid.index),
-        inline_size,
-        out_reads: opts.out_reads,
-        atomic_type: (kind.verb() == enums::VERB_ATOMIC).then_some(if opts.fetch_add {
-            "FETCH_AND_ADD"
-        } else {
-            "CMP_AND_SWAP"
-        }),
-        use_srq: opts.use_srq,
-        duplex: opts.duplex,
-        rdma_cm: args.rdma_cm,
-    };
-    let steps = opts.script(role, &sizes);
-    let wait_banner = |text: &mut dyn Write| -> anyhow::Result<()> {
-        writeln!(text, "\n************************************")?;
-        writeln!(text, "* Waiting for client to connect... *")?;
-        writeln!(text, "************************************")?;
-        text.flush()?;
-        Ok(())
-    };
-    let ep_refs: Vec<&mut (dyn xroce_tools::endpoint::ToolEndpoint + 'static)> =
-        eps.iter_mut().map(|e| e.as_mut()).collect();
-    let (outcome, mut runner) = if args.rdma_cm {
-        // -R: the exchange and the QPs over rdma_cm on the device the QPs live on.
-        let (_, device) = ep_refs[0]
-            .verbs_qp()
-            .ok_or_else(|| anyhow::anyhow!("-R needs endpoints over xroce::verbs"))?;
-        let cm = perftest_cm::cm_for(&device)?;
-        let stream = match &args.host {
-            Some(host) => {
-                perftest_cm::CmStream::connect(&cm, host, args.port, Duration::from_secs(10))?
-            }
-            None => perftest_cm::CmStream::accept(&cm, args.port, || wait_banner(text.as_mut()))?,
-        };
-        let out_reads = kind.is_read_like().then_some(opts.out_reads.min(255) as u8);
-        let qps = perftest_cm::CmQps::new(&cm, role, args.host.as_deref(), args.port, out_reads)?
-            .with_ack_timeout(opts.qp_timeout);
-        let mut comm = PerftestComm::new(
-            stream,
-            role,
-            &args.perftest_version,
-            args.dont_xchg_versions,
-            true,
-        )
-        .with_rdma_cm(gid.index);
-        let mut runner = PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut())
-            .with_test_info(info)
-            .with_rdma_cm(qps);
-        let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
-        runner.cm_disconnect()?;
-        comm.into_inner().shutdown();
-        (outcome, runner)
-    } else {
-        let stream = match &args.host {
-            Some(host) => setup::connect(host, args.port, Duration::from_secs(10))?,
-            None => {
-                wait_banner(text.as_mut())?;
-                setup::accept_one(args.port)?
-            }
-        };
-        let mut comm = PerftestComm::new(
-            stream,
-            role,
-            &args.perftest_version,
-            args.dont_xchg_versions,
-            true,
-        );
-        let mut runner =
-            PerfRunner::new(ep_refs, opts.clone(), role, dests, text.as_mut()).with_test_info(info);
-        let outcome = perftest_oob::run_script(&mut comm, &steps, &local, &mut runner)?;
-        (outcome, runner)
-    };
-    if role == Role::Server && kind.is_bw() && kind != TestKind::SendBw && !opts.duplex {
-        if let Some(rep) = outcome.remote_report {
-            runner.print_remote_bw(&rep)?;
-        }
-    }
-    runner.finish()?;
-    let results = std::mem::take(&mut runner.results);
-    drop(runner);
-    if args.json {
-        let doc = JsonReport {
-            test: kind,
-            role: if role == Role::Client {
-                "client"
-            } else {
-                "server"
-            },
-            device: dev.name.clone(),
-            connection: args.connection.name(),
-            mtu: perftest_oob::mtu_bytes(outcome.mtu_enum).unwrap_or(mtu),
-            remote_version: outcome.remote_version,
-            results,
-        };
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    }
+        json: args.json,
+        perftest_version: args.perftest_version,
+        dont_xchg_versions: args.dont_xchg_versions,
+    })?;
     Ok(0)
 }

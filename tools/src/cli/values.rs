@@ -3,39 +3,50 @@
 //! command modules.
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use xroce::verbs::ProgressMode;
+use xroce_tools::demo::stage::DemoDriver;
 use xroce_tools::endpoint::verbs::DriverChoice;
 use xroce_tools::perftest::oob::TestKind;
 
-/// `--driver xdp|udp`: lists each driver with its help line, and refuses any other value
-/// with clap's "invalid value ... [possible values: xdp, udp, relay]".
-pub fn driver() -> impl TypedValueParser<Value = DriverChoice> {
+/// A parser for a library type that lists its values (`all`, in `--help` order), names
+/// each (`name`, which its `FromStr` takes back) and explains each (`about`): clap shows the
+/// names with their help lines and refuses any other value with "invalid value ...
+/// [possible values: ...]".
+fn named<T>(
+    all: &[T],
+    name: fn(T) -> &'static str,
+    about: fn(T) -> &'static str,
+) -> impl TypedValueParser<Value = T>
+where
+    T: Copy + std::str::FromStr + Send + Sync + Clone + 'static,
+{
     PossibleValuesParser::new(
-        DriverChoice::ALL.map(|d| PossibleValue::new(d.name()).help(d.about())),
+        all.iter()
+            .map(|&v| PossibleValue::new(name(v)).help(about(v))),
     )
-    .map(|name| {
-        name.parse::<DriverChoice>()
-            .expect("clap passes only the names DriverChoice::ALL lists")
+    .map(|typed| match typed.parse::<T>() {
+        Ok(value) => value,
+        Err(_) => unreachable!("clap passes only the listed names, {typed:?} among them"),
     })
+}
+
+/// `--driver xdp|udp|relay`.
+pub fn driver() -> impl TypedValueParser<Value = DriverChoice> {
+    named(&DriverChoice::ALL, DriverChoice::name, DriverChoice::about)
 }
 
 /// `xroce perf <test>`: the eight tests with their help lines.
 pub fn test() -> impl TypedValueParser<Value = TestKind> {
-    PossibleValuesParser::new(TestKind::ALL.map(|t| PossibleValue::new(t.name()).help(t.about())))
-        .map(|name| {
-            name.parse::<TestKind>()
-                .expect("clap passes only the names TestKind::ALL lists")
-        })
+    named(&TestKind::ALL, TestKind::name, TestKind::about)
 }
 
 /// `--progress wakeup|busy-poll`.
 pub fn progress() -> impl TypedValueParser<Value = ProgressMode> {
-    PossibleValuesParser::new(
-        ProgressMode::ALL.map(|m| PossibleValue::new(m.name()).help(m.about())),
-    )
-    .map(|name| {
-        name.parse::<ProgressMode>()
-            .expect("clap passes only the names ProgressMode::ALL lists")
-    })
+    named(&ProgressMode::ALL, ProgressMode::name, ProgressMode::about)
+}
+
+/// `xroce demo --driver xdp|udp|sim`.
+pub fn demo_driver() -> impl TypedValueParser<Value = DemoDriver> {
+    named(&DemoDriver::ALL, DemoDriver::name, DemoDriver::about)
 }
 
 #[cfg(test)]
@@ -109,5 +120,24 @@ mod tests {
             err.contains("[possible values: send_bw, write_bw, read_bw, atomic_bw, send_lat, write_lat, read_lat, atomic_lat]"),
             "{err}"
         );
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct DemoCli {
+        #[arg(long, value_parser = demo_driver())]
+        driver: Option<DemoDriver>,
+    }
+
+    #[test]
+    fn demo_drivers_reach_the_library_type() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            DemoCli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .map(|c| c.driver)
+        };
+        assert_eq!(parse(&[]).unwrap(), None);
+        assert_eq!(parse(&["--driver", "sim"]).unwrap(), Some(DemoDriver::Sim));
+        let err = parse(&["--driver", "relay"]).unwrap_err().to_string();
+        assert!(err.contains("[possible values: xdp, udp, sim]"), "{err}");
     }
 }

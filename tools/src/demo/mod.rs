@@ -10,7 +10,7 @@
 //!
 //! Each side is a [`ToolEndpoint`] on an open [`Device`] (`verbs_endpoint`); the exchange is
 //! `json_line` over any [`OobStream`]. Where the devices come from (namespaces and a veth
-//! pair, loopback, the in-memory link) is the CLI's part (`tools/src/cli/demo.rs`).
+//! pair, loopback, the in-memory link) is [`stage`].
 //!
 //! ```text
 //! client                                         server [recv | write | read source | u64]
@@ -22,6 +22,8 @@
 //!   | --- {"cmd": "done"} ----------------------->   |
 //!   | <-- {ok, detail} ---------------------------   |  both print their counters
 //! ```
+pub mod stage;
+
 use std::io::Write;
 use std::time::{Duration, Instant};
 
