@@ -17,9 +17,9 @@
 //!   variant;
 //! - [`checks`]: `xroce mr-check` and `xroce mw-check`, a peer's memory checked byte for byte;
 //! - [`rping`]: librdmacm's `rping` (`xroce rping`) over xroce's RDMA CM;
-//! - [`launch`] (`xroce run`: a program on the drop-in libraries), [`file`], [`demo`],
-//!   [`bench`] (`xroce bench`), [`analysis`] (what `xroce dump` makes of
-//!   a capture), [`conform`] (the conformance suite);
+//! - [`launch`] (`xroce run`: a program on the drop-in libraries), [`file`], [`demo`] (its
+//!   story, and where its endpoints run), [`simulate`] (`xroce sim`), [`bench`] (`xroce bench`), [`analysis`] (what `xroce dump` makes of
+//!   a capture), [`conform`] (the conformance suite), [`lab`] (the rxe lab's scripts);
 //! - what they share: [`endpoint`] (the slice of verbs a tool needs, and its verbs
 //!   implementation), [`setup`], [`options`], [`json_line`], [`tcp_streams`].
 #![forbid(unsafe_code)]
@@ -32,10 +32,12 @@ pub mod demo;
 pub mod endpoint;
 pub mod file;
 pub mod json_line;
+pub mod lab;
 pub mod launch;
 pub mod options;
 pub mod perftest;
 pub mod pingpong;
 pub mod rping;
 pub mod setup;
+pub mod simulate;
 pub mod tcp_streams;

@@ -381,7 +381,7 @@ fn qp_memory(spec: &ChildSpec, out: &mut dyn Write) -> anyhow::Result<()> {
     opts.num_qps = spec.qps;
     opts.validate()?;
     opts.settle_depths();
-    // The same EndpointSpec as tools/src/cli/perf.rs builds.
+    // The same EndpointSpec as tools/src/perftest/command.rs builds.
     let endpoint = EndpointSpec {
         qp_type: xroce::engine::QpType::Rc,
         buf_len: 2 * opts.half_len(),

@@ -6,8 +6,9 @@ use std::time::Duration;
 use anyhow::bail;
 
 use xroce::engine::Mtu;
-use xroce::sim::workload::{self, OpKind, Scenario, WorkloadConfig};
+use xroce::sim::workload::{OpKind, Scenario, WorkloadConfig};
 use xroce::sim::LinkConfig;
+use xroce_tools::simulate::{self, SimOutput};
 
 /// Arguments of `xroce sim`.
 #[derive(clap::Args, Debug)]
@@ -204,104 +205,14 @@ pub fn config(args: &Args) -> anyhow::Result<WorkloadConfig> {
 /// Run `xroce sim`. Exit status 0 if the run was correct, 1 otherwise.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = config(&args)?;
-    let scenario_active = cfg.scenario.no_recv
-        || cfg.scenario.wrong_rkey_at.is_some()
-        || cfg.link.partition_after.is_some();
-    let pcap = args.pcap.clone();
-    let trace = args.trace;
-    let explain = args.explain;
-    let summary = workload::run(&cfg, |net| {
-        if let Some(p) = &pcap {
-            net.set_pcap(p)?;
-        }
-        if trace {
-            net.set_trace(Box::new(std::io::stdout()));
-            net.set_trace_explain(explain);
-        }
-        Ok(())
-    })?;
-    let (ok, verdict) = verdict(&summary, &args, scenario_active);
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        let s = &summary;
-        println!(
-            "xroce sim: seed {}, {} QPs, MTU {}, loss {} reorder {} duplicate {} corrupt {}",
-            s.seed, cfg.qps, args.mtu, args.loss, args.reorder, args.duplicate, args.corrupt
-        );
-        println!(
-            "  operations: {} posted, {} completed, {} failed",
-            s.ops_posted, s.ops_completed, s.ops_failed
-        );
-        for (k, v) in &s.ops_by_kind {
-            println!("    {k:<10} {v}");
-        }
-        println!("  verified:   {} bytes, {} data mismatches, {} order violations, {} unexplained statuses",
-            s.bytes_verified, s.data_mismatches, s.order_violations, s.unexpected_statuses);
-        println!("  link:       {} frames sent, {} lost, {} partitioned, {} duplicated, {} reordered, {} corrupted",
-            s.link.frames_sent, s.link.lost, s.link.partitioned, s.link.duplicated, s.link.reordered, s.link.corrupted);
-        println!("  transport:  {} retransmitted packets, {} timeouts, {} sequence NAKs, {} RNR NAKs, {} ICRC drops",
-            s.retransmitted_packets,
-            s.counters_a.local_ack_timeout_err,
-            s.counters_a.rcvd_seq_err,
-            s.counters_a.rcvd_rnr_err,
-            s.counters_a.drops.bad_icrc + s.counters_b.drops.bad_icrc);
-        for (k, v) in &s.statuses {
-            println!("  status {k:<34} {v}");
-        }
-        println!("  virtual time: {} us", s.virtual_time_us);
-        for p in &s.problems {
-            println!("  PROBLEM: {p}");
-        }
-        println!("  result: {verdict}");
-    }
+    let ok = simulate::run(
+        &cfg,
+        &SimOutput {
+            pcap: args.pcap,
+            trace: args.trace,
+            explain: args.explain,
+            json: args.json,
+        },
+    )?;
     Ok(if ok { 0 } else { 1 })
-}
-
-/// The scenario flags given, as typed.
-fn scenario_flags(args: &Args) -> String {
-    let mut flags = Vec::new();
-    if args.no_recv {
-        flags.push("--no-recv".to_string());
-    }
-    if let Some(k) = args.partition_after {
-        flags.push(format!("--partition-after {k}"));
-    }
-    if let Some(n) = args.wrong_rkey {
-        flags.push(format!("--wrong-rkey {n}"));
-    }
-    flags.join(" ")
-}
-
-/// Whether the run passed, and the result line. A failure scenario passes when operations
-/// failed as it makes them fail (said so: "OK" alone read as if everything succeeded), and
-/// fails when it never took effect (nothing failed, so nothing was tested).
-fn verdict(s: &workload::Summary, args: &Args, scenario_active: bool) -> (bool, String) {
-    if !s.ok(scenario_active) {
-        return (false, "FAILED (see the problems above)".to_string());
-    }
-    if !scenario_active {
-        return (
-            true,
-            format!("OK: all {} operations completed and verified", s.ops_posted),
-        );
-    }
-    let flags = scenario_flags(args);
-    if s.ops_failed == 0 {
-        let msg = format!(
-            "FAILED: the scenario {flags} never took effect: all {} operations succeeded, so it tested nothing; choose a point inside the run ({} operations, {} frames)",
-            s.ops_posted, s.ops_posted, s.link.frames_sent
-        );
-        return (false, msg);
-    }
-    let verified = if s.ops_completed > 0 {
-        format!("; the {} that completed were verified", s.ops_completed)
-    } else {
-        String::new()
-    };
-    let msg = format!(
-        "EXPECTED FAILURE: {} of {} operations failed as {flags} makes them fail, each with a status the scenario explains{verified}",
-        s.ops_failed, s.ops_posted
-    );
-    (true, msg)
 }
