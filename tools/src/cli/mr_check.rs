@@ -3,6 +3,7 @@
 //! with the rxe lab's guests (`lab-mr.py server|client`).
 use std::time::Duration;
 
+use super::peer::{PeerArgs, Side};
 use rand::RngCore;
 use xroce_tools::checks::mr::{self as mr_check, MrCheckOptions};
 use xroce_tools::endpoint::verbs::{self as verbs_endpoint, EndpointSpec};
@@ -18,30 +19,11 @@ Examples:
   xroce lab exec 1 'lab-bg mr lab-mr.py server --size 4194304'
   ip netns exec xroce-lab-host xroce mr-check client -d eth0 -g 1 --size 4194304 198.18.0.11";
 
-/// Which side.
-#[derive(clap::Subcommand, Debug)]
-pub enum Role {
-    /// Expose an MR of --size random bytes and answer one client.
-    #[command(after_help = EXAMPLES)]
-    Server {
-        #[command(flatten)]
-        common: Common,
-    },
-    /// READ the server's MR, WRITE fresh random bytes into it, READ them back; check each.
-    #[command(after_help = EXAMPLES)]
-    Client {
-        /// The server's address.
-        host: String,
-        #[command(flatten)]
-        common: Common,
-    },
-}
-
 /// Options both sides take.
 #[derive(clap::Args, Debug)]
 pub struct Common {
     #[command(flatten)]
-    pub peer: super::peer::PeerArgs,
+    pub peer: PeerArgs,
     /// TCP port of the exchange (lab-mr.py's default).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
@@ -65,9 +47,13 @@ pub struct Common {
 
 /// Arguments.
 #[derive(clap::Args, Debug)]
+#[command(
+    mut_subcommand("server", |side| side.about("Expose an MR of --size random bytes and answer one client").after_help(EXAMPLES)),
+    mut_subcommand("client", |side| side.about("READ the server's MR, WRITE fresh random bytes into it, READ them back; check each").after_help(EXAMPLES))
+)]
 pub struct Args {
     #[command(subcommand)]
-    pub role: Role,
+    pub role: Side<Common>,
 }
 
 fn mb_per_s(bytes: usize, t: Duration) -> f64 {
@@ -76,9 +62,7 @@ fn mb_per_s(bytes: usize, t: Duration) -> f64 {
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let common = match &args.role {
-        Role::Server { common } | Role::Client { common, .. } => common,
-    };
+    let common = args.role.common();
     let opts = MrCheckOptions {
         size: common.size,
         chunk: common.chunk,
@@ -106,7 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut data = vec![0u8; opts.size];
     rand::thread_rng().fill_bytes(&mut data);
     match &args.role {
-        Role::Server { common } => {
+        Side::Server { common } => {
             let mut stream = setup::accept_one(common.port)?;
             // The client READs and WRITEs between its lines; give it the RDMA timeout many
             // times over before deciding it is gone.
@@ -126,7 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             );
             Ok(0)
         }
-        Role::Client { host, common } => {
+        Side::Client { host, common } => {
             let mut stream = setup::connect(host, common.port, Duration::from_secs(10))?;
             stream.set_read_timeout(Some(opts.stall_timeout * 2))?;
             let done = mr_check::client(

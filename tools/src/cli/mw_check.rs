@@ -3,6 +3,7 @@
 //! Speaks `lab-mw.py`'s exchange, so it pairs with itself or with the rxe lab's guests.
 use std::time::Duration;
 
+use super::peer::{PeerArgs, Side};
 use rand::RngCore;
 use xroce::verbs::Device;
 use xroce_tools::checks::mw::{self as mw_check, MwCheckOptions};
@@ -18,30 +19,11 @@ Examples:
   xroce lab exec 1 'lab-bg mw lab-mw.py server'
   ip netns exec xroce-lab-host xroce mw-check client -d eth0 -g 1 198.18.0.11";
 
-/// Which side.
-#[derive(clap::Subcommand, Debug)]
-pub enum Role {
-    /// Own an MR of --size random bytes with two windows; answer one client.
-    #[command(after_help = EXAMPLES)]
-    Server {
-        #[command(flatten)]
-        common: Common,
-    },
-    /// Use the server's windows, invalidate one, and check every refusal left its memory.
-    #[command(after_help = EXAMPLES)]
-    Client {
-        /// The server's address.
-        host: String,
-        #[command(flatten)]
-        common: Common,
-    },
-}
-
 /// Options both sides take.
 #[derive(clap::Args, Debug)]
 pub struct Common {
     #[command(flatten)]
-    pub peer: super::peer::PeerArgs,
+    pub peer: PeerArgs,
     /// TCP port of the exchange (lab-mw.py's default).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
@@ -58,16 +40,18 @@ pub struct Common {
 
 /// Arguments.
 #[derive(clap::Args, Debug)]
+#[command(
+    mut_subcommand("server", |side| side.about("Own an MR of --size random bytes with two windows; answer one client").after_help(EXAMPLES)),
+    mut_subcommand("client", |side| side.about("Use the server's windows, invalidate one, and check every refusal left its memory").after_help(EXAMPLES))
+)]
 pub struct Args {
     #[command(subcommand)]
-    pub role: Role,
+    pub role: Side<Common>,
 }
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let common = match &args.role {
-        Role::Server { common } | Role::Client { common, .. } => common,
-    };
+    let common = args.role.common();
     if common.timeout == 0 || common.timeout > 3600 {
         anyhow::bail!(
             "--timeout {}: must be between 1 and 3600 seconds",
@@ -89,7 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     )?;
     let mut fill = |buf: &mut [u8]| rand::thread_rng().fill_bytes(buf);
     match &args.role {
-        Role::Server { common } => {
+        Side::Server { common } => {
             let mut stream = setup::accept_one(common.port)?;
             stream.set_read_timeout(Some(opts.timeout * 4))?;
             let mut initial = vec![0u8; opts.size];
@@ -104,7 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             );
             Ok(0)
         }
-        Role::Client { host, common } => {
+        Side::Client { host, common } => {
             let mut stream = setup::connect(host, common.port, Duration::from_secs(10))?;
             stream.set_read_timeout(Some(opts.timeout * 2))?;
             let done = mw_check::client(&dev, gid.index, &mut stream, &opts, &mut fill)?;

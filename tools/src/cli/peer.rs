@@ -35,3 +35,30 @@ impl PeerArgs {
         Ok((dev, gid))
     }
 }
+
+/// `server` or `client HOST` of a two-sided check, each with the check's own options `C`;
+/// the check says what each side does (`mut_subcommand` on its `Args`).
+#[derive(clap::Subcommand, Debug)]
+pub enum Side<C: clap::Args> {
+    /// Answer one client.
+    Server {
+        #[command(flatten)]
+        common: C,
+    },
+    /// Connect to a server.
+    Client {
+        /// The server's address.
+        host: String,
+        #[command(flatten)]
+        common: C,
+    },
+}
+
+impl<C: clap::Args> Side<C> {
+    /// The options, whichever the side.
+    pub fn common(&self) -> &C {
+        match self {
+            Side::Server { common } | Side::Client { common, .. } => common,
+        }
+    }
+}
