@@ -67,7 +67,7 @@ pub(super) fn table(
         s.push_str(indent);
         for (i, (col, cell)) in cols.iter().zip(cells).enumerate() {
             if i > 0 {
-                s.extend(std::iter::repeat(' ').take(col.gap));
+                s.extend(std::iter::repeat_n(' ', col.gap));
             }
             let w = col.width;
             s.push_str(&if col.left {

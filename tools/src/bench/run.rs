@@ -818,7 +818,9 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
     let mut library_rows: Vec<LibraryRow> = Vec::new();
     let mut lat_raw: Vec<(u32, LatCase, f64, f64)> = Vec::new();
     let mut scale_raw: Vec<(BwCase, f64, f64)> = Vec::new();
-    let mut threads_raw: Vec<(BwCase, Result<(f64, f64, Vec<f64>), String>)> = Vec::new();
+    // Gbit/s, Mmsg/s and each thread's Mmsg/s, or the failure's text.
+    type ThreadsOutcome = Result<(f64, f64, Vec<f64>), String>;
+    let mut threads_raw: Vec<(BwCase, ThreadsOutcome)> = Vec::new();
     let mut links = Vec::new();
 
     for lp in &plan.links {
