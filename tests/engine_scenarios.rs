@@ -648,13 +648,16 @@ fn one_ack_completes_many() {
         let op = write_op(&p, i * 64);
         p.post_a(i, op, vec![s]);
     }
-    // Lose every ACK but the last: it acknowledges (coalesces) all ten.
-    let mut acks = 0;
+    // Ten WRITEs queued at once: each is followed by the next, so only the last asks for
+    // an ACK, and B's one ACK completes all ten.
+    let (ackreqs, acks) = (Rc::new(RefCell::new(Vec::new())), Rc::new(RefCell::new(0)));
+    let (a, n) = (ackreqs.clone(), acks.clone());
     p.net.set_filter(move |f| {
-        if f.from == 1 {
-            acks += 1;
-            if acks < 10 {
-                return Verdict::Drop;
+        if let Some(pk) = f.packet() {
+            if f.from == 0 {
+                a.borrow_mut().push(pk.bth.ack_req);
+            } else {
+                *n.borrow_mut() += 1;
             }
         }
         Verdict::Pass
@@ -664,8 +667,43 @@ fn one_ack_completes_many() {
         statuses(&wcs),
         (0..10).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
     );
+    let mut expected = vec![false; 10];
+    expected[9] = true;
+    assert_eq!(*ackreqs.borrow(), expected);
+    assert_eq!(*acks.borrow(), 1);
     assert_eq!(p.a().counters().retransmitted_packets, 0);
     assert_eq!(p.a().counters().local_ack_timeout_err, 0);
+}
+
+#[test]
+fn followed_messages_still_ask_every_16_packets() {
+    let mut p = Pair::new(PairOptions {
+        depth: 64,
+        ..PairOptions::default()
+    });
+    let s = p.sge_a(0, 64);
+    for i in 0..40 {
+        let op = write_op(&p, i * 64);
+        p.post_a(i, op, vec![s]);
+    }
+    let ackreqs = Rc::new(RefCell::new(Vec::new()));
+    let a = ackreqs.clone();
+    let mut k = 0;
+    p.net.set_filter(move |f| {
+        if f.from == 0 {
+            if let Some(pk) = f.packet() {
+                if pk.bth.ack_req {
+                    a.borrow_mut().push(k);
+                }
+                k += 1;
+            }
+        }
+        Verdict::Pass
+    });
+    let wcs = p.run_for_completions(40, SEC);
+    assert_eq!(wcs.len(), 40);
+    // The 16th and 32nd packets ask although another message follows; the 40th is last.
+    assert_eq!(*ackreqs.borrow(), vec![15, 31, 39]);
 }
 
 #[test]
@@ -1076,6 +1114,50 @@ fn sq_drain_raises_an_event_once_outstanding_wrs_complete() {
     p.a().modify_qp(qa, &attr, QpAttrMask::STATE).unwrap();
     let wcs = p.run_for_completions(1, SEC);
     assert_eq!(statuses(&wcs), vec![(2, WcStatus::Success)]);
+}
+
+#[test]
+fn a_drain_sends_again_asking_for_the_ack_a_followed_message_skipped() {
+    let mut p = Pair::new(PairOptions::default());
+    let s = p.sge_a(0, 64);
+    for i in 1..=2 {
+        let op = write_op(&p, i * 64);
+        p.post_a(i, op, vec![s]);
+    }
+    // WRITE 1 leaves without AckReq: WRITE 2 is right behind it.
+    let mut buf = vec![0; MAX_FRAME_LEN];
+    let n = p.a().poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    let first = buf[..n].to_vec();
+    let bth = |f: &[u8]| wire::parse_frame(f).unwrap().repr.roce.bth;
+    assert!(!bth(&first).ack_req);
+    // Then the drain: WRITE 2 will not start, so WRITE 1 goes again, asking.
+    let qa = p.qa;
+    let attr = QpAttr {
+        qp_state: QpState::Sqd,
+        en_sqd_async_notify: true,
+        ..QpAttr::default()
+    };
+    p.a()
+        .modify_qp(
+            qa,
+            &attr,
+            QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY,
+        )
+        .unwrap();
+    let n = p.a().poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    assert!(bth(&buf[..n]).ack_req);
+    assert_eq!(bth(&buf[..n]).psn, bth(&first).psn);
+    assert_eq!(p.a().poll_transmit(Instant::ZERO, &mut buf), None);
+    // B executes the first copy and acknowledges the second (a duplicate): WRITE 1
+    // completes and the drain ends long before any retransmission timer.
+    p.b().handle_frame(Instant::ZERO, &first);
+    p.b().handle_frame(Instant::ZERO, &buf[..n]);
+    let start = p.net.now();
+    let wcs = p.run_for_completions(1, SEC);
+    assert_eq!(statuses(&wcs), vec![(1, WcStatus::Success)]);
+    assert!(p.net.now() - start < Duration::from_millis(1));
+    assert_eq!(p.a().poll_event(), Some(Event::SqDrained(qa)));
+    assert_eq!(p.a().counters().local_ack_timeout_err, 0);
 }
 
 #[test]

@@ -128,6 +128,11 @@ pub const MAX_UNACKED_PSNS: i32 = 128;
 /// rxe sets AckReq at least every this many packets (and on the last packet of a message).
 pub const ACK_REQ_INTERVAL: u32 = 64;
 
+/// The last packet of a message followed at once by another asks for an ACK at least every
+/// this many packets: the requester's completions (and so the application's next posts) then
+/// wait for at most this many packets' worth of ACK coalescing.
+pub const FOLLOWED_ACK_REQ_INTERVAL: u32 = 16;
+
 /// The default P_Key (full membership, default partition).
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 

@@ -5,7 +5,7 @@ use super::completion::{check_sq_drained, flush_qp};
 use super::outgoing::schedule;
 use super::qp::{self, Qp};
 use super::types::{EngineError, QpAttr, QpAttrMask, QpState};
-use super::{limits, srq, state, DeviceState, Engine, EngineConfig};
+use super::{limits, requester, srq, state, DeviceState, Engine, EngineConfig};
 use crate::wire::Psn;
 
 impl Engine {
@@ -216,5 +216,8 @@ fn enter_state(qp: &mut Qp, sh: &mut DeviceState, to: QpState) {
     qp.attr.qp_state = to;
     qp.attr.cur_qp_state = to;
     qp.sqd_notified = false;
+    if to == QpState::Sqd {
+        requester::ask_ack_before_drain(qp);
+    }
     check_sq_drained(qp, sh);
 }

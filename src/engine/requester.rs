@@ -7,6 +7,7 @@
 //! yields the same PSNs again.
 use crate::wire::{AtomicEthRepr, DethRepr, Opcode, Psn, RethRepr};
 
+use super::completer::go_back;
 use super::completion::{self, check_sq_drained, fail_qp, send_wc};
 use super::outgoing::OutPacket;
 use super::qp::{Qp, SendWqe};
@@ -15,7 +16,7 @@ use super::timers::local_ack_timeout;
 use super::types::{
     Access, EngineError, QpState, QpType, SendFlags, SendWrRef, Sge, WcStatus, WrOp,
 };
-use super::{DeviceState, ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
+use super::{DeviceState, ACK_REQ_INTERVAL, FOLLOWED_ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
 
 /// Check a send WR and turn it into a WQE (inline data copied now). `data`, if given, is
 /// the WR's inline payload handed over by the caller (the SGE list is then ignored), as a
@@ -169,6 +170,7 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> O
     let k = qp.req.send_pkt;
     let mtu = qp.mtu();
     let since_ackreq = qp.req.since_ackreq;
+    let next_follows = next_message_follows(qp, idx, psn);
     let mut pkt = OutPacket::new(av, qp.attr.dest_qp_num, Opcode(0), psn);
     let wqe = qp.sq.get(idx)?;
     let consumed = match wqe.op {
@@ -177,7 +179,11 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> O
         | WrOp::SendWithInv { .. }
         | WrOp::Write { .. }
         | WrOp::WriteWithImm { .. } => {
-            if !data_request(wqe, sh, k, npkts, mtu, since_ackreq, &mut pkt) {
+            let asks = AckAsk {
+                since_ackreq,
+                next_follows,
+            };
+            if !data_request(wqe, sh, k, npkts, mtu, asks, &mut pkt) {
                 // The MR was deregistered under a posted WR: a local protection error.
                 fail_qp(qp, sh, WcStatus::LocProtErr);
                 return None;
@@ -316,7 +322,7 @@ fn data_request(
     k: u32,
     npkts: u32,
     mtu: u32,
-    since_ackreq: u32,
+    asks: AckAsk,
     pkt: &mut OutPacket,
 ) -> bool {
     let (is_first, is_last) = position(k, npkts);
@@ -365,8 +371,67 @@ fn data_request(
         }
     }
     pkt.solicited = is_last && wqe.solicited;
-    pkt.ack_req = is_last || since_ackreq + 1 >= ACK_REQ_INTERVAL;
+    let sent_without = asks.since_ackreq + 1;
+    pkt.ack_req = if is_last && asks.next_follows {
+        sent_without >= FOLLOWED_ACK_REQ_INTERVAL
+    } else {
+        is_last || sent_without >= ACK_REQ_INTERVAL
+    };
     true
+}
+
+/// What decides a SEND or WRITE packet's AckReq besides its position.
+#[derive(Clone, Copy)]
+struct AckAsk {
+    /// Packets sent without AckReq since the last that had it.
+    since_ackreq: u32,
+    /// Another SEND or WRITE leaves right after this message ([`next_message_follows`]).
+    next_follows: bool,
+}
+
+/// Whether another SEND or WRITE already waits right behind the message at `idx` (whose
+/// packet `psn` is being built) and nothing can hold it back: then the message's last packet
+/// need not ask for an ACK, because the next one's will, and the responder's one ACK
+/// acknowledges both (ACKs are cumulative, IBTA 9.7.5.1.2). With many QPs sending round-robin
+/// this saves an ACK per message, which the responder cannot coalesce when each QP has one
+/// request per round. Anything that may keep the next message waiting asks now: not RTS (in
+/// SQD it will not start), a fence, a READ or atomic (its credits), a local operation, a
+/// READ being retried, or a full window of unacknowledged PSNs. Such a message still asks
+/// when [`FOLLOWED_ACK_REQ_INTERVAL`] packets have gone without.
+fn next_message_follows(qp: &Qp, idx: usize, psn: Psn) -> bool {
+    qp.state() == QpState::Rts
+        && qp.req.retry_hold.is_none()
+        && qp.req.una.distance_to(psn.wrapping_add(1)) < MAX_UNACKED_PSNS
+        && qp.sq.get(idx + 1).is_some_and(|next| {
+            !next.fence
+                && matches!(
+                    next.op,
+                    WrOp::Send
+                        | WrOp::SendWithImm { .. }
+                        | WrOp::SendWithInv { .. }
+                        | WrOp::Write { .. }
+                        | WrOp::WriteWithImm { .. }
+                )
+        })
+}
+
+/// Entering SQD: the next message will not start, so if the last packet sent did not ask for
+/// an ACK (its message was followed by one that now waits), send that packet again asking. The
+/// responder acknowledges the duplicate (IBTA 9.7, C9-105), and the drain does not wait for
+/// the retransmission timer.
+pub(crate) fn ask_ack_before_drain(qp: &mut Qp) {
+    let waiting_to_start = qp.req.send_pkt == 0
+        && qp
+            .sq
+            .get(qp.req.send_idx)
+            .is_some_and(|w| w.first_psn.is_none());
+    if qp.qp_type == QpType::Rc
+        && qp.req.since_ackreq > 0
+        && waiting_to_start
+        && qp.req.una.is_before(qp.req.next_psn)
+    {
+        go_back(qp, qp.req.next_psn.wrapping_sub(1));
+    }
 }
 
 /// The READ request for packets `k..npkts` of a READ WQE; returns how many PSNs it takes.
@@ -506,7 +571,12 @@ fn next_uc(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     let mtu = qp.mtu();
     let mut pkt = OutPacket::new(av, qp.attr.dest_qp_num, Opcode(0), psn);
     let wqe = qp.sq.front()?;
-    if !data_request(wqe, sh, k, npkts, mtu, 0, &mut pkt) {
+    // UC has no ACKs: the AckReq bit is cleared below whatever this says.
+    let asks = AckAsk {
+        since_ackreq: 0,
+        next_follows: false,
+    };
+    if !data_request(wqe, sh, k, npkts, mtu, asks, &mut pkt) {
         fail_qp(qp, sh, WcStatus::LocProtErr);
         return None;
     }

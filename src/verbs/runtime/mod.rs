@@ -223,10 +223,15 @@ impl Runtime {
         let s = &self.shards[shard];
         // One clock read per call.
         let now = self.now();
-        // With a poller active, its next poll kicks the frames out with those of other
-        // posts: one system call per batch instead of one per post.
+        // With a poller active, its next poll transmits the posted work with that of other
+        // posts: one system call per batch instead of one per post. Posting renews the
+        // lease, so a long burst of posts (16 QPs x 128 WRs) stays one batch however long
+        // it takes; a program that posts and never polls again is served by the watchdog
+        // one lease after its last post.
         let flush = posted.then(|| {
             if self.poller_active(shard, now) {
+                s.poller_seen
+                    .store(now.as_nanos().max(1), Ordering::Relaxed);
                 progress::Flush::Batched
             } else {
                 progress::Flush::Always

@@ -84,8 +84,10 @@ pub const POST_FLUSH_BATCH: usize = 32;
 pub(crate) enum Flush {
     /// Always (polls, the background thread, posts with nobody polling).
     Always,
-    /// Only once [`POST_FLUSH_BATCH`] frames wait (posts while a poller is active: it polls
-    /// again within microseconds and flushes then).
+    /// A post while a poller is active: its work requests wait in the engine for the
+    /// poller's next round (within microseconds), which builds their frames with everything
+    /// else and kicks them out in one system call; only once [`POST_FLUSH_BATCH`] posts have
+    /// waited does a post's round transmit and kick itself.
     Batched,
 }
 
@@ -123,6 +125,9 @@ pub(crate) struct Progress {
     handed: Vec<Vec<u8>>,
     /// Frames handed to the driver since its last flush.
     unflushed: usize,
+    /// Posts whose work requests wait in the engine for a round that transmits
+    /// ([`Flush::Batched`]).
+    posts_waiting: usize,
     /// The buffer to ask `Driver::send_with` for (0: the driver has no transmit memory of
     /// its own, or too little for any frame; every frame is copied from `buf`).
     direct_room: usize,
@@ -154,6 +159,7 @@ impl Progress {
             handed: Vec::new(),
             buf: vec![0u8; MAX_FRAME_LEN.max(info.max_frame)],
             unflushed: 0,
+            posts_waiting: 0,
             direct_room: {
                 let room = driver.send_with_room();
                 if room == usize::MAX || room < transmit_buffer_len(Mtu::Mtu256) {
@@ -193,7 +199,24 @@ impl Progress {
             let mut engine = lock(&shared.shards[self.shard].engine);
             let (received, timers) = self.receive(shared, &mut engine, now)?;
             let out = call(&mut engine);
-            let work = received + timers + self.transmit(shared, &mut engine, now);
+            // A burst of posts under a poller leaves as one batch: each WR's last packet then
+            // also knows whether another follows it, which decides its AckReq.
+            let transmit_now = match flush {
+                Flush::Always => true,
+                Flush::Batched => {
+                    self.posts_waiting += 1;
+                    self.posts_waiting >= POST_FLUSH_BATCH
+                        || !self.backlog.is_empty()
+                        || self.tx_blocked
+                }
+            };
+            let sent = if transmit_now {
+                self.posts_waiting = 0;
+                self.transmit(shared, &mut engine, now)
+            } else {
+                0
+            };
+            let work = received + timers + sent;
             while let Some(ev) = engine.poll_event() {
                 self.events.push(ev);
             }
