@@ -498,17 +498,8 @@ fn send_cq_overflow_moves_the_qp_to_error() {
     assert_eq!(got, vec![(50, WcStatus::Success)]);
 }
 
-/// Receive side: the third SEND finds B's receive CQ (depth 2) full. B's QP enters ERR with
-/// CQ error and QP fatal events and does not acknowledge the message whose completion was
-/// lost (rxe: class G, RESPST_ERR_CQ_OVERFLOW): the sender's third SEND ends in
-/// RETRY_EXC_ERR, never in a success for a message nobody can see. Posted together, the
-/// first two asked for no ACK of their own (the third's would cover them), so they end in
-/// the error too although B received them: a requester completes only what was
-/// acknowledged. Posted one at a time, each is acknowledged and completes.
-#[test]
-fn recv_cq_overflow_moves_the_qp_to_error() {
-    let mut p = Pair::new(PairOptions::default());
-    let (qa, cqa, qb, cqb) = small_cq_qps(&mut p, 64, 2);
+/// Four receives of 256 bytes on B's `qb`, wr_ids 100..=103.
+fn post_four_recvs(p: &mut Pair, qb: u32) {
     for id in 0..4u64 {
         let sge = p.sge_b(id * 256, 256);
         p.b()
@@ -521,6 +512,20 @@ fn recv_cq_overflow_moves_the_qp_to_error() {
             )
             .unwrap();
     }
+}
+
+/// Receive side: the third SEND finds B's receive CQ (depth 2) full. B's QP enters ERR with
+/// CQ error and QP fatal events and does not acknowledge the message whose completion was
+/// lost (rxe: class G, RESPST_ERR_CQ_OVERFLOW): the sender's third SEND ends in
+/// RETRY_EXC_ERR, never in a success for a message nobody can see. Posted together, the
+/// first two asked for no ACK of their own (the third's would cover them), so they end in
+/// the error too although B received them: a requester completes only what was
+/// acknowledged. Posted one at a time, each is acknowledged and completes.
+#[test]
+fn recv_cq_overflow_moves_the_qp_to_error() {
+    let mut p = Pair::new(PairOptions::default());
+    let (qa, cqa, qb, cqb) = small_cq_qps(&mut p, 64, 2);
+    post_four_recvs(&mut p, qb);
     let s = p.sge_a(0, 64);
     let send = |id| SendWr {
         wr_id: id,
@@ -569,18 +574,7 @@ fn recv_cq_overflow_moves_the_qp_to_error() {
 fn recv_cq_overflow_fails_the_unacknowledged_sends_posted_with_it() {
     let mut p = Pair::new(PairOptions::default());
     let (qa, cqa, qb, cqb) = small_cq_qps(&mut p, 64, 2);
-    for id in 0..4u64 {
-        let sge = p.sge_b(id * 256, 256);
-        p.b()
-            .post_recv(
-                qb,
-                &RecvWr {
-                    wr_id: 100 + id,
-                    sg_list: vec![sge],
-                },
-            )
-            .unwrap();
-    }
+    post_four_recvs(&mut p, qb);
     let s = p.sge_a(0, 64);
     for id in 1..=3 {
         let wr = SendWr {

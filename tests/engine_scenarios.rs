@@ -640,6 +640,25 @@ fn psn_wrap_past_2_pow_24() {
     assert_eq!(p.a().counters().rcvd_seq_err, 1);
 }
 
+/// From now on, the positions (counted from 0) of A's packets that ask for an ACK.
+fn record_ackreqs(p: &mut Pair) -> Rc<RefCell<Vec<usize>>> {
+    let ackreqs = Rc::new(RefCell::new(Vec::new()));
+    let a = ackreqs.clone();
+    let mut k = 0;
+    p.net.set_filter(move |f| {
+        if f.from == 0 {
+            if let Some(pk) = f.packet() {
+                if pk.bth.ack_req {
+                    a.borrow_mut().push(k);
+                }
+                k += 1;
+            }
+        }
+        Verdict::Pass
+    });
+    ackreqs
+}
+
 #[test]
 fn one_ack_completes_many() {
     let mut p = Pair::new(PairOptions::default());
@@ -686,20 +705,7 @@ fn followed_messages_still_ask_every_16_packets() {
         let op = write_op(&p, i * 64);
         p.post_a(i, op, vec![s]);
     }
-    let ackreqs = Rc::new(RefCell::new(Vec::new()));
-    let a = ackreqs.clone();
-    let mut k = 0;
-    p.net.set_filter(move |f| {
-        if f.from == 0 {
-            if let Some(pk) = f.packet() {
-                if pk.bth.ack_req {
-                    a.borrow_mut().push(k);
-                }
-                k += 1;
-            }
-        }
-        Verdict::Pass
-    });
+    let ackreqs = record_ackreqs(&mut p);
     let wcs = p.run_for_completions(40, SEC);
     assert_eq!(wcs.len(), 40);
     // The 16th and 32nd packets ask although another message follows; the 40th is last.
@@ -712,20 +718,7 @@ fn ack_req_every_64_packets_and_on_last() {
         mtu: Mtu::Mtu256,
         ..PairOptions::default()
     });
-    let ackreqs = Rc::new(RefCell::new(Vec::new()));
-    let a = ackreqs.clone();
-    let mut k = 0;
-    p.net.set_filter(move |f| {
-        if f.from == 0 {
-            if let Some(pk) = f.packet() {
-                if pk.bth.ack_req {
-                    a.borrow_mut().push(k);
-                }
-                k += 1;
-            }
-        }
-        Verdict::Pass
-    });
+    let ackreqs = record_ackreqs(&mut p);
     let op = write_op(&p, 0);
     let s = p.sge_a(0, 100 * 256);
     p.post_a(1, op, vec![s]);
