@@ -199,6 +199,38 @@ fn a_poller_that_goes_away_without_a_word_is_caught_by_the_watchdog() {
     assert_eq!(wcs[0].opcode, WcOpcode::Recv);
 }
 
+#[test]
+fn a_post_left_for_a_poller_that_never_polls_again_still_leaves() {
+    // A's background thread sleeps without a timer (nothing in flight). A polls once (a
+    // lease), posts a SEND, which only waits in the engine for A's next poll, and then
+    // never polls again: when the lease ends, the background thread must send it, although
+    // no frame was built and so no timer armed to wake it.
+    let (sides, _da, _db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (a, b) = &sides[0];
+    post_recv(b, 1);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut wcs = [Wc::EMPTY; 4];
+    assert_eq!(a.cq.poll(&mut wcs).unwrap(), 0);
+    send(a, 7, 0x44);
+    // B is polled from another thread: polling B here would end A's lease at once.
+    let (b_cq, start) = (b.cq.clone(), Instant::now());
+    let received = std::thread::spawn(move || {
+        let mut wcs = [Wc::EMPTY; 4];
+        while start.elapsed() < WAIT {
+            if b_cq.poll(&mut wcs).unwrap() == 1 {
+                return Some((wcs[0], start.elapsed()));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        None
+    })
+    .join()
+    .unwrap();
+    let (wc, after) = received.expect("the SEND never left");
+    assert_eq!((wc.wr_id, wc.opcode), (1, WcOpcode::Recv));
+    assert!(after < Duration::from_secs(1), "it took {after:?}");
+}
+
 /// B, busy-polling, receives A's SEND (its completion in hand).
 fn receive_a_send(a: &Side, b: &Side) {
     post_recv(b, 1);

@@ -249,6 +249,13 @@ impl Progress {
             let soon = now.checked_add(SHORT_WAIT).unwrap_or(now);
             outcome.next_wanted = Some(outcome.next_wanted.map_or(soon, |t| t.min(soon)));
         }
+        if self.posts_waiting > 0 {
+            // Posted work waits for the poller; should it never poll again, the background
+            // thread must look when the lease ends, even if it sleeps without a timer (no
+            // frame was built, so none was armed).
+            let lease_end = now.checked_add(POLLER_LEASE).unwrap_or(now);
+            outcome.next_wanted = Some(outcome.next_wanted.map_or(lease_end, |t| t.min(lease_end)));
+        }
         self.refresh_xdp_stats(shared, now);
         Ok((out, outcome))
     }
