@@ -1064,6 +1064,23 @@ fn misaddressed_and_corrupted_frames_are_counted_drops() {
     assert_eq!(p.b().counters().rcvd_pkts, 1);
 }
 
+/// Moves A's QP to SQD, asking for the SQ Drained event.
+fn drain_sq_of_a(p: &mut Pair) {
+    let qa = p.qa;
+    let attr = QpAttr {
+        qp_state: QpState::Sqd,
+        en_sqd_async_notify: true,
+        ..QpAttr::default()
+    };
+    p.a()
+        .modify_qp(
+            qa,
+            &attr,
+            QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY,
+        )
+        .unwrap();
+}
+
 #[test]
 fn sq_drain_raises_an_event_once_outstanding_wrs_complete() {
     let mut p = Pair::new(PairOptions::default());
@@ -1079,18 +1096,7 @@ fn sq_drain_raises_an_event_once_outstanding_wrs_complete() {
     let op = write_op(&p, 8192);
     p.post_a(2, op, vec![s]);
     let qa = p.qa;
-    let attr = QpAttr {
-        qp_state: QpState::Sqd,
-        en_sqd_async_notify: true,
-        ..QpAttr::default()
-    };
-    p.a()
-        .modify_qp(
-            qa,
-            &attr,
-            QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY,
-        )
-        .unwrap();
+    drain_sq_of_a(&mut p);
     assert_eq!(p.a().poll_event(), None, "WR 1 is still in flight");
     for f in &frames {
         p.b().handle_frame(Instant::ZERO, f);
@@ -1125,18 +1131,7 @@ fn a_drain_sends_again_asking_for_the_ack_a_followed_message_skipped() {
     assert!(!bth(&first).ack_req);
     // Then the drain: WRITE 2 will not start, so WRITE 1 goes again, asking.
     let qa = p.qa;
-    let attr = QpAttr {
-        qp_state: QpState::Sqd,
-        en_sqd_async_notify: true,
-        ..QpAttr::default()
-    };
-    p.a()
-        .modify_qp(
-            qa,
-            &attr,
-            QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY,
-        )
-        .unwrap();
+    drain_sq_of_a(&mut p);
     let n = p.a().poll_transmit(Instant::ZERO, &mut buf).unwrap();
     assert!(bth(&buf[..n]).ack_req);
     assert_eq!(bth(&buf[..n]).psn, bth(&first).psn);
