@@ -737,6 +737,23 @@ pub(crate) struct CreateQp {
     pub sq_sig_all: bool,
 }
 
+impl CreateQp {
+    /// The arguments of `ibv_create_qp`-style calls: `pd` and the fields of `init` (its
+    /// `cap` is written back with what the QP got).
+    pub(crate) fn from_init(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr) -> CreateQp {
+        CreateQp {
+            pd,
+            qp_context: init.qp_context,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            cap: &mut init.cap,
+            qp_type: init.qp_type,
+            sq_sig_all: init.sq_sig_all != 0,
+        }
+    }
+}
+
 /// Creates a QP object.
 ///
 /// # Safety
@@ -826,16 +843,7 @@ xroce_abi_export::c_export! { "IBVERBS_1.1";
         }
         // Safety: init is valid (contract).
         let i = unsafe { &mut *init };
-        let args = CreateQp {
-            pd,
-            qp_context: i.qp_context,
-            send_cq: i.send_cq,
-            recv_cq: i.recv_cq,
-            srq: i.srq,
-            cap: &mut i.cap,
-            qp_type: i.qp_type,
-            sq_sig_all: i.sq_sig_all != 0,
-        };
+        let args = CreateQp::from_init(pd, i);
         // Safety: forwarded contract.
         unsafe { create_qp_obj(args, "ibv_create_qp") }
     }

@@ -18,16 +18,7 @@ rdmacm_export! {
         }
         // Safety: valid (contract).
         let i = unsafe { &mut *qp_init_attr };
-        let args = resources::CreateQp {
-            pd,
-            qp_context: i.qp_context,
-            send_cq: i.send_cq,
-            recv_cq: i.recv_cq,
-            srq: i.srq,
-            cap: &mut i.cap,
-            qp_type: i.qp_type,
-            sq_sig_all: i.sq_sig_all != 0,
-        };
+        let args = resources::CreateQp::from_init(pd, i);
         // Safety: per the contract.
         let rc = unsafe { create_qp(CALL, id, args) };
         if rc == 0 {
