@@ -492,6 +492,7 @@ impl Device {
                 progress: Mutex::new(progress::Progress::new(driver, index)),
                 pending: AtomicBool::new(false),
                 poller_seen: AtomicU64::new(0),
+                last_post: AtomicU64::new(0),
                 thread_wake_at: AtomicU64::new(progress::THREAD_AWAKE),
                 waker: waker_tx,
                 inbox: Mutex::new(progress::Inbox::default()),

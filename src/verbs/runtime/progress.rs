@@ -75,6 +75,10 @@ pub(crate) const THREAD_YIELDING: u64 = 1;
 /// `Runtime::thread_wake_at` while the thread sleeps with no timer.
 pub(crate) const THREAD_ASLEEP_NO_TIMER: u64 = u64::MAX;
 
+/// Posts closer together than this, with no poller, are a burst: from the second on, the
+/// background thread transmits them (`Runtime::with_engine`), many per system call.
+pub const POST_BURST_GAP: Duration = Duration::from_micros(20);
+
 /// Frames a posting thread may leave queued in the driver, unflushed, while a poller is
 /// active: its next poll flushes them with one kick instead of one per post.
 pub const POST_FLUSH_BATCH: usize = 32;
