@@ -225,6 +225,12 @@ impl Runtime {
         let s = &self.shards[shard];
         // One clock read per call.
         let now = self.now();
+        if !posted && s.pending.load(Ordering::Relaxed) {
+            // Posts handed to the background thread go out first: a call that reads a CQ or
+            // resizes it sees what they did (a UD send completes when its frame is built), as
+            // if each post had transmitted itself.
+            let _ = self.drive(shard, now, progress::Flush::Always, |_| ())?;
+        }
         // With a poller active, its next poll transmits the posted work with that of other
         // posts: one system call per batch instead of one per post. Posting renews the
         // lease, so a long burst of posts (16 QPs x 128 WRs) stays one batch however long
