@@ -6,8 +6,8 @@ use crate::endpoint::{ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc
 use xroce::netdev::{Gid, GidEntry, NetdevInfo};
 use xroce::verbs::{
     Access, AddressHandle, AhAttr, CompletionChannel, Cq, Device, DeviceConfig, DriverKind, Mr,
-    Mtu, Pd, ProgressMode, Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, RecvWr, SendFlags,
-    SendWr, Srq, SrqAttr, UdDest, Wc, WcOpcode, WcStatus,
+    Mtu, Pd, ProgressMode, Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, SendFlags,
+    SendWrRef, Sge, Srq, SrqAttr, UdDest, Wc, WcOpcode, WcStatus,
 };
 
 /// Which frame driver an endpoint uses. Its names (`xdp`, `udp`) are what `--driver`
@@ -318,10 +318,13 @@ impl ToolEndpoint for VerbsEndpoint {
 
     fn post_send(&mut self, wr: &ToolWr) -> anyhow::Result<()> {
         let op = wr.op;
-        let sg_list = if wr.len > 0 {
-            vec![self.mr.sge(wr.offset, wr.len as u32)?]
+        // One SGE on the stack, borrowed by the post: nothing allocated per WR.
+        let sge;
+        let sg_list: &[Sge] = if wr.len > 0 {
+            sge = [self.mr.sge(wr.offset, wr.len as u32)?];
+            &sge
         } else {
-            Vec::new()
+            &[]
         };
         let ud = self.ud_dest.as_ref().map(|(ah, qpn, qkey)| UdDest {
             av: ah.av(),
@@ -336,13 +339,14 @@ impl ToolEndpoint for VerbsEndpoint {
         if wr.len > 0 && wr.len <= self.inline_max as usize && !op.is_read_or_atomic() {
             flags |= SendFlags::INLINE;
         }
-        self.qp.post_send(&SendWr {
+        let wr = SendWrRef {
             wr_id: wr.wr_id,
             op,
             sg_list,
             flags,
             ud,
-        })?;
+        };
+        self.qp.post_send_chain(|post| post(&wr, None))?;
         Ok(())
     }
 
@@ -359,15 +363,16 @@ impl ToolEndpoint for VerbsEndpoint {
     }
 
     fn post_recv(&mut self, wr_id: u64, offset: usize, len: usize) -> anyhow::Result<()> {
-        let sg_list = if len > 0 {
-            vec![self.mr.sge(offset, len as u32)?]
+        let sge;
+        let sg_list: &[Sge] = if len > 0 {
+            sge = [self.mr.sge(offset, len as u32)?];
+            &sge
         } else {
-            Vec::new()
+            &[]
         };
-        let wr = RecvWr { wr_id, sg_list };
         match &self.srq {
-            Some(srq) => srq.post_recv(&wr)?,
-            None => self.qp.post_recv(&wr)?,
+            Some(srq) => srq.post_recv_chain(|post| post(wr_id, sg_list))?,
+            None => self.qp.post_recv_chain(|post| post(wr_id, sg_list))?,
         }
         Ok(())
     }
