@@ -276,8 +276,9 @@ fn a_device_closed_right_after_its_poll_still_acknowledges() {
 
 #[test]
 fn a_chain_of_posts_is_one_round_and_stops_at_its_first_refusal() {
-    // `ibv_post_send` with a list: one engine lock and one progress round for the whole
-    // chain, nothing allocated per WR; a refused WR ends it, those before it stay posted.
+    // `ibv_post_send` with a list: one engine lock and at most one progress round for the
+    // whole chain, nothing allocated per WR; a refused WR ends it, those before it stay
+    // posted.
     let (sides, da, _db, _link) = pairs(ProgressMode::Wakeup, 1);
     let (a, b) = &sides[0];
     for i in 0..16 {
@@ -310,7 +311,13 @@ fn a_chain_of_posts_is_one_round_and_stops_at_its_first_refusal() {
     });
     assert!(refused.is_err(), "a WR with a wrong lkey was accepted");
     assert_eq!(posted, 10);
-    assert_eq!(rounds(), before + 1, "the chain took more than one round");
+    // Under A's lease the chain only enqueues (no round); a chain posting alone would take
+    // one: never one per WR.
+    assert!(
+        rounds() <= before + 1,
+        "the chain took {} rounds",
+        rounds() - before
+    );
     // The ten before it arrive and complete.
     let start = Instant::now();
     let mut done = 0;
@@ -353,5 +360,8 @@ fn a_burst_of_posts_before_any_poll_leaves_in_few_kicks() {
     let (a_kicks, b_kicks) = (kicks(&da) - a_kicks, kicks(&db) - b_kicks);
     // One kick per post was BURST kicks, and as many ACKs from B.
     assert!(a_kicks < BURST / 4, "{BURST} posts left in {a_kicks} kicks");
-    assert!(b_kicks < BURST / 4, "B acknowledged {BURST} messages in {b_kicks} kicks");
+    assert!(
+        b_kicks < BURST / 4,
+        "B acknowledged {BURST} messages in {b_kicks} kicks"
+    );
 }

@@ -241,6 +241,9 @@ impl Cq {
             });
         }
         let inner = &self.inner;
+        // Completions the posts before this call produce count (rdma-core's test_resize_cq
+        // posts UD sends, then resizes below their number).
+        inner.core.runtime.transmit_waiting_posts(inner.home)?;
         // Stored under the engine lock: concurrent resizes leave the depth of the last one.
         Ok(inner.core.runtime.with_engine(inner.home, false, |e| {
             e.resize_cq(inner.id, depth)

@@ -183,6 +183,8 @@ pub(crate) struct Shard {
     pub poller_seen: AtomicU64,
     /// When work was last posted with no poller (engine clock, ns; 0 = never).
     pub last_post: AtomicU64,
+    /// Posts that only enqueued their WRs since the last round that transmitted.
+    pub posts_waiting: AtomicUsize,
     /// When the sleeping background thread looks again (engine clock, ns), or
     /// `THREAD_AWAKE` / `THREAD_YIELDING` / `THREAD_ASLEEP_NO_TIMER`.
     pub thread_wake_at: AtomicU64,
@@ -200,6 +202,17 @@ thread_local! {
         const { std::cell::RefCell::new(Weak::new()) };
 }
 
+/// Who transmits what a post produced (see `Runtime::post_only_enqueues`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PostTransmission {
+    /// The post's own round, at once.
+    Itself,
+    /// The poller's next round.
+    LeftForPoller,
+    /// The background thread's next round.
+    HandedOver,
+}
+
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data valid.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -212,9 +225,10 @@ impl Runtime {
     }
 
     /// Runs `f` on the engine of shard `shard`, then delivers the events it raised. With
-    /// `posted` (`f` posted work or changed a QP's state), transmits what it produced: in a
-    /// round of this thread when the shard's progress token is free, else in one more round
-    /// of the token's holder.
+    /// `posted` (`f` posted work or changed a QP's state), sees that what it produced is
+    /// transmitted: by a round of this thread when the shard's progress token is free, else
+    /// by one more round of the token's holder, or (a post that only enqueues) by the
+    /// poller's next round or the background thread's.
     pub fn with_engine<R>(
         &self,
         shard: usize,
@@ -225,57 +239,97 @@ impl Runtime {
         let s = &self.shards[shard];
         // One clock read per call.
         let now = self.now();
-        if !posted && s.pending.load(Ordering::Relaxed) {
-            // Posts handed to the background thread go out first: a call that reads a CQ or
-            // resizes it sees what they did (a UD send completes when its frame is built), as
-            // if each post had transmitted itself.
-            let _ = self.drive(shard, now, progress::Flush::Always, |_| ())?;
-        }
-        // With a poller active, its next poll transmits the posted work with that of other
-        // posts: one system call per batch instead of one per post. Posting renews the
-        // lease, so a long burst of posts (16 QPs x 128 WRs) stays one batch however long
-        // it takes; a program that posts and never polls again is served by the watchdog
-        // one lease after its last post.
-        // Without a poller, the background thread takes the transmission of a burst of
-        // posts over: a post that follows another within `POST_BURST_GAP` (or finds the
-        // thread awake anyway) only enqueues, and the thread's next round builds and kicks
-        // out everything posted meanwhile in one system call. A burst before the first poll
-        // (perftest's first window on 1,024 QPs) then no longer pays one kick and one
-        // acknowledged message per post. A lone post transmits itself, as it always did: no
-        // wake-up stands between it and the wire.
-        let mut hand_over = false;
-        let flush = posted.then(|| {
-            if self.poller_active(shard, now) {
-                s.poller_seen
-                    .store(now.as_nanos().max(1), Ordering::Relaxed);
-                return progress::Flush::Batched;
-            }
-            let previous_post = s.last_post.swap(now.as_nanos().max(1), Ordering::Relaxed);
-            let in_burst = now.as_nanos().saturating_sub(previous_post)
-                < progress::POST_BURST_GAP.as_nanos() as u64;
-            if in_burst || s.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_AWAKE {
-                hand_over = true;
-                progress::Flush::Batched
-            } else {
-                progress::Flush::Always
-            }
-        });
-        let f = match flush {
-            // A free token: the post is the call of this thread's round, which transmits
-            // what it produced (one engine lock for both).
-            Some(flush) => match self.drive(shard, now, flush, f)? {
-                Ok(out) => {
-                    if hand_over {
-                        self.hand_over_transmission(shard);
-                    }
-                    return Ok(out);
-                }
+        let Some(enqueue) = posted.then(|| self.post_only_enqueues(shard, now)) else {
+            return Ok(self.on_engine_alone(shard, f));
+        };
+        let f = match enqueue {
+            PostTransmission::Itself => match self.drive(shard, now, f)? {
+                // A free token: the post is the call of this thread's round, which transmits
+                // what it produced (one engine lock for both).
+                Ok(out) => return Ok(out),
                 Err(f) => f,
             },
-            None => f,
+            PostTransmission::LeftForPoller | PostTransmission::HandedOver => {
+                // No round: the WR waits in the engine, its frames built later with those of
+                // the posts around it, in one kick.
+                let out = self.on_engine_alone(shard, f);
+                let waiting = s.posts_waiting.fetch_add(1, Ordering::Relaxed) + 1;
+                if waiting >= progress::POST_FLUSH_BATCH {
+                    // Enough for a batch: transmit now (here, or in the token holder's next
+                    // round).
+                    s.pending.store(true, Ordering::SeqCst);
+                    let _ = self.drive(shard, self.now(), |_| ())?;
+                } else if enqueue == PostTransmission::HandedOver {
+                    self.hand_over_transmission(shard);
+                } else {
+                    // Should the poller never poll again, the background thread sends it when
+                    // the lease ends, even one asleep without a timer (no frame was built, so
+                    // none was armed).
+                    let lease_end = now.checked_add(progress::POLLER_LEASE).unwrap_or(now);
+                    let wake_at = s.thread_wake_at.load(Ordering::SeqCst);
+                    if wake_at != progress::THREAD_AWAKE
+                        && wake_at != progress::THREAD_YIELDING
+                        && lease_end.as_nanos() < wake_at
+                    {
+                        self.wake(shard);
+                    }
+                }
+                return Ok(out);
+            }
         };
+        let out = self.on_engine_alone(shard, f);
+        // The token was busy. After `f`: a holder that clears `pending` from now on sees the
+        // posted work.
+        s.pending.store(true, Ordering::SeqCst);
+        // Still busy: its holder runs the round `pending` asks for.
+        let _ = self.drive(shard, self.now(), |_| ())?;
+        Ok(out)
+    }
+
+    /// Transmits what posts left in shard `shard`'s engine for a poller or the background
+    /// thread, unless another thread holds the token (its round does). A call that counts
+    /// completions (resizing a CQ) then sees what those posts did, as if each had transmitted
+    /// itself: a UD send completes when its frame is built.
+    pub fn transmit_waiting_posts(&self, shard: usize) -> Result<()> {
+        let s = &self.shards[shard];
+        if s.pending.load(Ordering::Relaxed) || s.posts_waiting.load(Ordering::Relaxed) > 0 {
+            let _ = self.drive(shard, self.now(), |_| ())?;
+        }
+        Ok(())
+    }
+
+    /// Who transmits what a post produces. With a poller active, its next poll transmits the
+    /// posted work with that of other posts: one system call per batch instead of one per
+    /// post. Posting renews the lease, so a long burst of posts (16 QPs x 128 WRs) stays one
+    /// batch however long it takes; a program that posts and never polls again is served by
+    /// the watchdog one lease after its last post. Without a poller, the background thread
+    /// takes the transmission of a burst of posts over: a post that follows another within
+    /// `POST_BURST_GAP` (or finds the thread awake anyway) only enqueues, and the thread's
+    /// next round builds and kicks out everything posted meanwhile in one system call. A
+    /// burst before the first poll (perftest's first window on 1,024 QPs) then no longer pays
+    /// one kick and one acknowledged message per post. A lone post transmits itself, as it
+    /// always did: no wake-up stands between it and the wire.
+    fn post_only_enqueues(&self, shard: usize, now: crate::engine::Instant) -> PostTransmission {
+        let s = &self.shards[shard];
+        if self.poller_active(shard, now) {
+            s.poller_seen
+                .store(now.as_nanos().max(1), Ordering::Relaxed);
+            return PostTransmission::LeftForPoller;
+        }
+        let previous_post = s.last_post.swap(now.as_nanos().max(1), Ordering::Relaxed);
+        let in_burst = now.as_nanos().saturating_sub(previous_post)
+            < progress::POST_BURST_GAP.as_nanos() as u64;
+        if in_burst || s.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_AWAKE {
+            PostTransmission::HandedOver
+        } else {
+            PostTransmission::Itself
+        }
+    }
+
+    /// Runs `f` under the engine lock alone (no round), then delivers its events.
+    fn on_engine_alone<R>(&self, shard: usize, f: impl FnOnce(&mut Engine) -> R) -> R {
         let (out, events) = {
-            let mut engine = lock(&s.engine);
+            let mut engine = lock(&self.shards[shard].engine);
             let out = f(&mut engine);
             let mut events = Vec::new();
             while let Some(ev) = engine.poll_event() {
@@ -284,14 +338,7 @@ impl Runtime {
             (out, events)
         };
         self.dispatch(events);
-        if let Some(flush) = flush {
-            // The token was busy. After `f`: a holder that clears `pending` from now on sees
-            // the posted work.
-            s.pending.store(true, Ordering::SeqCst);
-            // Still busy: its holder runs the round `pending` asks for.
-            let _ = self.drive(shard, self.now(), flush, |_| ())?;
-        }
-        Ok(out)
+        out
     }
 
     /// Asks shard `shard`'s background thread for a round that transmits what a post left in
@@ -316,7 +363,7 @@ impl Runtime {
         self.shards[shard]
             .poller_seen
             .store(now.as_nanos().max(1), Ordering::Relaxed);
-        match self.drive(shard, now, progress::Flush::Always, f)? {
+        match self.drive(shard, now, f)? {
             Ok(out) => Ok(out),
             // Someone else is running a round: read what has arrived so far.
             Err(f) => self.with_engine(shard, false, f),
@@ -337,7 +384,7 @@ impl Runtime {
             self.shards[shard]
                 .poller_seen
                 .store(now.as_nanos().max(1), Ordering::Relaxed);
-            let _ = self.drive(shard, now, progress::Flush::Always, |_| ())?;
+            let _ = self.drive(shard, now, |_| ())?;
         }
         self.poll_engine(home, f)
     }
@@ -354,7 +401,7 @@ impl Runtime {
         for (index, s) in self.shards.iter().enumerate() {
             if s.poller_seen.swap(0, Ordering::Relaxed) != 0 {
                 // Kick out what posts left queued for this poller's next poll.
-                let _ = self.drive(index, self.now(), progress::Flush::Always, |_| ());
+                let _ = self.drive(index, self.now(), |_| ());
                 if s.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING {
                     self.wake(index);
                 }
@@ -407,7 +454,6 @@ impl Runtime {
         &self,
         shard: usize,
         now: crate::engine::Instant,
-        flush: progress::Flush,
         call: F,
     ) -> Result<std::result::Result<R, F>> {
         let s = &self.shards[shard];
@@ -419,7 +465,7 @@ impl Runtime {
         if s.pending.load(Ordering::Relaxed) {
             s.pending.store(false, Ordering::SeqCst);
         }
-        let out = self.driven_round(shard, &mut token, now, flush, call);
+        let out = self.driven_round(shard, &mut token, now, call);
         drop(token);
         let out = out?;
         while s.pending.load(Ordering::SeqCst) {
@@ -427,13 +473,7 @@ impl Runtime {
                 break;
             };
             s.pending.store(false, Ordering::SeqCst);
-            let done = self.driven_round(
-                shard,
-                &mut token,
-                self.now(),
-                progress::Flush::Always,
-                |_| (),
-            );
+            let done = self.driven_round(shard, &mut token, self.now(), |_| ());
             drop(token);
             done?;
         }
@@ -447,11 +487,10 @@ impl Runtime {
         shard: usize,
         token: &mut progress::Progress,
         now: crate::engine::Instant,
-        flush: progress::Flush,
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<R> {
         let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            token.round(self, now, flush, call)
+            token.round(self, now, call)
         }));
         let (out, outcome) = match round {
             Ok(Ok(done)) => done,

@@ -79,21 +79,9 @@ pub(crate) const THREAD_ASLEEP_NO_TIMER: u64 = u64::MAX;
 /// background thread transmits them (`Runtime::with_engine`), many per system call.
 pub const POST_BURST_GAP: Duration = Duration::from_micros(20);
 
-/// Frames a posting thread may leave queued in the driver, unflushed, while a poller is
-/// active: its next poll flushes them with one kick instead of one per post.
+/// Posts that may leave their work requests queued in the engine, untransmitted, for the
+/// poller's (or the background thread's) next round: the next post transmits them all.
 pub const POST_FLUSH_BATCH: usize = 32;
-
-/// When a round transmits what the engine has and kicks the driver's queued frames out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flush {
-    /// Always (polls, the background thread, posts with nobody polling).
-    Always,
-    /// A post while a poller is active: its work requests wait in the engine for the
-    /// poller's next round (within microseconds), which builds their frames with everything
-    /// else and kicks them out in one system call; only once [`POST_FLUSH_BATCH`] posts have
-    /// waited does a post's round transmit and kick itself.
-    Batched,
-}
 
 /// Frames handed to a shard by the shards that received them (see
 /// [`Runtime::hand_off`]), with the buffers of frames already handled, for reuse.
@@ -129,9 +117,6 @@ pub(crate) struct Progress {
     handed: Vec<Vec<u8>>,
     /// Frames handed to the driver since its last flush.
     unflushed: usize,
-    /// Posts whose work requests wait in the engine for a round that transmits
-    /// ([`Flush::Batched`]).
-    posts_waiting: usize,
     /// The buffer to ask `Driver::send_with` for (0: the driver has no transmit memory of
     /// its own, or too little for any frame; every frame is copied from `buf`).
     direct_room: usize,
@@ -163,7 +148,6 @@ impl Progress {
             handed: Vec::new(),
             buf: vec![0u8; MAX_FRAME_LEN.max(info.max_frame)],
             unflushed: 0,
-            posts_waiting: 0,
             direct_room: {
                 let room = driver.send_with_room();
                 if room == usize::MAX || room < transmit_buffer_len(Mtu::Mtu256) {
@@ -196,30 +180,19 @@ impl Progress {
         &mut self,
         shared: &Runtime,
         now: Instant,
-        flush: Flush,
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<(R, RoundOutcome), String> {
+        let shard = &shared.shards[self.shard];
         let (out, mut outcome) = {
-            let mut engine = lock(&shared.shards[self.shard].engine);
+            let mut engine = lock(&shard.engine);
             let (received, timers) = self.receive(shared, &mut engine, now)?;
             let out = call(&mut engine);
-            // A burst of posts under a poller leaves as one batch: each WR's last packet then
-            // also knows whether another follows it, which decides its AckReq.
-            let transmit_now = match flush {
-                Flush::Always => true,
-                Flush::Batched => {
-                    self.posts_waiting += 1;
-                    self.posts_waiting >= POST_FLUSH_BATCH
-                        || !self.backlog.is_empty()
-                        || self.tx_blocked
-                }
-            };
-            let sent = if transmit_now {
-                self.posts_waiting = 0;
-                self.transmit(shared, &mut engine, now)
-            } else {
-                0
-            };
+            // Under the engine lock: a post that enqueues after this is counted for the next
+            // round, whose transmit builds it.
+            if shard.posts_waiting.load(Ordering::Relaxed) > 0 {
+                shard.posts_waiting.store(0, Ordering::Relaxed);
+            }
+            let sent = self.transmit(shared, &mut engine, now);
             let work = received + timers + sent;
             while let Some(ev) = engine.poll_event() {
                 self.events.push(ev);
@@ -232,33 +205,18 @@ impl Progress {
             (out, outcome)
         };
         shared.dispatch(self.events.drain(..));
-        let flush_now = match flush {
-            Flush::Always => true,
-            Flush::Batched => {
-                self.unflushed >= POST_FLUSH_BATCH || !self.backlog.is_empty() || self.tx_blocked
-            }
-        };
-        if flush_now {
-            if self.unflushed > 0 {
-                shared.stats.kicks.fetch_add(1, Ordering::Relaxed);
-            }
-            self.unflushed = 0;
-            if let Err(e) = self.driver.flush() {
-                if !matches!(e, DriverError::TxBusy) {
-                    return Err(format!("transmit failed: {e}"));
-                }
+        if self.unflushed > 0 {
+            shared.stats.kicks.fetch_add(1, Ordering::Relaxed);
+        }
+        self.unflushed = 0;
+        if let Err(e) = self.driver.flush() {
+            if !matches!(e, DriverError::TxBusy) {
+                return Err(format!("transmit failed: {e}"));
             }
         }
         if !self.backlog.is_empty() || self.tx_blocked {
             let soon = now.checked_add(SHORT_WAIT).unwrap_or(now);
             outcome.next_wanted = Some(outcome.next_wanted.map_or(soon, |t| t.min(soon)));
-        }
-        if self.posts_waiting > 0 {
-            // Posted work waits for the poller; should it never poll again, the background
-            // thread must look when the lease ends, even if it sleeps without a timer (no
-            // frame was built, so none was armed).
-            let lease_end = now.checked_add(POLLER_LEASE).unwrap_or(now);
-            outcome.next_wanted = Some(outcome.next_wanted.map_or(lease_end, |t| t.min(lease_end)));
         }
         self.refresh_xdp_stats(shared, now);
         Ok((out, outcome))
@@ -481,7 +439,7 @@ pub(crate) fn run(shared: Arc<Runtime>, index: usize, waker: UnixDatagram) {
         if !poller {
             if let Some(mut progress) = try_token(shard) {
                 shard.pending.store(false, Ordering::SeqCst);
-                match progress.round(&shared, now, Flush::Always, |_| ()) {
+                match progress.round(&shared, now, |_| ()) {
                     Ok(((), o)) => outcome = Some(o),
                     Err(reason) => {
                         drop(progress);

@@ -6,8 +6,8 @@ use crate::endpoint::{ConnectParams, LocalInfo, RemoteInfo, ToolEndpoint, ToolWc
 use xroce::netdev::{Gid, GidEntry, NetdevInfo};
 use xroce::verbs::{
     Access, AddressHandle, AhAttr, CompletionChannel, Cq, Device, DeviceConfig, DriverKind, Mr,
-    Mtu, Pd, ProgressMode, Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, SendFlags,
-    SendWrRef, Sge, Srq, SrqAttr, UdDest, Wc, WcOpcode, WcStatus,
+    Mtu, Pd, ProgressMode, Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, SendFlags, SendWrRef,
+    Sge, Srq, SrqAttr, UdDest, Wc, WcOpcode, WcStatus,
 };
 
 /// Which frame driver an endpoint uses. Its names (`xdp`, `udp`) are what `--driver`
