@@ -16,6 +16,14 @@
 //! token is taken, the call sets `pending` and the holder runs one more round before it lets
 //! go of it, so no posted work is left behind.
 //!
+//! A post does not always transmit at once. While a poller holds the lease (below), a post
+//! only enqueues its WR under the engine lock (no round): the poller's next round builds the
+//! frames of every post since, and kicks them out in one system call, and each message then
+//! knows whether another follows it, which decides its AckReq. Without a poller, a burst of
+//! posts (closer than [`POST_BURST_GAP`]) is handed to the background thread the same way,
+//! from its second post on. After [`POST_FLUSH_BATCH`] such posts, the next one transmits
+//! them all itself. A lone post still transmits in its own round.
+//!
 //! The background thread ([`run`]) does what nobody polls for: the responder of READ, WRITE
 //! and atomics, retransmission timers, applications asleep on a completion channel. A poll
 //! takes a **lease** on progress: while it holds, the thread stays out of the poller's way,
