@@ -365,3 +365,31 @@ fn a_burst_of_posts_before_any_poll_leaves_in_few_kicks() {
         "B acknowledged {BURST} messages in {b_kicks} kicks"
     );
 }
+
+#[test]
+fn a_lone_post_transmits_in_its_own_call() {
+    // With nobody polling and no post for a while, a post is no burst: it builds its frame
+    // and kicks it out before it returns, with no hand-over to the (asleep) background thread.
+    let (sides, da, _db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (a, b) = &sides[0];
+    post_recv(b, 1);
+    let stats = da.progress_stats();
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_millis(50));
+        let (kicks, rounds) = (
+            stats.kicks.load(Ordering::Relaxed),
+            stats.driven_rounds.load(Ordering::Relaxed),
+        );
+        send(a, i, 0x55);
+        assert_eq!(
+            stats.kicks.load(Ordering::Relaxed),
+            kicks + 1,
+            "post {i} did not kick"
+        );
+        assert_eq!(stats.driven_rounds.load(Ordering::Relaxed), rounds + 1);
+        let mut sends = 0;
+        poll_until_recv(&b.cq, &mut sends);
+        post_recv(b, 1);
+        assert_eq!(send_status(&a.cq, i), WcStatus::Success);
+    }
+}
