@@ -492,7 +492,6 @@ impl Device {
                 progress: Mutex::new(progress::Progress::new(driver, index)),
                 pending: AtomicBool::new(false),
                 poller_seen: AtomicU64::new(0),
-                last_post: AtomicU64::new(0),
                 posts_waiting: AtomicUsize::new(0),
                 thread_wake_at: AtomicU64::new(progress::THREAD_AWAKE),
                 waker: waker_tx,

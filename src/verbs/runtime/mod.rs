@@ -181,8 +181,6 @@ pub(crate) struct Shard {
     pub pending: AtomicBool,
     /// When an application thread last polled (engine clock, ns; 0 = nobody polls).
     pub poller_seen: AtomicU64,
-    /// When work was last posted with no poller (engine clock, ns; 0 = never).
-    pub last_post: AtomicU64,
     /// Posts that only enqueued their WRs since the last round that transmitted.
     pub posts_waiting: AtomicUsize,
     /// When the sleeping background thread looks again (engine clock, ns), or
@@ -209,8 +207,6 @@ enum PostTransmission {
     Itself,
     /// The poller's next round.
     LeftForPoller,
-    /// The background thread's next round.
-    HandedOver,
 }
 
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data valid.
@@ -228,7 +224,7 @@ impl Runtime {
     /// `posted` (`f` posted work or changed a QP's state), sees that what it produced is
     /// transmitted: by a round of this thread when the shard's progress token is free, else
     /// by one more round of the token's holder, or (a post that only enqueues) by the
-    /// poller's next round or the background thread's.
+    /// poller's next round.
     pub fn with_engine<R>(
         &self,
         shard: usize,
@@ -249,7 +245,7 @@ impl Runtime {
                 Ok(out) => return Ok(out),
                 Err(f) => f,
             },
-            PostTransmission::LeftForPoller | PostTransmission::HandedOver => {
+            PostTransmission::LeftForPoller => {
                 // No round: the WR waits in the engine, its frames built later with those of
                 // the posts around it, in one kick.
                 let out = self.on_engine_alone(shard, f);
@@ -259,8 +255,6 @@ impl Runtime {
                     // round).
                     s.pending.store(true, Ordering::SeqCst);
                     let _ = self.drive(shard, self.now(), |_| ())?;
-                } else if enqueue == PostTransmission::HandedOver {
-                    self.hand_over_transmission(shard);
                 } else {
                     // Should the poller never poll again, the background thread sends it when
                     // the lease ends, even one asleep without a timer (no frame was built, so
@@ -286,8 +280,8 @@ impl Runtime {
         Ok(out)
     }
 
-    /// Transmits what posts left in shard `shard`'s engine for a poller or the background
-    /// thread, unless another thread holds the token (its round does). A call that counts
+    /// Transmits what posts left in shard `shard`'s engine for a poller, unless another
+    /// thread holds the token (its round does). A call that counts
     /// completions (resizing a CQ) then sees what those posts did, as if each had transmitted
     /// itself: a UD send completes when its frame is built.
     pub fn transmit_waiting_posts(&self, shard: usize) -> Result<()> {
@@ -302,13 +296,10 @@ impl Runtime {
     /// posted work with that of other posts: one system call per batch instead of one per
     /// post. Posting renews the lease, so a long burst of posts (16 QPs x 128 WRs) stays one
     /// batch however long it takes; a program that posts and never polls again is served by
-    /// the watchdog one lease after its last post. Without a poller, the background thread
-    /// takes the transmission of a burst of posts over: a post that follows another within
-    /// `POST_BURST_GAP` (or finds the thread awake anyway) only enqueues, and the thread's
-    /// next round builds and kicks out everything posted meanwhile in one system call. A
-    /// burst before the first poll (perftest's first window on 1,024 QPs) then no longer pays
-    /// one kick and one acknowledged message per post. A lone post transmits itself, as it
-    /// always did: no wake-up stands between it and the wire.
+    /// the watchdog one lease after its last post. Without a poller the post transmits
+    /// itself: no wake-up of another thread stands between it and the wire (handing a burst
+    /// to the background thread was tried: under load its wake-up held the second of two CM
+    /// REQs for 1.7 ms, and perftest -R's server lost track of the connection).
     fn post_only_enqueues(&self, shard: usize, now: crate::engine::Instant) -> PostTransmission {
         let s = &self.shards[shard];
         if self.poller_active(shard, now) {
@@ -316,14 +307,7 @@ impl Runtime {
                 .store(now.as_nanos().max(1), Ordering::Relaxed);
             return PostTransmission::LeftForPoller;
         }
-        let previous_post = s.last_post.swap(now.as_nanos().max(1), Ordering::Relaxed);
-        let in_burst = now.as_nanos().saturating_sub(previous_post)
-            < progress::POST_BURST_GAP.as_nanos() as u64;
-        if in_burst || s.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_AWAKE {
-            PostTransmission::HandedOver
-        } else {
-            PostTransmission::Itself
-        }
+        PostTransmission::Itself
     }
 
     /// Runs `f` under the engine lock alone (no round), then delivers its events.
@@ -339,18 +323,6 @@ impl Runtime {
         };
         self.dispatch(events);
         out
-    }
-
-    /// Asks shard `shard`'s background thread for a round that transmits what a post left in
-    /// the engine, waking it unless it is awake (it reads `pending` after saying when it
-    /// wakes, so one asleep by then is seen here).
-    fn hand_over_transmission(&self, shard: usize) {
-        let s = &self.shards[shard];
-        s.pending.store(true, Ordering::SeqCst);
-        let wake_at = s.thread_wake_at.load(Ordering::SeqCst);
-        if wake_at != progress::THREAD_AWAKE && wake_at != progress::THREAD_YIELDING {
-            self.wake(shard);
-        }
     }
 
     /// Runs `f` (a poll of a CQ or of memory) on the engine of shard `shard` inside a

@@ -19,10 +19,9 @@
 //! A post does not always transmit at once. While a poller holds the lease (below), a post
 //! only enqueues its WR under the engine lock (no round): the poller's next round builds the
 //! frames of every post since, and kicks them out in one system call, and each message then
-//! knows whether another follows it, which decides its AckReq. Without a poller, a burst of
-//! posts (closer than [`POST_BURST_GAP`]) is handed to the background thread the same way,
-//! from its second post on. After [`POST_FLUSH_BATCH`] such posts, the next one transmits
-//! them all itself. A lone post still transmits in its own round.
+//! knows whether another follows it, which decides its AckReq. After [`POST_FLUSH_BATCH`]
+//! such posts, the next one transmits them all itself. Without a poller, a post transmits in
+//! its own round.
 //!
 //! The background thread ([`run`]) does what nobody polls for: the responder of READ, WRITE
 //! and atomics, retransmission timers, applications asleep on a completion channel. A poll
@@ -83,12 +82,8 @@ pub(crate) const THREAD_YIELDING: u64 = 1;
 /// `Runtime::thread_wake_at` while the thread sleeps with no timer.
 pub(crate) const THREAD_ASLEEP_NO_TIMER: u64 = u64::MAX;
 
-/// Posts closer together than this, with no poller, are a burst: from the second on, the
-/// background thread transmits them (`Runtime::with_engine`), many per system call.
-pub const POST_BURST_GAP: Duration = Duration::from_micros(20);
-
 /// Posts that may leave their work requests queued in the engine, untransmitted, for the
-/// poller's (or the background thread's) next round: the next post transmits them all.
+/// poller's next round: the next post transmits them all.
 pub const POST_FLUSH_BATCH: usize = 32;
 
 /// Frames handed to a shard by the shards that received them (see
