@@ -200,15 +200,6 @@ thread_local! {
         const { std::cell::RefCell::new(Weak::new()) };
 }
 
-/// Who transmits what a post produced (see `Runtime::post_only_enqueues`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PostTransmission {
-    /// The post's own round, at once.
-    Itself,
-    /// The poller's next round.
-    LeftForPoller,
-}
-
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data valid.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -235,41 +226,33 @@ impl Runtime {
         let s = &self.shards[shard];
         // One clock read per call.
         let now = self.now();
-        let Some(enqueue) = posted.then(|| self.post_only_enqueues(shard, now)) else {
+        if !posted {
             return Ok(self.on_engine_alone(shard, f));
-        };
-        let f = match enqueue {
-            PostTransmission::Itself => match self.drive(shard, now, f)? {
-                // A free token: the post is the call of this thread's round, which transmits
-                // what it produced (one engine lock for both).
-                Ok(out) => return Ok(out),
-                Err(f) => f,
-            },
-            PostTransmission::LeftForPoller => {
-                // No round: the WR waits in the engine, its frames built later with those of
-                // the posts around it, in one kick.
-                let out = self.on_engine_alone(shard, f);
-                let waiting = s.posts_waiting.fetch_add(1, Ordering::Relaxed) + 1;
-                if waiting >= progress::POST_FLUSH_BATCH {
-                    // Enough for a batch: transmit now (here, or in the token holder's next
-                    // round).
-                    s.pending.store(true, Ordering::SeqCst);
-                    let _ = self.drive(shard, self.now(), |_| ())?;
-                } else {
-                    // Should the poller never poll again, the background thread sends it when
-                    // the lease ends, even one asleep without a timer (no frame was built, so
-                    // none was armed).
-                    let lease_end = now.checked_add(progress::POLLER_LEASE).unwrap_or(now);
-                    let wake_at = s.thread_wake_at.load(Ordering::SeqCst);
-                    if wake_at != progress::THREAD_AWAKE
-                        && wake_at != progress::THREAD_YIELDING
-                        && lease_end.as_nanos() < wake_at
-                    {
-                        self.wake(shard);
-                    }
-                }
-                return Ok(out);
+        }
+        if self.post_left_for_poller(shard, now) {
+            // No round: the WR waits in the engine, its frames built later with those of the
+            // posts around it, in one kick.
+            let out = self.on_engine_alone(shard, f);
+            let waiting = s.posts_waiting.fetch_add(1, Ordering::Relaxed) + 1;
+            if waiting >= progress::POST_FLUSH_BATCH {
+                // Enough for a batch: transmit now (here, or in the token holder's next
+                // round).
+                s.pending.store(true, Ordering::SeqCst);
+                let _ = self.drive(shard, self.now(), |_| ())?;
+            } else {
+                // Should the poller never poll again, the background thread sends it when the
+                // lease ends, even one asleep without a timer (no frame was built, so none was
+                // armed).
+                let lease_end = now.checked_add(progress::POLLER_LEASE).unwrap_or(now);
+                self.wake_if_asleep_past(shard, lease_end);
             }
+            return Ok(out);
+        }
+        let f = match self.drive(shard, now, f)? {
+            // A free token: the post is the call of this thread's round, which transmits what
+            // it produced (one engine lock for both).
+            Ok(out) => return Ok(out),
+            Err(f) => f,
         };
         let out = self.on_engine_alone(shard, f);
         // The token was busy. After `f`: a holder that clears `pending` from now on sees the
@@ -280,10 +263,10 @@ impl Runtime {
         Ok(out)
     }
 
-    /// Transmits what posts left in shard `shard`'s engine for a poller, unless another
-    /// thread holds the token (its round does). A call that counts
-    /// completions (resizing a CQ) then sees what those posts did, as if each had transmitted
-    /// itself: a UD send completes when its frame is built.
+    /// Transmits what posts left in shard `shard`'s engine for a poller, unless another thread
+    /// holds the token (its round does). A call that counts completions (resizing a CQ) then
+    /// sees what those posts did, as if each had transmitted itself: a UD send completes when
+    /// its frame is built.
     pub fn transmit_waiting_posts(&self, shard: usize) -> Result<()> {
         let s = &self.shards[shard];
         if s.pending.load(Ordering::Relaxed) || s.posts_waiting.load(Ordering::Relaxed) > 0 {
@@ -292,22 +275,22 @@ impl Runtime {
         Ok(())
     }
 
-    /// Who transmits what a post produces. With a poller active, its next poll transmits the
-    /// posted work with that of other posts: one system call per batch instead of one per
+    /// Whether what a post produces is left for the poller (renewing its lease). With a poller
+    /// active, its next poll transmits the posted work with that of other posts: one system call per batch instead of one per
     /// post. Posting renews the lease, so a long burst of posts (16 QPs x 128 WRs) stays one
     /// batch however long it takes; a program that posts and never polls again is served by
     /// the watchdog one lease after its last post. Without a poller the post transmits
     /// itself: no wake-up of another thread stands between it and the wire (handing a burst
     /// to the background thread was tried: under load its wake-up held the second of two CM
     /// REQs for 1.7 ms, and perftest -R's server lost track of the connection).
-    fn post_only_enqueues(&self, shard: usize, now: crate::engine::Instant) -> PostTransmission {
-        let s = &self.shards[shard];
-        if self.poller_active(shard, now) {
-            s.poller_seen
-                .store(now.as_nanos().max(1), Ordering::Relaxed);
-            return PostTransmission::LeftForPoller;
+    fn post_left_for_poller(&self, shard: usize, now: crate::engine::Instant) -> bool {
+        if !self.poller_active(shard, now) {
+            return false;
         }
-        PostTransmission::Itself
+        self.shards[shard]
+            .poller_seen
+            .store(now.as_nanos().max(1), Ordering::Relaxed);
+        true
     }
 
     /// Runs `f` under the engine lock alone (no round), then delivers its events.
@@ -481,15 +464,21 @@ impl Runtime {
         }
         // A timer armed earlier than the sleeping thread would look: wake it.
         if let Some(t) = outcome.next_wanted {
-            let wake_at = self.shards[shard].thread_wake_at.load(Ordering::SeqCst);
-            if wake_at != progress::THREAD_AWAKE
-                && wake_at != progress::THREAD_YIELDING
-                && t.as_nanos() < wake_at
-            {
-                self.wake(shard);
-            }
+            self.wake_if_asleep_past(shard, t);
         }
         Ok(out)
+    }
+
+    /// Wakes shard `shard`'s background thread if it sleeps and would look only after `t`
+    /// (not while it is awake, nor while it yields to a poller, whose rounds serve `t`).
+    fn wake_if_asleep_past(&self, shard: usize, t: crate::engine::Instant) {
+        let wake_at = self.shards[shard].thread_wake_at.load(Ordering::SeqCst);
+        if wake_at != progress::THREAD_AWAKE
+            && wake_at != progress::THREAD_YIELDING
+            && t.as_nanos() < wake_at
+        {
+            self.wake(shard);
+        }
     }
 
     /// Stops the device for `reason` (unless it stopped already) and returns the error
