@@ -1325,7 +1325,7 @@ impl Drop for Lab {
 // ---------------------------------------------------------------------------------------------
 
 /// One RoCEv2 frame of a capture.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 struct RoceFrame {
     src: Ipv4Addr,
     opcode: u8,
@@ -2033,25 +2033,27 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
 
     // The server's own result.
     let server_log = logs.join(format!("{}.server.log", case.name));
-    let server_out = match case.server.0 {
+    // A failed server is judged with the capture below (see `final_ack_lost_after_client_exit`).
+    let client_passed = problems.is_empty();
+    let (server_ok, server_out) = match case.server.0 {
         At::Guest(g) => {
             let (ok, out) = lab.exec(g, "lab-wait srv 60");
             fs::write(&server_log, &out).ok();
-            if !ok {
-                problems.push(format!("server failed:\n{}", tail(&out, 8)));
-            }
-            out
+            (ok, out)
         }
         At::Host | At::Routed | At::Host2 => {
             let mut child = host_server.expect("host server was started");
             let ok = wait_child(&mut child, Duration::from_secs(60));
-            let out = fs::read_to_string(&server_log).unwrap_or_default();
-            if !ok {
-                problems.push(format!("server failed:\n{}", tail(&out, 8)));
-            }
-            out
+            (ok, fs::read_to_string(&server_log).unwrap_or_default())
         }
     };
+    let server_failure = (!server_ok).then(|| format!("server failed:\n{}", tail(&server_out, 8)));
+    if let Some(failure) = &server_failure {
+        if !client_passed || !ends_without_closing_handshake(case) {
+            problems.push(failure.clone());
+        }
+    }
+    let server_failure = server_failure.filter(|_| problems.is_empty());
     // Debian's binaries on both sides: each printed its result.
     let cm_tool = rdmacm_utils_port(case.server.1).is_some() && !case.server.1.contains("rping");
     if problems.is_empty() && cm_tool {
@@ -2157,6 +2159,14 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
                     "the server ({server_ip}) sent no NAK with syndrome {NAK_REMOTE_ACCESS:#04x} (remote access error)"
                 ));
             }
+            if let Some(failure) = &server_failure {
+                match final_ack_lost_after_client_exit(case, &frames, &server_out) {
+                    Ok(why) => {
+                        let _ = write!(detail, "{why}; ");
+                    }
+                    Err(why_not) => problems.push(format!("{failure}\n    ({why_not})")),
+                }
+            }
             let stats = side_stats(&frames);
             if let Some(want) = case.loss_evidence {
                 let naks: usize = stats.values().map(|s| s.naks).sum();
@@ -2207,6 +2217,96 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
         seconds: t0.elapsed().as_secs_f64(),
         detail,
     }
+}
+
+/// A ping-pong under loss: `ibv_rc_pingpong` (and `xroce pingpong`, which behaves as it does)
+/// ends without a closing handshake. The client exits once its last receive and send complete,
+/// while the server still waits for the ACK of its last SEND; if the impaired link drops that
+/// ACK, nothing is left to answer the server's resends. rxe then resends forever (retry_cnt 7
+/// is its "forever"), a conforming requester gives up after 7 retries with a retry-exceeded
+/// completion (IBTA Vol. 1 9.7.6.1.3, C9-140). Both are right; the lost ACK is the program's race.
+fn ends_without_closing_handshake(case: &Case) -> bool {
+    case.netem.is_some() && case.server.1.contains("pingpong") && case.client.1.contains("pingpong")
+}
+
+/// Whether a ping-pong server's failure is exactly the race above, proven by the capture
+/// (taken on the bridge: behind the impaired guest's egress, ahead of its ingress). After the
+/// first copy of the server's last new request the client (which passed) sent nothing new, and
+/// the server only resent. The client's ACK of that last PSN is in the capture when the
+/// server's link is the impaired one (it was lost on the server's ingress), and absent when the
+/// client's is (had it reached the bridge, the server's clean link would have delivered it). A
+/// server that gave up did so with a retry-exceeded completion; only rxe (a guest) may still
+/// be resending. Ok(what happened) or Err(which part of the proof is missing).
+fn final_ack_lost_after_client_exit(
+    case: &Case,
+    frames: &[RoceFrame],
+    server_out: &str,
+) -> Result<String, String> {
+    let server_ip: Ipv4Addr = ip_of(case.server.0)
+        .parse()
+        .expect("lab addresses are IPv4");
+    let client_ip: Ipv4Addr = ip_of(case.client.0)
+        .parse()
+        .expect("lab addresses are IPv4");
+    let is_request = |f: &RoceFrame| f.opcode != ACK && f.opcode != ATOMIC_ACK;
+    let key = |f: &RoceFrame| (f.src, f.dest_qp, f.psn, f.opcode);
+    let mut seen = std::collections::HashSet::new();
+    let firsts: Vec<bool> = frames
+        .iter()
+        .map(|f| !is_request(f) || seen.insert(key(f)))
+        .collect();
+    let last_new = frames
+        .iter()
+        .zip(&firsts)
+        .rposition(|(f, &first)| f.src == server_ip && is_request(f) && first)
+        .ok_or("the server sent no request")?;
+    let last_psn = frames[last_new].psn;
+    let after = || frames.iter().zip(&firsts).skip(last_new + 1);
+    if let Some((f, _)) = after().find(|(f, &first)| f.src == client_ip && is_request(f) && first) {
+        return Err(format!(
+            "the client sent a new request after the server's last one: {f:?}"
+        ));
+    }
+    let resends = after()
+        .filter(|(f, _)| f.src == server_ip && is_request(f))
+        .count();
+    if resends == 0 {
+        return Err(format!(
+            "the server never resent its last request (PSN {last_psn})"
+        ));
+    }
+    let acked = after().any(|(f, _)| {
+        f.src == client_ip
+            && f.opcode == ACK
+            && f.syndrome.is_some_and(|s| s & 0x60 == 0)
+            && f.psn == last_psn
+    });
+    // netem runs on the case's guest (`run_case`): the first guest of the two ends.
+    let impaired = [case.server.0, case.client.0]
+        .into_iter()
+        .find(|at| matches!(at, At::Guest(_)));
+    match (impaired == Some(case.server.0), acked) {
+        (true, false) => {
+            return Err(format!("the client's ACK of the server's last PSN {last_psn} is not in the capture"))
+        }
+        (false, true) => {
+            return Err(format!(
+                "the client's ACK of the server's last PSN {last_psn} passed the bridge, and the server's link is not impaired"
+            ))
+        }
+        _ => {}
+    }
+    let gave_up = server_out.contains("transport retry counter exceeded");
+    if !gave_up && !matches!(case.server.0, At::Guest(_)) {
+        return Err(
+            "xroce's server neither passed nor ended with a retry-exceeded completion".into(),
+        );
+    }
+    Ok(format!(
+        "the client finished and exited; its ACK of the server's last PSN {last_psn} was lost on the {} link, so the server {} ({resends} resends)",
+        if acked { "server's" } else { "client's" },
+        if gave_up { "ended with retry exceeded" } else { "resent its last message until killed" },
+    ))
 }
 
 /// The harness itself: a guest program still running when its case ends is killed (by
@@ -2642,4 +2742,90 @@ fn rping_lines_are_checked_through_spliced_stderr() {
     assert_eq!(check_rping_output(cmd, &bad, &server).len(), 1);
     let short: String = client.lines().take(1).map(|l| format!("{l}\n")).collect();
     assert_eq!(check_rping_output(cmd, &short, &server).len(), 1);
+}
+
+#[test]
+fn a_pingpong_server_left_waiting_for_a_lost_final_ack_is_told_apart() {
+    let case = |server: At, client: At| Case {
+        name: "loss_rc_pingpong",
+        mtu: 1500,
+        netem: Some(LOSS),
+        server: (server, "ibv_rc_pingpong -g 1 -n 2 -s 64"),
+        client: (client, "ibv_rc_pingpong -g 1 -n 2 -s 64 {srv}"),
+        opcodes: &[],
+        loss_evidence: None,
+        state: State::Runs,
+    };
+    let frame = |src: At, opcode: u8, psn: u32| RoceFrame {
+        src: ip_of(src).parse().unwrap(),
+        opcode,
+        dest_qp: 0x20,
+        psn,
+        syndrome: (opcode == ACK).then_some(0x1f),
+        icrc_ok: true,
+    };
+    const SEND: u8 = 0x04;
+    // Client g2 and server g1 (netem on g1): the client's last frame, its ACK of the server's
+    // last PSN 11, reaches the capture; after it the server only resends PSN 11.
+    let exchange = |client: At, server: At, tail: &[RoceFrame]| {
+        let mut frames = vec![
+            frame(client, SEND, 100),
+            frame(server, ACK, 100),
+            frame(server, SEND, 10),
+            frame(client, ACK, 10),
+            frame(client, SEND, 101),
+            frame(server, ACK, 101),
+            frame(server, SEND, 11),
+            frame(client, ACK, 11),
+        ];
+        frames.extend_from_slice(tail);
+        frames
+    };
+    let rxe_pair = case(G1, G2);
+    let resends = [frame(G1, SEND, 11), frame(G1, SEND, 11)];
+    let why = final_ack_lost_after_client_exit(&rxe_pair, &exchange(G2, G1, &resends), "")
+        .expect("the lost final ACK is recognised");
+    assert!(
+        why.contains("2 resends") && why.contains("until killed"),
+        "{why}"
+    );
+
+    // A new request from the client after the server's last is not that race.
+    let new = [frame(G1, SEND, 11), frame(G2, SEND, 102)];
+    assert!(final_ack_lost_after_client_exit(&rxe_pair, &exchange(G2, G1, &new), "").is_err());
+    // A client whose frames reach the capture must have acknowledged the last PSN.
+    let mut unacked = exchange(G2, G1, &resends);
+    unacked.retain(|f| !(f.opcode == ACK && f.psn == 11));
+    assert!(final_ack_lost_after_client_exit(&rxe_pair, &unacked, "").is_err());
+    // When the client's link is the impaired one, the ACK vanishes before the capture, and
+    // one that reached the capture would have reached the server.
+    let mut behind_netem = exchange(
+        G1,
+        HOST,
+        &resends.map(|f| RoceFrame {
+            src: ip_of(HOST).parse().unwrap(),
+            ..f
+        }),
+    );
+    behind_netem.retain(|f| !(f.opcode == ACK && f.psn == 11));
+    let xroce_server = case(HOST, G1);
+    let gave_up = "Failed status transport retry counter exceeded (12) for wr_id 2";
+    assert!(final_ack_lost_after_client_exit(&xroce_server, &behind_netem, gave_up).is_ok());
+    let seen_ack = exchange(
+        G1,
+        HOST,
+        &resends.map(|f| RoceFrame {
+            src: ip_of(HOST).parse().unwrap(),
+            ..f
+        }),
+    );
+    assert!(final_ack_lost_after_client_exit(&xroce_server, &seen_ack, gave_up).is_err());
+    // xroce as the server must give up (retry_cnt 7 is finite), not resend until killed.
+    assert!(final_ack_lost_after_client_exit(&xroce_server, &behind_netem, "").is_err());
+    // And only ping-pongs under loss are judged this way at all.
+    assert!(ends_without_closing_handshake(&rxe_pair));
+    assert!(!ends_without_closing_handshake(&Case {
+        netem: None,
+        ..case(G1, G2)
+    }));
 }
