@@ -631,3 +631,77 @@ fn perftest_server_takes_test_qp_reqs_sent_before_it_accepts() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// perftest -R against Debian's server: that server listens for the test QPs only once its
+/// last sync message is acknowledged, so the client's first REQ can come early and meet REJ;
+/// it then accepts every request that comes, one QP per request, and fails past its `-q`.
+/// With two REQs in flight the first was rejected and the second accepted, and the retry of
+/// both asked for a third connection. The client now connects its ids one at a time: the
+/// server below (rejecting the first request, as the early one is) sees three requests and
+/// accepts exactly two.
+#[test]
+fn perftest_client_retrying_an_early_req_asks_no_more_connections_than_qps() {
+    use xroce_tools::perftest::cm::CmQps;
+    use xroce_tools::perftest::oob::Role;
+    let (a, b, _link) = pair(0.0);
+    let (client, server) = (side(&a, quick()), side(&b, quick()));
+    let listener = listen(&server, PortSpace::Tcp, 18515);
+    let mut client_qps =
+        CmQps::new(&client.cm, Role::Client, Some(SERVER_IP), 18515, None).unwrap();
+    let client_side_qps: Vec<Qp> = (0..2)
+        .map(|_| {
+            client
+                .pd
+                .create_qp(&QpInitAttr::rc(&client.cq, &client.cq))
+                .unwrap()
+        })
+        .collect();
+    let connecting = std::thread::spawn(move || {
+        client_qps
+            .connect(&client_side_qps)
+            .map(|()| (client_qps, client_side_qps))
+    });
+    let (mut requests, mut accepted, mut established) = (0, Vec::new(), 0);
+    // Until both connections are up, then a while longer: a third request must not come.
+    let mut quiet_until = None;
+    loop {
+        let wait = match quiet_until {
+            Some(t) if Instant::now() >= t => break,
+            Some(t) => t - Instant::now(),
+            None => WAIT,
+        };
+        let e = match server.ch.get_event(Some(wait)) {
+            Ok(e) => e,
+            Err(_) if quiet_until.is_some() => break,
+            Err(e) => panic!("no connection request or RTU in time: {e}"),
+        };
+        match e.kind {
+            EventKind::ConnectRequest => {
+                requests += 1;
+                if requests == 1 {
+                    e.id.reject(&[]).unwrap();
+                } else {
+                    let qp = rc_qp(&server, &e.id);
+                    e.id.accept(&ConnParam::default()).unwrap();
+                    accepted.push((e.id, qp));
+                }
+            }
+            EventKind::Established => {
+                established += 1;
+                if established == 2 {
+                    quiet_until = Some(Instant::now() + Duration::from_millis(500));
+                }
+            }
+            other => panic!("server event {other:?}: a connection the client gave up?"),
+        }
+    }
+    let (_client_qps, qps) = connecting.join().unwrap().unwrap();
+    assert_eq!(
+        (requests, accepted.len()),
+        (3, 2),
+        "the server saw {requests} requests and accepted {}",
+        accepted.len()
+    );
+    assert!(qps.iter().all(|qp| qp.state().unwrap() == QpState::Rts));
+    drop(listener);
+}

@@ -10,7 +10,7 @@
 //!
 //! | perftest (client / server) | here |
 //! |---|---|
-//! | `rdma_resolve_addr` per id, 2000 ms / `rdma_bind_addr(0.0.0.0:port)`, `rdma_listen(q)` | [`CmQps::connect`] / [`CmQps::new`]: listening before the sync rounds end, so no REQ is early |
+//! | `rdma_resolve_addr` per id, 2000 ms / `rdma_bind_addr(0.0.0.0:port)`, `rdma_listen(q)` | [`CmQps::connect`]: one id at a time, each ESTABLISHED before the next (see `try_client`) / [`CmQps::new`]: listening before the sync rounds end, so no REQ is early |
 //! | ADDR_RESOLVED: `rdma_resolve_route(2000)` | the same |
 //! | ROUTE_RESOLVED: `rdma_create_qp` on the id, `rdma_connect` / CONNECT_REQUEST: `rdma_accept` | [`CmId::attach_qp`] of the next test QP, connect / accept |
 //! | `responder_resources = initiator_depth = out_reads` (READ, atomics; else 0), `retry_count = rnr_retry_count = 7` | [`ConnParam`] |
@@ -409,8 +409,8 @@ impl CmQps {
         self
     }
 
-    /// Connects `qps` (in RESET or INIT), in the order the ids get their routes (client)
-    /// or their requests arrive (server), as perftest's `connection_index`.
+    /// Connects `qps` (in RESET or INIT), in order (client) or in the order their requests
+    /// arrive (server), as perftest's `connection_index`.
     pub fn connect(&mut self, qps: &[Qp]) -> anyhow::Result<()> {
         match self.role {
             Role::Client => {
@@ -447,36 +447,41 @@ impl CmQps {
         }
     }
 
-    /// One attempt; false when a connection was rejected.
+    /// One attempt; false when a connection was rejected. The ids connect one at a time
+    /// (resolve, route, connect, ESTABLISHED, then the next), where perftest resolves them
+    /// all at once: perftest's server listens for the test QPs only once its last sync
+    /// message is acknowledged, so an early REQ meets REJ. With several REQs in flight the
+    /// first could be rejected while the next was accepted, and the retry then asked the
+    /// server for more connections than it has QPs (Debian's server fails: "Couldn't create
+    /// rdma old QP"). One at a time, only the first can come early, and nothing was accepted
+    /// before it.
     fn try_client(&mut self, qps: &[Qp]) -> anyhow::Result<bool> {
         let dst = SocketAddr::new(self.server.context("client without server")?, self.port);
-        for _ in qps {
+        for qp in qps {
             let id = self.cm.create_id(&self.channel, PortSpace::Tcp)?;
             id.resolve_addr(None, dst, RESOLVE_TIMEOUT)?;
             self.ids.push(id);
-        }
-        let (mut next_qp, mut left) = (0, qps.len());
-        while left > 0 {
-            let e = wait_event(&self.channel, CM_STEP_TIMEOUT)?;
-            match e.kind {
-                EventKind::AddrResolved => {
-                    if let Some(t) = self.ack_timeout {
-                        e.id.set_ack_timeout(t)?;
+            loop {
+                let e = wait_event(&self.channel, CM_STEP_TIMEOUT)?;
+                match e.kind {
+                    EventKind::AddrResolved => {
+                        if let Some(t) = self.ack_timeout {
+                            e.id.set_ack_timeout(t)?;
+                        }
+                        e.id.resolve_route(RESOLVE_TIMEOUT)?
                     }
-                    e.id.resolve_route(RESOLVE_TIMEOUT)?
-                }
-                EventKind::RouteResolved => {
-                    e.id.attach_qp(qps[next_qp].clone())?;
-                    next_qp += 1;
-                    e.id.connect(&self.param)?;
-                }
-                EventKind::Established => left -= 1,
-                EventKind::Rejected => return Ok(false),
-                _ => {
-                    return Err(event_error(
-                        &e,
-                        &format!("connecting the test QPs to {dst}"),
-                    ))
+                    EventKind::RouteResolved => {
+                        e.id.attach_qp(qp.clone())?;
+                        e.id.connect(&self.param)?;
+                    }
+                    EventKind::Established => break,
+                    EventKind::Rejected => return Ok(false),
+                    _ => {
+                        return Err(event_error(
+                            &e,
+                            &format!("connecting the test QPs to {dst}"),
+                        ))
+                    }
                 }
             }
         }
