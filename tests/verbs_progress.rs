@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use xroce::verbs::*;
 
+/// The poller's lease (src/verbs/runtime/progress.rs, POLLER_LEASE).
+const LEASE: Duration = Duration::from_millis(20);
+
 #[path = "common/sides.rs"]
 mod sides;
 use sides::*;
@@ -231,17 +234,143 @@ fn a_post_left_for_a_poller_that_never_polls_again_still_leaves() {
     assert!(after < Duration::from_secs(1), "it took {after:?}");
 }
 
-/// B, busy-polling, receives A's SEND (its completion in hand).
-fn receive_a_send(a: &Side, b: &Side) {
-    post_recv(b, 1);
+/// A and B exchange one message each way, B answering what it received: B is then a
+/// ping-pong's side, whose polls leave their ACKs for its answers.
+fn ping_and_answer(a: &Side, b: &Side) {
+    post_recv(b, 100);
+    post_recv(a, 200);
     let mut wcs = [Wc::EMPTY; 4];
     assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+    send(a, 101, 0x11);
+    let mut b_sends = 0;
+    assert_eq!(poll_until_recv(&b.cq, &mut b_sends).wr_id, 100);
+    send(b, 201, 0x22);
+    // B's next poll carries the answer out; A gets it, and both SENDs complete.
+    let mut a_sends = 0;
+    assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+    let a_side = std::thread::scope(|scope| {
+        scope
+            .spawn(|| poll_until_recv(&a.cq, &mut a_sends).wr_id)
+            .join()
+    });
+    assert_eq!(a_side.unwrap(), 200);
+    assert_eq!(send_status(&b.cq, 201), WcStatus::Success);
+    if a_sends == 0 {
+        assert_eq!(send_status(&a.cq, 101), WcStatus::Success);
+    }
+}
+
+/// B, a busy-polling ping-pong side, receives A's SEND: the poll that hands over its
+/// completion leaves the ACK for B's next call (B's transmit count is unchanged when the
+/// completion is in hand).
+fn receive_with_the_ack_deferred(a: &Side, b: &Side, db: &Device) {
+    ping_and_answer(a, b);
+    post_recv(b, 1);
+    // B polls first: its lease keeps its background thread away from the driver.
+    let mut wcs = [Wc::EMPTY; 4];
+    assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+    let tx = || db.progress_stats().tx_frames.load(Ordering::Relaxed);
+    let before = tx();
     send(a, 7, 0x33);
     let mut sends = 0;
     let wc = poll_until_recv(&b.cq, &mut sends);
     assert_eq!(wc.wr_id, 1);
+    assert_eq!(
+        tx(),
+        before,
+        "the ACK left before the completion was handed over"
+    );
 }
 
+#[test]
+fn the_ack_of_a_polled_send_leaves_with_the_reply_in_one_kick() {
+    // IBTA 9.7.5.1.1 lets a responder acknowledge when it will: a poller's round hands the
+    // completion over first, and the ACK goes out with the application's next frames.
+    let (sides, _da, db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (a, b) = &sides[0];
+    receive_with_the_ack_deferred(a, b, &db);
+    post_recv(a, 2);
+    let stats = db.progress_stats();
+    let (tx, kicks) = (
+        stats.tx_frames.load(Ordering::Relaxed),
+        stats.kicks.load(Ordering::Relaxed),
+    );
+    send(b, 8, 0x44);
+    let mut wcs = [Wc::EMPTY; 4];
+    // The reply's post (under B's lease) only enqueues; the next poll builds the ACK and the
+    // SEND and kicks both out at once.
+    assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+    assert_eq!(stats.tx_frames.load(Ordering::Relaxed), tx + 2);
+    assert_eq!(stats.kicks.load(Ordering::Relaxed), kicks + 1);
+    // A gets both: its SEND acknowledged, the reply received.
+    let mut sends = 0;
+    assert_eq!(poll_until_recv(&a.cq, &mut sends).wr_id, 2);
+    assert_eq!(sends, 1, "A's SEND did not complete before the reply");
+}
+
+#[test]
+fn a_deferred_ack_leaves_when_the_poller_goes_quiet() {
+    // B polls, gets the completion, then neither polls nor posts again (a compute phase):
+    // its background thread sends the ACK when B's lease runs out, and A's SEND completes.
+    let (sides, _da, db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (a, b) = &sides[0];
+    receive_with_the_ack_deferred(a, b, &db);
+    let stats = db.progress_stats();
+    let b_rounds = stats.driven_rounds.load(Ordering::Relaxed);
+    let start = Instant::now();
+    // A is polled from another thread: this one still holds B's lease (a thread that polls
+    // another device ends the lease it held).
+    let status = std::thread::scope(|scope| scope.spawn(|| send_status(&a.cq, 7)).join());
+    assert_eq!(status.unwrap(), WcStatus::Success);
+    assert_eq!(
+        stats.driven_rounds.load(Ordering::Relaxed),
+        b_rounds,
+        "B's thread ran a round: the ACK was not left to the background thread"
+    );
+    assert!(start.elapsed() < LEASE * 10, "{:?}", start.elapsed());
+}
+
+#[test]
+fn a_receiver_that_does_not_answer_leaves_no_ack_waiting() {
+    // B only receives (a stream's sink) while A keeps 16 SENDs in flight: B's polls never
+    // leave their ACKs for an answer that will not come (A would wait for them), while a
+    // ping-pong's side does.
+    let (sides, _da, db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (a, b) = &sides[0];
+    for i in 0..200 {
+        post_recv(b, i);
+    }
+    let mut wcs = [Wc::EMPTY; 16];
+    assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        let sender = scope.spawn(|| {
+            for i in 0..200 {
+                send(a, 1000 + i, i as u8);
+                // Keep at most 16 in flight: completions need ACKs.
+                if i >= 16 {
+                    assert_eq!(send_status(&a.cq, 1000 + i - 16), WcStatus::Success);
+                }
+            }
+            for i in 184..200 {
+                assert_eq!(send_status(&a.cq, 1000 + i), WcStatus::Success);
+            }
+        });
+        let mut received = 0;
+        while received < 200 {
+            received += b.cq.poll(&mut wcs).unwrap();
+            assert!(start.elapsed() < WAIT, "only {received} of 200 received");
+        }
+        sender.join().unwrap();
+    });
+    let stats = db.progress_stats();
+    assert_eq!(stats.deferred_rounds.load(Ordering::Relaxed), 0);
+    // The same B, once it answers, leaves the ACK of what it receives for its answer.
+    let before = stats.deferred_rounds.load(Ordering::Relaxed);
+    ping_and_answer(a, b);
+    ping_and_answer(a, b);
+    assert!(stats.deferred_rounds.load(Ordering::Relaxed) > before);
+}
 /// Polls `cq` until its next completion (a send's); its status.
 fn send_status(cq: &Cq, wr_id: u64) -> WcStatus {
     let start = Instant::now();
@@ -258,9 +387,9 @@ fn send_status(cq: &Cq, wr_id: u64) -> WcStatus {
 fn a_qp_destroyed_right_after_its_poll_still_acknowledges() {
     // The ACK of what the last poll received leaves before the QP is gone (perftest's
     // write_lat server destroys its QP right after its last poll).
-    let (mut sides, _da, _db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (mut sides, _da, db, _link) = pairs(ProgressMode::Wakeup, 1);
     let (a, b) = sides.pop().unwrap();
-    receive_a_send(&a, &b);
+    receive_with_the_ack_deferred(&a, &b, &db);
     drop(b);
     assert_eq!(send_status(&a.cq, 7), WcStatus::Success);
 }
@@ -269,7 +398,7 @@ fn a_qp_destroyed_right_after_its_poll_still_acknowledges() {
 fn a_device_closed_right_after_its_poll_still_acknowledges() {
     let (mut sides, _da, db, _link) = pairs(ProgressMode::Wakeup, 1);
     let (a, b) = sides.pop().unwrap();
-    receive_a_send(&a, &b);
+    receive_with_the_ack_deferred(&a, &b, &db);
     drop((b, db));
     assert_eq!(send_status(&a.cq, 7), WcStatus::Success);
 }

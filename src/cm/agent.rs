@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use crate::wire::addr::Gid;
-use crate::wire::cm::{CmMessage, CmRej, PrivateData, RejectReason, RejectedMessage, ARI_LEN};
+use crate::wire::cm::{
+    CmMessage, CmRej, CmReq, PrivateData, RejectReason, RejectedMessage, SidrReq, ARI_LEN,
+};
 
 use super::msg::Envelope;
 use super::types::*;
@@ -69,6 +71,34 @@ pub(super) struct SidrIn {
     pub(super) deadline: Option<Instant>,
 }
 
+/// A request for a service id nobody listens on yet, waiting up to
+/// [`CmConfig::listen_grace`] for a listener.
+#[derive(Clone, Debug)]
+pub(super) struct HeldRequest {
+    pub(super) from: MadPeer,
+    pub(super) tid: u64,
+    pub(super) msg: HeldMsg,
+    pub(super) arrived: Instant,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum HeldMsg {
+    Req(CmReq),
+    Sidr(SidrReq),
+}
+
+impl HeldMsg {
+    pub(super) fn service_id(&self) -> u64 {
+        match self {
+            HeldMsg::Req(r) => r.service_id,
+            HeldMsg::Sidr(r) => r.service_id,
+        }
+    }
+}
+
+/// Most requests held for a listener at once; beyond that one is refused at once.
+pub(super) const MAX_HELD_REQUESTS: usize = 64;
+
 /// The CM of one port. See the module docs.
 #[derive(Debug)]
 pub struct CmAgent {
@@ -93,6 +123,8 @@ pub struct CmAgent {
     pub(super) events: VecDeque<CmEvent>,
     /// Connections the user is done with ([`CmAgent::abandon`]): no more events for them.
     pub(super) abandoned: HashSet<u32>,
+    /// Requests waiting for a listener ([`CmConfig::listen_grace`]).
+    pub(super) held: Vec<HeldRequest>,
     pub(super) stats: CmStats,
 }
 
@@ -160,6 +192,7 @@ impl CmAgent {
             transmit: VecDeque::new(),
             events: VecDeque::new(),
             abandoned: HashSet::new(),
+            held: Vec::new(),
             stats: CmStats::default(),
         }
     }
@@ -200,6 +233,21 @@ impl CmAgent {
             service_id: service_id & mask,
             mask,
         });
+        // Requests that came a moment early are this listener's now.
+        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.msg.service_id() & mask == service_id & mask);
+        self.held = others;
+        for h in mine {
+            let env = Envelope {
+                tid: h.tid,
+                msg: match h.msg {
+                    HeldMsg::Req(r) => CmMessage::Req(r),
+                    HeldMsg::Sidr(r) => CmMessage::SidrReq(r),
+                },
+            };
+            self.handle_message(h.arrived, h.from, env);
+        }
         Ok(id)
     }
 

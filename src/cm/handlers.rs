@@ -25,14 +25,14 @@ impl CmAgent {
     pub(super) fn handle_message(&mut self, now: Instant, from: MadPeer, env: Envelope) {
         let tid = env.tid;
         match env.msg {
-            CmMessage::Req(req) => self.on_req(from, tid, req),
+            CmMessage::Req(req) => self.on_req(now, from, tid, req),
             CmMessage::Mra(mra) => self.on_mra(now, mra),
             CmMessage::Rej(rej) => self.on_rej(now, rej),
             CmMessage::Rep(rep) => self.on_rep(now, from, tid, rep),
             CmMessage::Rtu(rtu) => self.on_rtu(rtu),
             CmMessage::Dreq(dreq) => self.on_dreq(now, from, tid, dreq),
             CmMessage::Drep(drep) => self.on_drep(now, drep),
-            CmMessage::SidrReq(req) => self.on_sidr_req(from, tid, req),
+            CmMessage::SidrReq(req) => self.on_sidr_req(now, from, tid, req),
             CmMessage::SidrRep(rep) => self.on_sidr_rep(rep),
             // Alternate paths are not used on RoCE: LAP/APR are dropped (IBTA 12.8 optional).
             CmMessage::Lap(_) | CmMessage::Apr(_) => self.stats.dropped_unsupported += 1,
@@ -56,7 +56,67 @@ impl CmAgent {
         self.send(to, env);
     }
 
-    pub(super) fn on_req(&mut self, from: MadPeer, tid: u64, req: CmReq) {
+    /// A request for a service id nobody listens on: held for a listener
+    /// ([`CmConfig::listen_grace`]; a duplicate of a held one is dropped), else refused.
+    fn hold_or_refuse(&mut self, now: Instant, from: MadPeer, tid: u64, msg: HeldMsg) {
+        // Behind a relay (ids prefixed by the slot) a request nobody listens on comes to one
+        // slot while the listener may appear in another: refused at once, as Linux does.
+        if self.config.listen_grace.is_zero() || self.config.comm_id_prefix.is_some() {
+            self.refuse_unlistened(from, tid, msg);
+            return;
+        }
+        let same = |h: &HeldRequest| {
+            h.from.gid == from.gid
+                && match (&h.msg, &msg) {
+                    (HeldMsg::Req(a), HeldMsg::Req(b)) => {
+                        (a.local_ca_guid, a.local_comm_id) == (b.local_ca_guid, b.local_comm_id)
+                    }
+                    (HeldMsg::Sidr(a), HeldMsg::Sidr(b)) => a.request_id == b.request_id,
+                    _ => false,
+                }
+        };
+        if self.held.iter().any(same) {
+            self.stats.dropped_duplicate += 1;
+        } else if self.held.len() < MAX_HELD_REQUESTS {
+            self.stats.held_for_listener += 1;
+            self.held.push(HeldRequest {
+                from,
+                tid,
+                msg,
+                arrived: now,
+            });
+        } else {
+            self.refuse_unlistened(from, tid, msg);
+        }
+    }
+
+    /// No listener for a request: REJ "invalid service id" (IBTA 12.6.7) for a REQ, SIDR_REP
+    /// status 1, "service id not supported" (12.11.2), for a SIDR_REQ.
+    pub(super) fn refuse_unlistened(&mut self, from: MadPeer, tid: u64, msg: HeldMsg) {
+        match msg {
+            HeldMsg::Req(req) => self.reject_unowned(
+                from,
+                tid,
+                req.local_comm_id,
+                RejectedMessage::Req,
+                RejectReason::InvalidServiceId,
+            ),
+            HeldMsg::Sidr(req) => {
+                let env = Envelope {
+                    tid,
+                    msg: CmMessage::SidrRep(SidrRep {
+                        request_id: req.request_id,
+                        status: SidrStatus::Unsupported,
+                        service_id: req.service_id,
+                        ..SidrRep::default()
+                    }),
+                };
+                self.send(from, env);
+            }
+        }
+    }
+
+    pub(super) fn on_req(&mut self, now: Instant, from: MadPeer, tid: u64, req: CmReq) {
         // A REQ we have seen (IBTA 12.9.7): answer as the connection's state says.
         if let Some(&id) = self
             .by_remote_id
@@ -100,13 +160,7 @@ impl CmAgent {
             return;
         }
         let Some(listen) = self.find_listener(req.service_id) else {
-            self.reject_unowned(
-                from,
-                tid,
-                req.local_comm_id,
-                RejectedMessage::Req,
-                RejectReason::InvalidServiceId,
-            );
+            self.hold_or_refuse(now, from, tid, HeldMsg::Req(req));
             return;
         };
         if self.conns.len() >= self.config.max_connections {
@@ -495,7 +549,7 @@ impl CmAgent {
         }
     }
 
-    pub(super) fn on_sidr_req(&mut self, from: MadPeer, tid: u64, req: SidrReq) {
+    pub(super) fn on_sidr_req(&mut self, now: Instant, from: MadPeer, tid: u64, req: SidrReq) {
         if let Some(&id) = self.sidr_in_by_request.get(&(from.gid, req.request_id)) {
             match self.sidr_in.get(&id).and_then(|e| e.reply.clone()) {
                 Some(env) => {
@@ -507,16 +561,7 @@ impl CmAgent {
             return;
         }
         let Some(listen) = self.find_listener(req.service_id) else {
-            let env = Envelope {
-                tid,
-                msg: CmMessage::SidrRep(SidrRep {
-                    request_id: req.request_id,
-                    status: SidrStatus::Unsupported,
-                    service_id: req.service_id,
-                    ..SidrRep::default()
-                }),
-            };
-            self.send(from, env);
+            self.hold_or_refuse(now, from, tid, HeldMsg::Sidr(req));
             return;
         };
         if self.sidr_in.len() >= self.config.max_connections {

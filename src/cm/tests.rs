@@ -707,6 +707,60 @@ fn no_listener_is_rejected_with_invalid_service_id() {
 }
 
 #[test]
+fn a_req_before_its_listener_waits_for_it_within_the_grace() {
+    // CmConfig::listen_grace: perftest 4.5's -R server listens for its test QPs a moment
+    // after its client connects them; the REQ waits for the listener instead of a REJ.
+    let mut sim = Sim::new();
+    sim.agents[B].config.listen_grace = Duration::from_millis(100);
+    let mut request = sim.request();
+    request.service_id = SERVICE + 1;
+    let conn = sim.agents[A].connect(Instant::ZERO, request).unwrap();
+    sim.run_until(t(50_000));
+    assert!(sim.events_of(A).is_empty(), "{:?}", sim.events_of(A));
+    assert_eq!(sim.agents[B].stats().held_for_listener, 1);
+    // The REQ resent meanwhile (the active side's response timer) is the same request.
+    assert!(sim.agents[B].stats().dropped_duplicate >= 1);
+    sim.agents[B].listen(SERVICE + 1, None).unwrap();
+    sim.run();
+    assert!(
+        sim.events_of(B)
+            .iter()
+            .any(|e| matches!(e, CmEvent::ReqReceived { .. })),
+        "{:?}",
+        sim.events_of(B)
+    );
+    assert_eq!(sim.agents[A].state(conn), Some(State::Established));
+    assert_eq!(sim.agents[B].stats().rejects_sent, 0);
+}
+
+#[test]
+fn a_req_no_listener_comes_for_is_rejected_once_the_grace_ends() {
+    let mut sim = Sim::new();
+    sim.agents[B].config.listen_grace = Duration::from_millis(100);
+    let mut request = sim.request();
+    request.service_id = SERVICE + 1;
+    let conn = sim.agents[A].connect(Instant::ZERO, request).unwrap();
+    sim.run_until(t(99_000));
+    assert!(sim.events_of(A).is_empty());
+    sim.run();
+    let rejected_at = sim.events[A].iter().find_map(|(at, e)| match e {
+        CmEvent::Rejected {
+            conn: c,
+            reason: RejectReason::InvalidServiceId,
+            ..
+        } if *c == conn => Some(*at),
+        _ => None,
+    });
+    assert!(
+        rejected_at.is_some_and(|at| at >= t(100_000)),
+        "{:?}",
+        sim.events_of(A)
+    );
+    assert_eq!(sim.agents[B].stats().rejects_sent, 1);
+    assert!(sim.events_of(B).is_empty());
+}
+
+#[test]
 fn listeners_with_masks_and_overlaps() {
     let mut agent = CmAgent::new(config(B));
     let ps_tcp = agent.listen(0x0106_0000_0000_0000, Some(!0xffff)).unwrap();

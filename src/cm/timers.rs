@@ -14,11 +14,26 @@ impl CmAgent {
         let conns = self.conns.values().filter_map(|c| c.deadline);
         let out = self.sidr_out.values().map(|s| s.deadline);
         let inbound = self.sidr_in.values().filter_map(|s| s.deadline);
-        conns.chain(out).chain(inbound).min()
+        let held = self
+            .held
+            .iter()
+            .map(|h| h.arrived + self.config.listen_grace);
+        conns.chain(out).chain(inbound).chain(held).min()
     }
 
     /// Run every timer due at `now`: resends, giving up, time wait ends.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Requests no listener came for in time: refused now.
+        let grace = self.config.listen_grace;
+        if self.held.iter().any(|h| h.arrived + grace <= now) {
+            let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+                .into_iter()
+                .partition(|h| h.arrived + grace <= now);
+            self.held = waiting;
+            for h in due {
+                self.refuse_unlistened(h.from, h.tid, h.msg);
+            }
+        }
         let due: Vec<u32> = self
             .conns
             .iter()

@@ -82,6 +82,13 @@ pub struct CmConfig {
     /// How long the answering side of SIDR keeps its SIDR_REP to resend on a duplicate
     /// SIDR_REQ.
     pub sidr_reply_linger: Duration,
+    /// How long a REQ or SIDR_REQ for a service id nobody listens on waits for a listener
+    /// before it is refused (REJ "invalid service id", IBTA 12.6.7; SIDR_REP status 1,
+    /// 12.11.2). Zero refuses at once, as Linux's CM does. A program whose client may connect
+    /// a moment before its server listens (perftest 4.5's `-R`) is then served, and one that
+    /// connects where nobody will listen learns it this much later. Not used with a
+    /// `comm_id_prefix` (behind a relay the listener may appear in another process).
+    pub listen_grace: Duration,
 }
 
 impl Default for CmConfig {
@@ -97,6 +104,7 @@ impl Default for CmConfig {
             first_tid: 1,
             max_connections: 65536,
             sidr_reply_linger: Duration::from_secs(2),
+            listen_grace: Duration::ZERO,
         }
     }
 }
@@ -368,4 +376,6 @@ pub struct CmStats {
     pub clamped_timeouts: u64,
     /// Messages of ours that could not be encoded (none, unless the agent has a bug).
     pub unencodable: u64,
+    /// REQs and SIDR_REQs that waited for a listener ([`CmConfig::listen_grace`]).
+    pub held_for_listener: u64,
 }

@@ -414,6 +414,13 @@ impl Engine {
         self.expired = expired;
     }
 
+    /// Whether some QP may have a frame for [`Engine::poll_transmit`] (a queued response or
+    /// ACK, a request waiting to go): false means `poll_transmit` would return `None`.
+    #[must_use]
+    pub fn may_transmit(&self) -> bool {
+        !self.tx_list.is_empty()
+    }
+
     /// The earliest time `handle_timeout` has work to do.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {

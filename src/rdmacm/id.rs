@@ -739,6 +739,7 @@ impl CmId {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<()> {
+        crate::verbs::end_this_threads_lease();
         if dst.ip().is_unspecified() {
             return Err(RdmaCmError::InvalidArgument(format!(
                 "destination {dst}: not an address to connect to"
@@ -1048,8 +1049,17 @@ impl CmId {
                 }
             }
         }
+        let ports: Vec<usize> = made.iter().map(|&(p, _)| p).collect();
         d.listens = made;
         d.state = IdState::Listening;
+        drop(d);
+        // Requests that waited for a listener (CmConfig::listen_grace) are this id's now.
+        let mut keep = Vec::new();
+        for p in ports {
+            keep.extend(after_call(&cm, &mut state, p));
+        }
+        drop(state);
+        drop(keep);
         Ok(())
     }
 
@@ -1063,6 +1073,9 @@ impl CmId {
         expected: &'static str,
         f: impl FnOnce(&CmShared, &mut Port, &mut IdData, Instant) -> Result<R>,
     ) -> Result<R> {
+        // A connect, accept, reject or disconnect: what this thread's polls left (the ACK of
+        // the message it just read) leaves before the CM's MAD.
+        crate::verbs::end_this_threads_lease();
         let cm = self.inner.cm.clone();
         let mut state = lock(&cm.state);
         let mut d = lock(&self.inner.data);

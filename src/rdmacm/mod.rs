@@ -149,6 +149,7 @@ impl EventChannel {
     /// Waits for the next event; `None` waits forever. [`RdmaCmError::Timeout`] when none
     /// came in time.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<RdmaCmEvent> {
+        crate::verbs::end_this_threads_lease();
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             if let Some(event) = self.inner.pop() {

@@ -50,6 +50,13 @@ pub struct CmConfigRdma {
     pub min_rnr_timer: u8,
 }
 
+/// How long a connect that comes before its listener waits for it (see
+/// [`CmConfig::listen_grace`]): perftest 4.5's `-R` server listens for its test QPs only once
+/// the exchange before them is done, while its client connects at once; Linux's CM refuses
+/// such a REQ, and perftest 4.5's retry then fails. A connect where nobody listens is refused
+/// this much later than on Linux.
+pub const LISTEN_GRACE: Duration = Duration::from_millis(100);
+
 impl Default for CmConfigRdma {
     fn default() -> CmConfigRdma {
         CmConfigRdma {
@@ -57,6 +64,7 @@ impl Default for CmConfigRdma {
                 first_comm_id: rand::random::<u32>() | 1,
                 first_tid: rand::random::<u32>() as u64,
                 local_ca_guid: 0,
+                listen_grace: LISTEN_GRACE,
                 ..CmConfig::default()
             },
             resolve_timeout: Duration::from_secs(2),

@@ -98,6 +98,10 @@ impl Cm {
     /// A new id (`rdma_create_id`) reporting to `channel`, in port space `ps`: TCP for RC,
     /// UDP for UD (IB and IPoIB have no meaning on RoCE).
     pub fn create_id(&self, channel: &super::EventChannel, ps: super::PortSpace) -> Result<CmId> {
+        // Entering the connection manager: what this thread's polls left goes out now, as
+        // early as it would have without them (a peer may wait for that ACK before it
+        // listens: perftest's server).
+        crate::verbs::end_this_threads_lease();
         let qp_type = match ps {
             super::PortSpace::Tcp => crate::engine::QpType::Rc,
             super::PortSpace::Udp => crate::engine::QpType::Ud,

@@ -493,6 +493,7 @@ impl Device {
                 pending: AtomicBool::new(false),
                 poller_seen: AtomicU64::new(0),
                 posts_waiting: AtomicUsize::new(0),
+                transmit_deferred: AtomicBool::new(false),
                 thread_wake_at: AtomicU64::new(progress::THREAD_AWAKE),
                 waker: waker_tx,
                 inbox: Mutex::new(progress::Inbox::default()),

@@ -79,6 +79,11 @@ mod runtime;
 mod srq;
 pub(crate) mod threads;
 
+/// See [`runtime::Runtime::end_this_threads_lease`].
+pub(crate) fn end_this_threads_lease() {
+    runtime::Runtime::end_this_threads_lease();
+}
+
 pub use attr::{DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
 pub use device::{

@@ -274,6 +274,7 @@ struct MrState {
 impl Drop for MrInner {
     fn drop(&mut self) {
         let lkey = self.state.load().info.lkey;
+        let _ = self.core.runtime.transmit_all_waiting();
         let _ = self
             .core
             .runtime
@@ -395,6 +396,7 @@ impl Mr {
             access: change.access,
         };
         let lkey = state.info.lkey;
+        self.inner.core.runtime.transmit_all_waiting()?;
         let info = self
             .inner
             .core

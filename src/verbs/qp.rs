@@ -105,11 +105,12 @@ struct QpInner {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        let _ = self
-            .pd
-            .core
-            .runtime
-            .with_engine(self.shard, true, |e| e.destroy_qp(self.qpn));
+        let runtime = &self.pd.core.runtime;
+        // What posts and polls left for the poller goes out while the QP still exists (the
+        // ACK of the last message a poll handed over: perftest's write_lat server destroys
+        // its QP right after its last poll).
+        let _ = runtime.transmit_waiting_posts(self.shard);
+        let _ = runtime.with_engine(self.shard, true, |e| e.destroy_qp(self.qpn));
     }
 }
 
@@ -304,6 +305,13 @@ impl Qp {
             }
         }
         let qpn = self.inner.qpn;
+        // What posts and polls left for the poller leaves under the state it was made in (a
+        // move to ERR would drop the ACK of the last message a poll handed over).
+        self.inner
+            .pd
+            .core
+            .runtime
+            .transmit_waiting_posts(self.inner.shard)?;
         Ok(self.on_engine(true, |e| e.modify_qp(qpn, attr, mask))??)
     }
 

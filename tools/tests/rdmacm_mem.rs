@@ -705,3 +705,22 @@ fn perftest_client_retrying_an_early_req_asks_no_more_connections_than_qps() {
     assert!(qps.iter().all(|qp| qp.state().unwrap() == QpState::Rts));
     drop(listener);
 }
+
+/// A REQ that comes a moment before its listener (perftest 4.5's `-R` server listens for its
+/// test QPs only after the exchange, while its client connects at once) waits for it
+/// (`LISTEN_GRACE`) instead of meeting REJ: Debian's perftest client cannot retry one.
+#[test]
+fn a_connect_before_the_listen_is_taken_by_the_listener() {
+    let (a, b, _link) = pair(0.0);
+    let (client, server) = (side(&a, quick()), side(&b, quick()));
+    let id = resolved(&client, PortSpace::Tcp, 5010);
+    let _qp = rc_qp(&client, &id);
+    id.connect(&ConnParam::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let _listener = listen(&server, PortSpace::Tcp, 5010);
+    let req = server.ch.expect(EventKind::ConnectRequest, WAIT).unwrap();
+    let sqp = rc_qp(&server, &req.id);
+    req.id.accept(&ConnParam::default()).unwrap();
+    client.ch.expect(EventKind::Established, WAIT).unwrap();
+    assert_eq!(sqp.state().unwrap(), QpState::Rts);
+}

@@ -110,6 +110,10 @@ pub struct ProgressStats {
     pub wakeups: AtomicU64,
     /// Rounds run by application threads (polls, posts) instead of the background thread.
     pub driven_rounds: AtomicU64,
+    /// Poll rounds that left what the frames they received produced (ACKs) for the
+    /// application's answer to carry (`progress::DEFER_LIMIT`): only a program that answers
+    /// what it receives has them.
+    pub deferred_rounds: AtomicU64,
     /// Frames a shard received for a QP of another shard and handed to it (a device with
     /// several shards; each costs a copy).
     pub handed_off_frames: AtomicU64,
@@ -183,6 +187,9 @@ pub(crate) struct Shard {
     pub poller_seen: AtomicU64,
     /// Posts that only enqueued their WRs since the last round that transmitted.
     pub posts_waiting: AtomicUsize,
+    /// A poll's round left what the frames it received produced (an ACK) for the next call
+    /// (`progress::DEFER_LIMIT`).
+    pub transmit_deferred: AtomicBool,
     /// When the sleeping background thread looks again (engine clock, ns), or
     /// `THREAD_AWAKE` / `THREAD_YIELDING` / `THREAD_ASLEEP_NO_TIMER`.
     pub thread_wake_at: AtomicU64,
@@ -238,7 +245,7 @@ impl Runtime {
                 // Enough for a batch: transmit now (here, or in the token holder's next
                 // round).
                 s.pending.store(true, Ordering::SeqCst);
-                let _ = self.drive(shard, self.now(), |_| ())?;
+                let _ = self.drive(shard, self.now(), false, |_| ())?;
             } else {
                 // Should the poller never poll again, the background thread sends it when the
                 // lease ends, even one asleep without a timer (no frame was built, so none was
@@ -248,7 +255,7 @@ impl Runtime {
             }
             return Ok(out);
         }
-        let f = match self.drive(shard, now, f)? {
+        let f = match self.drive(shard, now, false, f)? {
             // A free token: the post is the call of this thread's round, which transmits what
             // it produced (one engine lock for both).
             Ok(out) => return Ok(out),
@@ -259,18 +266,30 @@ impl Runtime {
         // posted work.
         s.pending.store(true, Ordering::SeqCst);
         // Still busy: its holder runs the round `pending` asks for.
-        let _ = self.drive(shard, self.now(), |_| ())?;
+        let _ = self.drive(shard, self.now(), false, |_| ())?;
         Ok(out)
     }
 
-    /// Transmits what posts left in shard `shard`'s engine for a poller, unless another thread
-    /// holds the token (its round does). A call that counts completions (resizing a CQ) then
-    /// sees what those posts did, as if each had transmitted itself: a UD send completes when
-    /// its frame is built.
+    /// [`Runtime::transmit_waiting_posts`] on every shard: before a region changes or goes,
+    /// the READ responses a poll left queued are built from it as it was.
+    pub fn transmit_all_waiting(&self) -> Result<()> {
+        for shard in 0..self.shards.len() {
+            self.transmit_waiting_posts(shard)?;
+        }
+        Ok(())
+    }
+
+    /// Transmits what posts (and a poll's deferred round) left in shard `shard`'s engine for
+    /// a poller, unless another thread holds the token (its round does). A call that counts
+    /// completions (resizing a CQ) then sees what those posts did, as if each had transmitted
+    /// itself: a UD send completes when its frame is built.
     pub fn transmit_waiting_posts(&self, shard: usize) -> Result<()> {
         let s = &self.shards[shard];
-        if s.pending.load(Ordering::Relaxed) || s.posts_waiting.load(Ordering::Relaxed) > 0 {
-            let _ = self.drive(shard, self.now(), |_| ())?;
+        if s.pending.load(Ordering::Relaxed)
+            || s.posts_waiting.load(Ordering::Relaxed) > 0
+            || s.transmit_deferred.load(Ordering::Relaxed)
+        {
+            let _ = self.drive(shard, self.now(), false, |_| ())?;
         }
         Ok(())
     }
@@ -318,7 +337,7 @@ impl Runtime {
         self.shards[shard]
             .poller_seen
             .store(now.as_nanos().max(1), Ordering::Relaxed);
-        match self.drive(shard, now, f)? {
+        match self.drive(shard, now, true, f)? {
             Ok(out) => Ok(out),
             // Someone else is running a round: read what has arrived so far.
             Err(f) => self.with_engine(shard, false, f),
@@ -339,7 +358,7 @@ impl Runtime {
             self.shards[shard]
                 .poller_seen
                 .store(now.as_nanos().max(1), Ordering::Relaxed);
-            let _ = self.drive(shard, now, |_| ())?;
+            let _ = self.drive(shard, now, true, |_| ())?;
         }
         self.poll_engine(home, f)
     }
@@ -355,12 +374,26 @@ impl Runtime {
     pub fn stop_polling(&self) {
         for (index, s) in self.shards.iter().enumerate() {
             if s.poller_seen.swap(0, Ordering::Relaxed) != 0 {
-                // Kick out what posts left queued for this poller's next poll.
-                let _ = self.drive(index, self.now(), |_| ());
+                // Kick out what posts and polls left queued for this poller's next call.
+                let _ = self.drive(index, self.now(), false, |_| ());
                 if s.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING {
                     self.wake(index);
                 }
             }
+        }
+    }
+
+    /// This thread is going into the connection manager (a wait for its events): it is not
+    /// polling, so the lease it holds ends now, and what its polls left for its next call (an
+    /// ACK) goes out first. (The peer may wait for that ACK before its next step: perftest's
+    /// server listens for the test QPs only once its last sync SEND is acknowledged.)
+    pub fn end_this_threads_lease() {
+        let held = LEASE_HOLDER
+            .try_with(|held| std::mem::take(&mut *held.borrow_mut()))
+            .ok()
+            .and_then(|held| held.upgrade());
+        if let Some(device) = held {
+            device.stop_polling();
         }
     }
 
@@ -409,6 +442,7 @@ impl Runtime {
         &self,
         shard: usize,
         now: crate::engine::Instant,
+        poll: bool,
         call: F,
     ) -> Result<std::result::Result<R, F>> {
         let s = &self.shards[shard];
@@ -420,7 +454,7 @@ impl Runtime {
         if s.pending.load(Ordering::Relaxed) {
             s.pending.store(false, Ordering::SeqCst);
         }
-        let out = self.driven_round(shard, &mut token, now, call);
+        let out = self.driven_round(shard, &mut token, now, poll, call);
         drop(token);
         let out = out?;
         while s.pending.load(Ordering::SeqCst) {
@@ -428,7 +462,7 @@ impl Runtime {
                 break;
             };
             s.pending.store(false, Ordering::SeqCst);
-            let done = self.driven_round(shard, &mut token, self.now(), |_| ());
+            let done = self.driven_round(shard, &mut token, self.now(), false, |_| ());
             drop(token);
             done?;
         }
@@ -442,10 +476,11 @@ impl Runtime {
         shard: usize,
         token: &mut progress::Progress,
         now: crate::engine::Instant,
+        poll: bool,
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<R> {
         let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            token.round(self, now, call)
+            token.round(self, now, poll, call)
         }));
         let (out, outcome) = match round {
             Ok(Ok(done)) => done,
@@ -465,6 +500,13 @@ impl Runtime {
         // A timer armed earlier than the sleeping thread would look: wake it.
         if let Some(t) = outcome.next_wanted {
             self.wake_if_asleep_past(shard, t);
+        }
+        // Should the poller never call again, the background thread sends what its round
+        // left when the lease ends.
+        if outcome.deferred {
+            self.stats.deferred_rounds.fetch_add(1, Ordering::Relaxed);
+            let lease_end = now.checked_add(progress::POLLER_LEASE).unwrap_or(now);
+            self.wake_if_asleep_past(shard, lease_end);
         }
         Ok(out)
     }

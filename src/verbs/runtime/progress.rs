@@ -86,6 +86,14 @@ pub(crate) const THREAD_ASLEEP_NO_TIMER: u64 = u64::MAX;
 /// poller's next round: the next post transmits them all.
 pub const POST_FLUSH_BATCH: usize = 32;
 
+/// How long a poller's rounds may leave what the frames they received produced (the ACK of
+/// a SEND whose completion the poll hands over, a READ response) for the application's next
+/// call, and for how many received frames: a stream of arrivals still gets its ACKs this
+/// often, merged.
+pub const DEFER_LIMIT: Duration = Duration::from_micros(8);
+/// See [`DEFER_LIMIT`].
+pub const DEFER_FRAMES: usize = 32;
+
 /// Frames handed to a shard by the shards that received them (see
 /// [`Runtime::hand_off`]), with the buffers of frames already handled, for reuse.
 #[derive(Default)]
@@ -125,6 +133,15 @@ pub(crate) struct Progress {
     direct_room: usize,
     /// The last round found no free transmit frame for `send_with`.
     tx_blocked: bool,
+    /// Since when poll rounds have left their transmit for the next call, and how many
+    /// frames they received meanwhile (see [`DEFER_LIMIT`]).
+    deferred: Option<(Instant, usize)>,
+    /// The last poll round received frames: the next round learns whether the application
+    /// answered them (posted) in between.
+    answerable: bool,
+    /// The application answers what it receives (it posted between the poll that received
+    /// and the next round): only then does a poll leave its ACKs for the answer to carry.
+    answering: bool,
     buf: Vec<u8>,
     backlog: VecDeque<Vec<u8>>,
     events: Vec<Event>,
@@ -141,6 +158,8 @@ pub(crate) struct RoundOutcome {
     pub received: usize,
     /// When the engine next needs a round, from its timers or from a backlog waiting for room.
     pub next_wanted: Option<Instant>,
+    /// The round left its transmit for the poller's next call.
+    pub deferred: bool,
 }
 
 impl Progress {
@@ -160,6 +179,9 @@ impl Progress {
                 }
             },
             tx_blocked: false,
+            deferred: None,
+            answerable: false,
+            answering: false,
             backlog: VecDeque::new(),
             events: Vec::new(),
             last_stats: Instant::ZERO,
@@ -178,11 +200,14 @@ impl Progress {
     }
 
     /// One round (see the module comment), running `call` on the engine between receiving
-    /// and transmitting. `Err` is why the device must stop (a driver failure).
+    /// and transmitting. A poll's round (`poll`) that received frames may leave what they
+    /// produced for the application's next call (see [`Progress::defer_transmit`]). `Err` is
+    /// why the device must stop (a driver failure).
     pub fn round<R>(
         &mut self,
         shared: &Runtime,
         now: Instant,
+        poll: bool,
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<(R, RoundOutcome), String> {
         let shard = &shared.shards[self.shard];
@@ -190,12 +215,34 @@ impl Progress {
             let mut engine = lock(&shard.engine);
             let (received, timers) = self.receive(shared, &mut engine, now)?;
             let out = call(&mut engine);
-            // Under the engine lock: a post that enqueues after this is counted for the next
-            // round, whose transmit builds it.
-            if shard.posts_waiting.load(Ordering::Relaxed) > 0 {
-                shard.posts_waiting.store(0, Ordering::Relaxed);
+            // Only what received frames produced waits, never a post's frames, and only for
+            // an application that answers what it receives (a ping-pong, a request and its
+            // reply): one that only receives (a stream's sink) would make its sender wait.
+            let posts_waiting = shard.posts_waiting.load(Ordering::Relaxed) > 0;
+            if std::mem::take(&mut self.answerable) {
+                self.answering = posts_waiting;
             }
-            let sent = self.transmit(shared, &mut engine, now);
+            // Frames that left something to send (an ACK of a request; an ACK received
+            // leaves nothing) are what the application may answer.
+            self.answerable = poll && received > 0 && engine.may_transmit();
+            let deferred =
+                self.defer_transmit(poll && self.answering && !posts_waiting, now, received);
+            let sent = if deferred {
+                if !shard.transmit_deferred.load(Ordering::Relaxed) {
+                    shard.transmit_deferred.store(true, Ordering::Relaxed);
+                }
+                0
+            } else {
+                // Under the engine lock: a post that enqueues after this is counted for the
+                // next round, whose transmit builds it.
+                if shard.posts_waiting.load(Ordering::Relaxed) > 0 {
+                    shard.posts_waiting.store(0, Ordering::Relaxed);
+                }
+                if shard.transmit_deferred.load(Ordering::Relaxed) {
+                    shard.transmit_deferred.store(false, Ordering::Relaxed);
+                }
+                self.transmit(shared, &mut engine, now)
+            };
             let work = received + timers + sent;
             while let Some(ev) = engine.poll_event() {
                 self.events.push(ev);
@@ -204,6 +251,7 @@ impl Progress {
                 work,
                 received,
                 next_wanted: engine.poll_timeout(),
+                deferred,
             };
             (out, outcome)
         };
@@ -223,6 +271,34 @@ impl Progress {
         }
         self.refresh_xdp_stats(shared, now);
         Ok((out, outcome))
+    }
+
+    /// Whether this round leaves the engine's frames for the next call. Only a poll's round
+    /// that received frames does (for an application that answers, with no post waiting),
+    /// and only within [`DEFER_LIMIT`] and [`DEFER_FRAMES`] of the first round that did: the
+    /// application sees its completion before the kernel runs a transmit, and the ACK leaves
+    /// with its answer in one kick (its post only enqueues under the lease; the poll after
+    /// builds and kicks both). Linux's TCP delays ACKs the same way in its ping-pong mode. IBTA Vol. 1 9.7.5.1.1
+    /// lets a responder acknowledge several requests with one ACK: ACKs queued meanwhile
+    /// merge. Any other call transmits first (`Runtime::with_engine`), the lease's end does
+    /// (`Runtime::stop_polling`, the background thread at the watchdog).
+    fn defer_transmit(&mut self, poll: bool, now: Instant, received: usize) -> bool {
+        let may = poll && received > 0 && self.backlog.is_empty() && !self.tx_blocked;
+        let defer = may
+            && match &mut self.deferred {
+                None => {
+                    self.deferred = Some((now, received));
+                    true
+                }
+                Some((since, frames)) => {
+                    *frames += received;
+                    now - *since < DEFER_LIMIT && *frames < DEFER_FRAMES
+                }
+            };
+        if !defer {
+            self.deferred = None;
+        }
+        defer
     }
 
     fn receive(
@@ -442,7 +518,7 @@ pub(crate) fn run(shared: Arc<Runtime>, index: usize, waker: UnixDatagram) {
         if !poller {
             if let Some(mut progress) = try_token(shard) {
                 shard.pending.store(false, Ordering::SeqCst);
-                match progress.round(&shared, now, |_| ()) {
+                match progress.round(&shared, now, false, |_| ()) {
                     Ok(((), o)) => outcome = Some(o),
                     Err(reason) => {
                         drop(progress);
