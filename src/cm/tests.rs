@@ -706,15 +706,22 @@ fn no_listener_is_rejected_with_invalid_service_id() {
     assert_eq!(sim.agents[A].connection_count(), 0);
 }
 
-#[test]
-fn a_req_before_its_listener_waits_for_it_within_the_grace() {
-    // CmConfig::listen_grace: perftest 4.5's -R server listens for its test QPs a moment
-    // after its client connects them; the REQ waits for the listener instead of a REJ.
+/// B holds REQs for 100 ms for a listener (`CmConfig::listen_grace`); A connects at time 0
+/// to a service B does not listen on yet.
+fn connect_before_the_listener() -> (Sim, ConnId) {
     let mut sim = Sim::new();
     sim.agents[B].config.listen_grace = Duration::from_millis(100);
     let mut request = sim.request();
     request.service_id = SERVICE + 1;
     let conn = sim.agents[A].connect(Instant::ZERO, request).unwrap();
+    (sim, conn)
+}
+
+#[test]
+fn a_req_before_its_listener_waits_for_it_within_the_grace() {
+    // CmConfig::listen_grace: perftest 4.5's -R server listens for its test QPs a moment
+    // after its client connects them; the REQ waits for the listener instead of a REJ.
+    let (mut sim, conn) = connect_before_the_listener();
     sim.run_until(t(50_000));
     assert!(sim.events_of(A).is_empty(), "{:?}", sim.events_of(A));
     assert_eq!(sim.agents[B].stats().held_for_listener, 1);
@@ -735,11 +742,7 @@ fn a_req_before_its_listener_waits_for_it_within_the_grace() {
 
 #[test]
 fn a_req_no_listener_comes_for_is_rejected_once_the_grace_ends() {
-    let mut sim = Sim::new();
-    sim.agents[B].config.listen_grace = Duration::from_millis(100);
-    let mut request = sim.request();
-    request.service_id = SERVICE + 1;
-    let conn = sim.agents[A].connect(Instant::ZERO, request).unwrap();
+    let (mut sim, conn) = connect_before_the_listener();
     sim.run_until(t(99_000));
     assert!(sim.events_of(A).is_empty());
     sim.run();

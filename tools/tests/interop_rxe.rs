@@ -1070,6 +1070,23 @@ const ROUTED_IP: &str = "198.19.3.2";
 const HOST2_IP: &str = "198.18.0.4";
 
 /// The address a command at `at` has.
+/// The guest a case runs in, and whose link its netem impairs: the first guest of its two
+/// ends.
+fn case_guest(case: &Case) -> u8 {
+    [case.server.0, case.client.0]
+        .into_iter()
+        .find_map(|at| match at {
+            At::Guest(g) => Some(g),
+            At::Host | At::Routed | At::Host2 => None,
+        })
+        .expect("every case has a guest side")
+}
+
+/// [`ip_of`] as an address (every lab address is IPv4).
+fn ipv4_of(at: At) -> Ipv4Addr {
+    ip_of(at).parse().expect("lab addresses are IPv4")
+}
+
 fn ip_of(at: At) -> String {
     match at {
         At::Guest(g) => guest_ip(g),
@@ -1955,13 +1972,7 @@ fn without_rping_stderr(out: &str) -> String {
 fn run_case(lab: &Lab, case: &Case) -> Outcome {
     let t0 = Instant::now();
     let mut problems = Vec::new();
-    let guest = [case.server.0, case.client.0]
-        .into_iter()
-        .find_map(|at| match at {
-            At::Guest(g) => Some(g),
-            At::Host | At::Routed | At::Host2 => None,
-        })
-        .expect("every case has a guest side");
+    let guest = case_guest(case);
     lab.set_mtu(case.mtu);
     lab.set_netem(guest, case.netem);
     if let Err(e) = install_guest_scripts(lab, case) {
@@ -2130,12 +2141,8 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
                     ));
                 }
             }
-            let client_ip: Ipv4Addr = ip_of(case.client.0)
-                .parse()
-                .expect("lab addresses are IPv4");
-            let server_ip: Ipv4Addr = ip_of(case.server.0)
-                .parse()
-                .expect("lab addresses are IPv4");
+            let client_ip = ipv4_of(case.client.0);
+            let server_ip = ipv4_of(case.server.0);
             let client_only: Vec<u8> = CLIENT_ONLY_REQUESTS
                 .iter()
                 .filter(|(name, _)| *name == case.name)
@@ -2245,12 +2252,8 @@ fn final_ack_lost_after_client_exit(
     frames: &[RoceFrame],
     server_out: &str,
 ) -> Result<String, String> {
-    let server_ip: Ipv4Addr = ip_of(case.server.0)
-        .parse()
-        .expect("lab addresses are IPv4");
-    let client_ip: Ipv4Addr = ip_of(case.client.0)
-        .parse()
-        .expect("lab addresses are IPv4");
+    let server_ip = ipv4_of(case.server.0);
+    let client_ip = ipv4_of(case.client.0);
     let is_request = |f: &RoceFrame| f.opcode != ACK && f.opcode != ATOMIC_ACK;
     let key = |f: &RoceFrame| (f.src, f.dest_qp, f.psn, f.opcode);
     let mut seen = std::collections::HashSet::new();
@@ -2284,11 +2287,9 @@ fn final_ack_lost_after_client_exit(
             && f.syndrome.is_some_and(|s| s & 0x60 == 0)
             && f.psn == last_psn
     });
-    // netem runs on the case's guest (`run_case`): the first guest of the two ends.
-    let impaired = [case.server.0, case.client.0]
-        .into_iter()
-        .find(|at| matches!(at, At::Guest(_)));
-    match (impaired == Some(case.server.0), acked) {
+    // netem runs on the case's guest (`case_guest`).
+    let server_link_impaired = case.server.0 == At::Guest(case_guest(case));
+    match (server_link_impaired, acked) {
         (true, false) => {
             return Err(format!("the client's ACK of the server's last PSN {last_psn} is not in the capture"))
         }

@@ -278,9 +278,11 @@ impl Progress {
     /// and only within [`DEFER_LIMIT`] and [`DEFER_FRAMES`] of the first round that did: the
     /// application sees its completion before the kernel runs a transmit, and the ACK leaves
     /// with its answer in one kick (its post only enqueues under the lease; the poll after
-    /// builds and kicks both). Linux's TCP delays ACKs the same way in its ping-pong mode. IBTA Vol. 1 9.7.5.1.1
-    /// lets a responder acknowledge several requests with one ACK: ACKs queued meanwhile
-    /// merge. Any other call transmits first (`Runtime::with_engine`), the lease's end does
+    /// builds and kicks both). Linux's TCP delays ACKs the same way in its ping-pong mode.
+    /// IBTA Vol. 1 9.7.5.1.1 lets a responder acknowledge several requests with one ACK:
+    /// ACKs queued meanwhile merge. The next poll that receives nothing transmits them; so
+    /// do the calls that change what they depend on (a QP's modify or destroy, a region's
+    /// change, a CQ resize: `Runtime::transmit_waiting_posts`) and the lease's end
     /// (`Runtime::stop_polling`, the background thread at the watchdog).
     fn defer_transmit(&mut self, poll: bool, now: Instant, received: usize) -> bool {
         let may = poll && received > 0 && self.backlog.is_empty() && !self.tx_blocked;
