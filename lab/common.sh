@@ -49,3 +49,14 @@ stop_pid() {
   for i in $(seq 1 60); do pid_runs "$pid" || return 0; sleep 0.05; done
   kill -9 "$pid" 2>/dev/null || true
 }
+
+# Whether a capture holds every packet of its case, from tcpdump's exit counts (CAPTURED,
+# RECEIVED by filter, DROPPED by kernel) and ALL_WRITTEN_AT: the count at which tcpdump, asked
+# after the case ended, had written all it had received (empty if never). Packets are written
+# in the order they arrive, so packets received but not written arrived after that moment.
+capture_whole() {
+  local captured=$1 received=$2 dropped=$3 all_written_at=$4
+  [ -n "$captured" ] && [ -n "$received" ] && [ "${dropped:-0}" = 0 ] || return 1
+  [ "$captured" = "$received" ] && return 0
+  [ -n "$all_written_at" ] && [ "$captured" -ge "$all_written_at" ]
+}
