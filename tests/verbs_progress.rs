@@ -390,6 +390,95 @@ fn a_receiver_that_does_not_answer_leaves_no_ack_waiting() {
     }
     assert!(stats.deferred_rounds.load(Ordering::Relaxed) > before);
 }
+/// UCX's progress polls a QP's receive CQ and then its send CQ: B, built that way, receives
+/// A's SEND in its receive CQ's poll and polls the (empty) send CQ before it answers. That
+/// second poll neither sends the ACK nor makes B a side that does not answer: the ACK still
+/// leaves with B's answer, in one kick.
+#[test]
+fn an_empty_poll_of_the_other_cq_leaves_the_ack_for_the_answer() {
+    let config = DeviceConfig {
+        progress: ProgressMode::Wakeup,
+        ..DeviceConfig::default()
+    };
+    let (da, db, _link) = Device::mem_pair(&mem_link_config(1500, 0.0, 7), config).unwrap();
+    let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
+    let a = side(&da, &pa);
+    let b_send_cq = db.create_cq(4096, None).unwrap();
+    let b = {
+        let recv_cq = db.create_cq(4096, None).unwrap();
+        let qp = pb
+            .create_qp(&QpInitAttr {
+                cap: QpCaps {
+                    max_send_wr: 256,
+                    max_recv_wr: 256,
+                    ..QpCaps::default()
+                },
+                ..QpInitAttr::rc(&b_send_cq, &recv_cq)
+            })
+            .unwrap();
+        let mr = pb.reg_mr(8192, Access::ALL).unwrap();
+        Side {
+            dev: db.clone(),
+            _pd: pb.clone(),
+            cq: recv_cq,
+            qp,
+            mr,
+        }
+    };
+    connect(&a, &b);
+    let stats = db.progress_stats();
+    let (tx, kicks) = (
+        || stats.tx_frames.load(Ordering::Relaxed),
+        || stats.kicks.load(Ordering::Relaxed),
+    );
+    let mut wcs = [Wc::EMPTY; 4];
+    // B's loop: its receive CQ, then its send CQ, until a receive completes; then one more
+    // poll of the send CQ, as UCX's progress ends its pass. Whether the last poll sent.
+    let receive_then_poll_sends = || {
+        let start = Instant::now();
+        loop {
+            let mut wcs = [Wc::EMPTY; 4];
+            let received = b.cq.poll(&mut wcs).unwrap();
+            let before = tx();
+            b_send_cq.poll(&mut wcs).unwrap();
+            if received > 0 {
+                return tx() != before;
+            }
+            assert!(start.elapsed() < WAIT, "B received nothing");
+        }
+    };
+    let mut a_sends = 0;
+    for attempt in 0..5u64 {
+        // Four exchanges in B's way: by the last, B is known to answer.
+        let mut aside_sent = false;
+        let mut answer_kicks = (0, 0);
+        for i in 0..4 {
+            let wr_id = 100 * attempt + i;
+            post_recv(&b, wr_id);
+            post_recv(&a, wr_id);
+            assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+            send(&a, wr_id, i as u8);
+            aside_sent = receive_then_poll_sends();
+            let before = (tx(), kicks());
+            send(&b, wr_id, i as u8);
+            assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+            answer_kicks = (tx() - before.0, kicks() - before.1);
+            let got = std::thread::scope(|scope| {
+                scope
+                    .spawn(|| poll_until_recv(&a.cq, &mut a_sends).wr_id)
+                    .join()
+            });
+            assert_eq!(got.unwrap(), wr_id);
+        }
+        // The last exchange: the poll aside sent nothing, and the answer's poll sent the ACK
+        // and the answer in one kick.
+        if !aside_sent && answer_kicks == (2, 1) {
+            return;
+        }
+    }
+    panic!("five times B's poll of its send CQ did not leave the ACK for the answer");
+}
+
 /// Polls `cq` until its next completion (a send's); its status.
 fn send_status(cq: &Cq, wr_id: u64) -> WcStatus {
     let start = Instant::now();

@@ -12,7 +12,7 @@ use crate::engine::{CqId, Wc};
 use super::attr::limits;
 use super::device::{Core, Device, ObjectKind, ObjectSlot};
 use super::error::{Result, VerbsError};
-use super::runtime::{drain, lock, ChannelShared};
+use super::runtime::{drain, lock, ChannelShared, Polled};
 
 /// A completion channel (`ibv_comp_channel`): CQs armed with [`Cq::req_notify`] report
 /// here when a completion arrives. Block on it with [`CompletionChannel::get_cq_event`], or
@@ -129,10 +129,11 @@ impl CqInner {
         let shared = &self.core.runtime;
         shared.hold_lease();
         let shards = self.shards.load(Ordering::Relaxed);
+        let polled = Polled::Cq(self.id);
         if shards == 1 << self.home {
-            shared.poll_engine(self.home, f)
+            shared.poll_engine(self.home, polled, f)
         } else {
-            shared.poll_shards(shards, self.home, f)
+            shared.poll_shards(shards, self.home, polled, f)
         }
     }
 }

@@ -14,6 +14,7 @@ use super::attr::limits;
 use super::device::{Core, Device, ObjectKind, ObjectSlot};
 use super::error::{Result, VerbsError};
 use super::qp::{Qp, QpInitAttr};
+use super::runtime::Polled;
 
 pub(crate) struct PdInner {
     pub core: Arc<Core>,
@@ -470,9 +471,11 @@ impl Mr {
         let (addr, lkey) = self.check(offset, out.len())?;
         let shared = &self.inner.core.runtime;
         shared.hold_lease();
-        Ok(shared.poll_shards(shared_all(&self.inner.core), 0, |e| {
-            e.mr_read(lkey, addr, out)
-        })??)
+        Ok(
+            shared.poll_shards(shared_all(&self.inner.core), 0, Polled::Memory, |e| {
+                e.mr_read(lkey, addr, out)
+            })??,
+        )
     }
 
     /// Copies `data` into the region at `offset`.

@@ -22,6 +22,8 @@ use events::AsyncQueue;
 pub(crate) mod events;
 pub(crate) mod progress;
 
+pub(crate) use progress::Polled;
+
 /// How the background progress thread waits for work when no application thread polls
 /// (a thread that polls a CQ makes progress itself in either mode: see [`progress`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -245,7 +247,7 @@ impl Runtime {
                 // Enough for a batch: transmit now (here, or in the token holder's next
                 // round).
                 s.pending.store(true, Ordering::SeqCst);
-                let _ = self.drive(shard, self.now(), false, |_| ())?;
+                let _ = self.drive(shard, self.now(), None, |_| ())?;
             } else {
                 // Should the poller never poll again, the background thread sends it when the
                 // lease ends, even one asleep without a timer (no frame was built, so none was
@@ -255,7 +257,7 @@ impl Runtime {
             }
             return Ok(out);
         }
-        let f = match self.drive(shard, now, false, f)? {
+        let f = match self.drive(shard, now, None, f)? {
             // A free token: the post is the call of this thread's round, which transmits what
             // it produced (one engine lock for both).
             Ok(out) => return Ok(out),
@@ -266,7 +268,7 @@ impl Runtime {
         // posted work.
         s.pending.store(true, Ordering::SeqCst);
         // Still busy: its holder runs the round `pending` asks for.
-        let _ = self.drive(shard, self.now(), false, |_| ())?;
+        let _ = self.drive(shard, self.now(), None, |_| ())?;
         Ok(out)
     }
 
@@ -289,7 +291,7 @@ impl Runtime {
             || s.posts_waiting.load(Ordering::Relaxed) > 0
             || s.transmit_deferred.load(Ordering::Relaxed)
         {
-            let _ = self.drive(shard, self.now(), false, |_| ())?;
+            let _ = self.drive(shard, self.now(), None, |_| ())?;
         }
         Ok(())
     }
@@ -331,13 +333,18 @@ impl Runtime {
     /// progress round of this thread when its token is free, so what arrived is received,
     /// answered and completed here and now; marks this thread as the shard's poller, so the
     /// background thread stays away.
-    pub fn poll_engine<R>(&self, shard: usize, f: impl FnOnce(&mut Engine) -> R) -> Result<R> {
+    pub fn poll_engine<R>(
+        &self,
+        shard: usize,
+        polled: Polled,
+        f: impl FnOnce(&mut Engine) -> R,
+    ) -> Result<R> {
         self.check_alive()?;
         let now = self.now();
         self.shards[shard]
             .poller_seen
             .store(now.as_nanos().max(1), Ordering::Relaxed);
-        match self.drive(shard, now, true, f)? {
+        match self.drive(shard, now, Some(polled), f)? {
             Ok(out) => Ok(out),
             // Someone else is running a round: read what has arrived so far.
             Err(f) => self.with_engine(shard, false, f),
@@ -351,6 +358,7 @@ impl Runtime {
         &self,
         shards: u64,
         home: usize,
+        polled: Polled,
         f: impl FnOnce(&mut Engine) -> R,
     ) -> Result<R> {
         for shard in (0..self.shards.len()).filter(|&i| i != home && shards & (1 << i) != 0) {
@@ -358,9 +366,9 @@ impl Runtime {
             self.shards[shard]
                 .poller_seen
                 .store(now.as_nanos().max(1), Ordering::Relaxed);
-            let _ = self.drive(shard, now, true, |_| ())?;
+            let _ = self.drive(shard, now, Some(polled), |_| ())?;
         }
-        self.poll_engine(home, f)
+        self.poll_engine(home, polled, f)
     }
 
     /// Every shard, as a bit set for [`Runtime::poll_shards`].
@@ -375,7 +383,7 @@ impl Runtime {
         for (index, s) in self.shards.iter().enumerate() {
             if s.poller_seen.swap(0, Ordering::Relaxed) != 0 {
                 // Kick out what posts and polls left queued for this poller's next call.
-                let _ = self.drive(index, self.now(), false, |_| ());
+                let _ = self.drive(index, self.now(), None, |_| ());
                 if s.thread_wake_at.load(Ordering::SeqCst) == progress::THREAD_YIELDING {
                     self.wake(index);
                 }
@@ -442,7 +450,7 @@ impl Runtime {
         &self,
         shard: usize,
         now: crate::engine::Instant,
-        poll: bool,
+        poll: Option<Polled>,
         call: F,
     ) -> Result<std::result::Result<R, F>> {
         let s = &self.shards[shard];
@@ -462,7 +470,7 @@ impl Runtime {
                 break;
             };
             s.pending.store(false, Ordering::SeqCst);
-            let done = self.driven_round(shard, &mut token, self.now(), false, |_| ());
+            let done = self.driven_round(shard, &mut token, self.now(), None, |_| ());
             drop(token);
             done?;
         }
@@ -476,7 +484,7 @@ impl Runtime {
         shard: usize,
         token: &mut progress::Progress,
         now: crate::engine::Instant,
-        poll: bool,
+        poll: Option<Polled>,
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<R> {
         let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

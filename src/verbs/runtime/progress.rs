@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use crate::driver::{wait_readable, Driver, DriverError};
 use crate::engine::{
-    shard_of_qpn, transmit_buffer_len, Engine, Event, Instant, Mtu, MAX_FRAME_LEN,
+    shard_of_qpn, transmit_buffer_len, CqId, Engine, Event, Instant, Mtu, MAX_FRAME_LEN,
 };
 
 use super::{drain, lock, ProgressMode, Runtime, Shard};
@@ -119,6 +119,13 @@ impl Inbox {
     }
 }
 
+/// What a poll reads: a CQ, or memory (how `ib_write_lat` waits for a peer's RDMA WRITE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Polled {
+    Cq(CqId),
+    Memory,
+}
+
 /// What the token holder owns: the driver and a round's buffers.
 pub(crate) struct Progress {
     driver: Box<dyn Driver>,
@@ -142,6 +149,8 @@ pub(crate) struct Progress {
     /// The application answers what it receives (it posted between the poll that received
     /// and the next round): only then does a poll leave its ACKs for the answer to carry.
     answering: bool,
+    /// What the last poll that received frames polled.
+    received_by: Option<Polled>,
     buf: Vec<u8>,
     backlog: VecDeque<Vec<u8>>,
     events: Vec<Event>,
@@ -182,6 +191,7 @@ impl Progress {
             deferred: None,
             answerable: false,
             answering: false,
+            received_by: None,
             backlog: VecDeque::new(),
             events: Vec::new(),
             last_stats: Instant::ZERO,
@@ -207,7 +217,7 @@ impl Progress {
         &mut self,
         shared: &Runtime,
         now: Instant,
-        poll: bool,
+        poll: Option<Polled>,
         call: impl FnOnce(&mut Engine) -> R,
     ) -> Result<(R, RoundOutcome), String> {
         let shard = &shared.shards[self.shard];
@@ -219,14 +229,28 @@ impl Progress {
             // an application that answers what it receives (a ping-pong, a request and its
             // reply): one that only receives (a stream's sink) would make its sender wait.
             let posts_waiting = shard.posts_waiting.load(Ordering::Relaxed) > 0;
-            if std::mem::take(&mut self.answerable) {
-                self.answering = posts_waiting;
-            }
-            // Frames that left something to send (an ACK of a request; an ACK received
-            // leaves nothing) are what the application may answer.
-            self.answerable = poll && received > 0 && engine.may_transmit();
-            let deferred =
-                self.defer_transmit(poll && self.answering && !posts_waiting, now, received);
+            // A program that polls two CQs in turn (UCX: receives, then sends) polls the
+            // other, empty, before it answers: that poll says nothing about answering.
+            let aside = poll.is_some()
+                && poll != self.received_by
+                && received == 0
+                && !posts_waiting
+                && self.answerable;
+            let deferred = if aside {
+                self.keep_deferred(now)
+            } else {
+                if std::mem::take(&mut self.answerable) {
+                    self.answering = posts_waiting;
+                }
+                // Frames that left something to send (an ACK of a request; an ACK received
+                // leaves nothing) are what the application may answer.
+                self.answerable = poll.is_some() && received > 0 && engine.may_transmit();
+                if self.answerable {
+                    self.received_by = poll;
+                }
+                let may = poll.is_some() && self.answering && !posts_waiting;
+                self.defer_transmit(may, now, received)
+            };
             let sent = if deferred {
                 if !shard.transmit_deferred.load(Ordering::Relaxed) {
                     shard.transmit_deferred.store(true, Ordering::Relaxed);
@@ -280,7 +304,8 @@ impl Progress {
     /// with its answer in one kick (its post only enqueues under the lease; the poll after
     /// builds and kicks both). Linux's TCP delays ACKs the same way in its ping-pong mode.
     /// IBTA Vol. 1 9.7.5.1.1 lets a responder acknowledge several requests with one ACK:
-    /// ACKs queued meanwhile merge. The next poll that receives nothing transmits them; so
+    /// ACKs queued meanwhile merge. The next poll that receives nothing transmits them (one of
+    /// another CQ than the one that received waits until [`DEFER_LIMIT`]); so
     /// do the calls that change what they depend on (a QP's modify or destroy, a region's
     /// change, a CQ resize: `Runtime::transmit_waiting_posts`) and the lease's end
     /// (`Runtime::stop_polling`, the background thread at the watchdog).
@@ -301,6 +326,18 @@ impl Progress {
             self.deferred = None;
         }
         defer
+    }
+
+    /// An empty poll aside (see [`Progress::round`]) keeps a deferral in force within
+    /// [`DEFER_LIMIT`] of its start.
+    fn keep_deferred(&mut self, now: Instant) -> bool {
+        let keep = self.backlog.is_empty()
+            && !self.tx_blocked
+            && matches!(self.deferred, Some((since, _)) if now - since < DEFER_LIMIT);
+        if !keep {
+            self.deferred = None;
+        }
+        keep
     }
 
     fn receive(
@@ -520,7 +557,7 @@ pub(crate) fn run(shared: Arc<Runtime>, index: usize, waker: UnixDatagram) {
         if !poller {
             if let Some(mut progress) = try_token(shard) {
                 shard.pending.store(false, Ordering::SeqCst);
-                match progress.round(&shared, now, false, |_| ()) {
+                match progress.round(&shared, now, None, |_| ()) {
                     Ok(((), o)) => outcome = Some(o),
                     Err(reason) => {
                         drop(progress);
