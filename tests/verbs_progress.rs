@@ -431,7 +431,6 @@ fn an_empty_poll_of_the_other_cq_leaves_the_ack_for_the_answer() {
         || stats.tx_frames.load(Ordering::Relaxed),
         || stats.kicks.load(Ordering::Relaxed),
     );
-    let mut wcs = [Wc::EMPTY; 4];
     // B's loop: its receive CQ, then its send CQ, until a receive completes; then one more
     // poll of the send CQ, as UCX's progress ends its pass. Whether the last poll sent.
     let receive_then_poll_sends = || {
@@ -447,36 +446,59 @@ fn an_empty_poll_of_the_other_cq_leaves_the_ack_for_the_answer() {
             assert!(start.elapsed() < WAIT, "B received nothing");
         }
     };
-    let mut a_sends = 0;
-    for attempt in 0..5u64 {
-        // Four exchanges in B's way: by the last, B is known to answer.
-        let mut aside_sent = false;
-        let mut answer_kicks = (0, 0);
-        for i in 0..4 {
-            let wr_id = 100 * attempt + i;
-            post_recv(&b, wr_id);
-            post_recv(&a, wr_id);
-            assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
-            send(&a, wr_id, i as u8);
-            aside_sent = receive_then_poll_sends();
-            let before = (tx(), kicks());
-            send(&b, wr_id, i as u8);
-            assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
-            answer_kicks = (tx() - before.0, kicks() - before.1);
-            let got = std::thread::scope(|scope| {
-                scope
-                    .spawn(|| poll_until_recv(&a.cq, &mut a_sends).wr_id)
-                    .join()
-            });
-            assert_eq!(got.unwrap(), wr_id);
-        }
-        // The last exchange: the poll aside sent nothing, and the answer's poll sent the ACK
-        // and the answer in one kick.
-        if !aside_sent && answer_kicks == (2, 1) {
-            return;
-        }
-    }
-    panic!("five times B's poll of its send CQ did not leave the ACK for the answer");
+    // A runs in a thread of its own, busy-polling for each answer (its lease stays there).
+    let (go, a_go) = std::sync::mpsc::channel::<u64>();
+    let (a_got, got) = std::sync::mpsc::channel::<u64>();
+    std::thread::scope(|scope| {
+        let a = &a;
+        scope.spawn(move || {
+            let mut sends = 0;
+            for wr_id in a_go {
+                post_recv(a, wr_id);
+                send(a, wr_id, wr_id as u8);
+                a_got
+                    .send(poll_until_recv(&a.cq, &mut sends).wr_id)
+                    .unwrap();
+            }
+        });
+        // `go` is the call's own, dropped also when it panics: A's thread then ends.
+        let b_side = |go: std::sync::mpsc::Sender<u64>| {
+            let mut wcs = [Wc::EMPTY; 4];
+            for attempt in 0..10u64 {
+                // Four exchanges in B's way: by the last, B is known to answer.
+                let mut aside_sent = false;
+                let mut answer_kicks = (0, 0);
+                for i in 0..4 {
+                    let wr_id = 100 * attempt + i;
+                    post_recv(&b, wr_id);
+                    assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+                    go.send(wr_id).unwrap();
+                    aside_sent = receive_then_poll_sends();
+                    let before = (tx(), kicks());
+                    send(&b, wr_id, i as u8);
+                    assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+                    answer_kicks = (tx() - before.0, kicks() - before.1);
+                    // B keeps polling (its lease) while A takes the answer.
+                    let start = Instant::now();
+                    let answered = loop {
+                        if let Ok(id) = got.try_recv() {
+                            break id;
+                        }
+                        assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
+                        assert!(start.elapsed() < WAIT, "A got no answer");
+                    };
+                    assert_eq!(answered, wr_id);
+                }
+                // The last exchange: the poll aside sent nothing, and the answer's poll sent the
+                // ACK and the answer in one kick.
+                if !aside_sent && answer_kicks == (2, 1) {
+                    return;
+                }
+            }
+            panic!("ten times B's poll of its send CQ did not leave the ACK for the answer");
+        };
+        b_side(go);
+    });
 }
 
 /// Polls `cq` until its next completion (a send's); its status.

@@ -302,6 +302,8 @@ pub struct Engine {
     expired: Vec<u32>,
     /// QPs `handle_timeout` has visited, ever (for tests: only expired QPs are visited).
     timer_visits: u64,
+    /// Completions `poll_cq`/`poll_cq_one` have handed out, ever.
+    completions_polled: u64,
 }
 
 impl Engine {
@@ -363,6 +365,7 @@ impl Engine {
             timers: TimerQueue::default(),
             expired: Vec::new(),
             timer_visits: 0,
+            completions_polled: 0,
         }
     }
 
@@ -419,6 +422,13 @@ impl Engine {
     #[must_use]
     pub fn may_transmit(&self) -> bool {
         !self.tx_list.is_empty()
+    }
+
+    /// Completions [`Engine::poll_cq`] and [`Engine::poll_cq_one`] have handed out since the
+    /// engine was made (a caller compares two readings).
+    #[must_use]
+    pub fn completions_polled(&self) -> u64 {
+        self.completions_polled
     }
 
     /// The earliest time `handle_timeout` has work to do.

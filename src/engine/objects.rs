@@ -414,7 +414,8 @@ impl Engine {
 
     /// Take up to `out.len()` completions, oldest first; returns how many.
     pub fn poll_cq(&mut self, cq: CqId, out: &mut [Wc]) -> Result<usize, EngineError> {
-        self.sh
+        let n = self
+            .sh
             .cqs
             .with(cq, |q| {
                 let n = out.len().min(q.entries.len());
@@ -423,15 +424,20 @@ impl Engine {
                 }
                 n
             })
-            .ok_or(EngineError::UnknownCq(cq))
+            .ok_or(EngineError::UnknownCq(cq))?;
+        self.completions_polled += n as u64;
+        Ok(n)
     }
 
     /// Take one completion.
     pub fn poll_cq_one(&mut self, cq: CqId) -> Result<Option<Wc>, EngineError> {
-        self.sh
+        let wc = self
+            .sh
             .cqs
             .with(cq, |q| q.entries.pop_front())
-            .ok_or(EngineError::UnknownCq(cq))
+            .ok_or(EngineError::UnknownCq(cq))?;
+        self.completions_polled += u64::from(wc.is_some());
+        Ok(wc)
     }
 
     /// Completions waiting in a CQ.

@@ -149,8 +149,9 @@ pub(crate) struct Progress {
     /// The application answers what it receives (it posted between the poll that received
     /// and the next round): only then does a poll leave its ACKs for the answer to carry.
     answering: bool,
-    /// What the last poll that received frames polled.
-    received_by: Option<Polled>,
+    /// What the poll that last handed the application something polled (it returned
+    /// completions, or received frames).
+    handed_by: Option<Polled>,
     buf: Vec<u8>,
     backlog: VecDeque<Vec<u8>>,
     events: Vec<Event>,
@@ -191,7 +192,7 @@ impl Progress {
             deferred: None,
             answerable: false,
             answering: false,
-            received_by: None,
+            handed_by: None,
             backlog: VecDeque::new(),
             events: Vec::new(),
             last_stats: Instant::ZERO,
@@ -224,19 +225,27 @@ impl Progress {
         let (out, mut outcome) = {
             let mut engine = lock(&shard.engine);
             let (received, timers) = self.receive(shared, &mut engine, now)?;
+            let completions = engine.completions_polled();
             let out = call(&mut engine);
+            let returned = engine.completions_polled() != completions;
             // Only what received frames produced waits, never a post's frames, and only for
             // an application that answers what it receives (a ping-pong, a request and its
             // reply): one that only receives (a stream's sink) would make its sender wait.
             let posts_waiting = shard.posts_waiting.load(Ordering::Relaxed) > 0;
-            // A program that polls two CQs in turn (UCX: receives, then sends) polls the
-            // other, empty, before it answers: that poll says nothing about answering.
-            let aside = poll.is_some()
-                && poll != self.received_by
+            // Whether the application answers is told by its next post, or by a poll that
+            // finds nothing where it last found something. Until then a poll that receives
+            // nothing keeps what waits for the answer: one that still hands completions
+            // over, or an empty one of another CQ (UCX polls a QP's receive CQ, then its
+            // send CQ, before it answers).
+            let undecided = poll.is_some()
                 && received == 0
                 && !posts_waiting
-                && self.answerable;
-            let deferred = if aside {
+                && self.answerable
+                && (returned || poll != self.handed_by);
+            if poll.is_some() && (returned || received > 0) {
+                self.handed_by = poll;
+            }
+            let deferred = if undecided {
                 self.keep_deferred(now)
             } else {
                 if std::mem::take(&mut self.answerable) {
@@ -245,9 +254,6 @@ impl Progress {
                 // Frames that left something to send (an ACK of a request; an ACK received
                 // leaves nothing) are what the application may answer.
                 self.answerable = poll.is_some() && received > 0 && engine.may_transmit();
-                if self.answerable {
-                    self.received_by = poll;
-                }
                 let may = poll.is_some() && self.answering && !posts_waiting;
                 self.defer_transmit(may, now, received)
             };
@@ -304,8 +310,8 @@ impl Progress {
     /// with its answer in one kick (its post only enqueues under the lease; the poll after
     /// builds and kicks both). Linux's TCP delays ACKs the same way in its ping-pong mode.
     /// IBTA Vol. 1 9.7.5.1.1 lets a responder acknowledge several requests with one ACK:
-    /// ACKs queued meanwhile merge. The next poll that receives nothing transmits them (one of
-    /// another CQ than the one that received waits until [`DEFER_LIMIT`]); so
+    /// ACKs queued meanwhile merge. The next poll that receives nothing transmits them (one that
+    /// still hands completions over, or polls another CQ, waits until [`DEFER_LIMIT`]); so
     /// do the calls that change what they depend on (a QP's modify or destroy, a region's
     /// change, a CQ resize: `Runtime::transmit_waiting_posts`) and the lease's end
     /// (`Runtime::stop_polling`, the background thread at the watchdog).
@@ -328,8 +334,8 @@ impl Progress {
         defer
     }
 
-    /// An empty poll aside (see [`Progress::round`]) keeps a deferral in force within
-    /// [`DEFER_LIMIT`] of its start.
+    /// A poll that leaves the answer undecided (see [`Progress::round`]) keeps a deferral in
+    /// force within [`DEFER_LIMIT`] of its start.
     fn keep_deferred(&mut self, now: Instant) -> bool {
         let keep = self.backlog.is_empty()
             && !self.tx_blocked
