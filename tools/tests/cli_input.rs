@@ -174,6 +174,8 @@ fn perf_counts_and_sizes_are_bounded() {
     assert_refused(&["perf", "write_bw", "-o", "4"], "-o/--outs");
     assert_refused(&["perf", "write_bw", "-I", "1000"], "-I/--inline_size 1000");
     assert_refused(&["perf", "read_lat", "-I", "64"], "-I/--inline_size");
+    assert_refused(&["perf", "write_bw", "-H"], "-H/--report-histogram");
+    assert_refused(&["perf", "send_bw", "-U"], "-U/--report-unsorted");
     assert_refused(
         &["perf", "write_bw", "-D", "100000"],
         "-D/--duration 100000",

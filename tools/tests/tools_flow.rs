@@ -406,6 +406,40 @@ fn every_perf_test_runs_both_roles() {
 }
 
 #[test]
+fn latency_samples_print_unsorted_and_sorted_before_the_row() {
+    // -U then -H, as perftest prints them: every sample in the order measured (iters - 1
+    // gaps), then the kept ones sorted (two fewer), then the header again and the row.
+    let mut opts = PerfOptions::defaults(TestKind::SendLat);
+    opts.iters = 50;
+    opts.report_unsorted = true;
+    opts.report_histogram = true;
+    let (_, (client, _)) = perf_pair(opts, "6.06");
+    let lists: Vec<Vec<f64>> = client
+        .split("#, usec\n")
+        .skip(1)
+        .map(|list| {
+            list.lines()
+                .map_while(|l| l.split_once(", "))
+                .enumerate()
+                .map(|(i, (n, v))| {
+                    assert_eq!(n, (i + 1).to_string(), "{client}");
+                    v.parse::<f64>().unwrap()
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(lists.len(), 2, "{client}");
+    let (unsorted, sorted) = (&lists[0], &lists[1]);
+    assert_eq!((unsorted.len(), sorted.len()), (49, 47), "{client}");
+    assert!(sorted.windows(2).all(|w| w[0] <= w[1]), "{client}");
+    let mut expected = unsorted.clone();
+    expected.sort_by(|a, b| a.total_cmp(b));
+    assert_eq!(&expected[..47], &sorted[..], "{client}");
+    let after = client.rsplit("#, usec\n").next().unwrap();
+    assert!(after.contains("t_typical[usec]"), "{client}");
+}
+
+#[test]
 fn run_all_sizes_and_new_version_parameter_block() {
     for kind in [
         TestKind::WriteBw,

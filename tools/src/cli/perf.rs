@@ -126,6 +126,14 @@ pub struct Args {
     /// Report Gb/s instead of MB/s.
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
+    /// Latency tests: print every sample, sorted (the two largest dropped, as for the
+    /// summary), before the summary row (perftest's -H).
+    #[arg(short = 'H', long = "report-histogram")]
+    pub report_histogram: bool,
+    /// Latency tests: print every sample in the order measured, before the summary row
+    /// (perftest's -U): where in the run the slow ones fell.
+    #[arg(short = 'U', long = "report-unsorted")]
+    pub report_unsorted: bool,
     /// QP local ACK timeout: 4.096 us x 2^N (0 = none; default 14 = 67 ms), as perftest's -u.
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
     pub qp_timeout: u8,
@@ -188,6 +196,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.ud = args.connection == Conn::Ud;
     opts.uc = args.connection == Conn::Uc;
     opts.report_gbits = args.report_gbits;
+    if (args.report_histogram || args.report_unsorted) && kind.is_bw() {
+        // perftest_parameters.c refuses -H and -U in bandwidth tests too.
+        anyhow::bail!(
+            "-H/--report-histogram and -U/--report-unsorted apply only to the latency tests; drop them"
+        );
+    }
+    opts.report_histogram = args.report_histogram;
+    opts.report_unsorted = args.report_unsorted;
     opts.events = args.events;
     opts.use_srq = args.use_srq;
     opts.duplex = args.bidirectional;

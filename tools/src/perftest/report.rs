@@ -185,6 +185,43 @@ pub fn thread_bw_row(t: &ThreadBw) -> String {
     )
 }
 
+/// Every sample of a latency test, one per line, numbered from 1 (perftest's `-H` and `-U`
+/// lists: a `#, usec` line, then `N, value` with the value as C's `%g` prints it).
+pub fn samples(values_usec: &[f64]) -> String {
+    let mut s = String::from("#, usec\n");
+    for (i, v) in values_usec.iter().enumerate() {
+        s.push_str(&format!("{}, {}\n", i + 1, c_general(*v)));
+    }
+    s
+}
+
+/// `v` as C's `printf("%g")` writes it: six significant digits, trailing zeros dropped,
+/// exponent form below 1e-4 and from 1e6.
+fn c_general(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let strip = |t: String| -> String {
+        if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            t
+        }
+    };
+    // The exponent after rounding to six significant digits.
+    let rounded: f64 = format!("{v:.5e}").parse().unwrap_or(v);
+    let exp = rounded.abs().log10().floor() as i32;
+    if !(-4..6).contains(&exp) {
+        let text = format!("{v:.5e}");
+        let (mantissa, e) = text.split_once('e').unwrap_or((&text, "0"));
+        let e: i32 = e.parse().unwrap_or(0);
+        let sign = if e < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", strip(mantissa.to_string()), e.abs())
+    } else {
+        strip(format!("{:.*}", (5 - exp).max(0) as usize, v))
+    }
+}
+
 /// Column header of the latency table (`RESULT_FMT_LAT`).
 pub fn lat_table_header() -> &'static str {
     " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
@@ -272,6 +309,24 @@ pub struct JsonReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn samples_print_as_perftest_printf_g() {
+        // printf("%g") of each, as perftest's -H/-U lines print them.
+        for (v, c) in [
+            (2.815, "2.815"),
+            (12.34567891, "12.3457"),
+            (5.0, "5"),
+            (0.1, "0.1"),
+            (999999.7, "1e+06"),
+            (1234567.0, "1.23457e+06"),
+            (0.00001234, "1.234e-05"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(c_general(v), c, "{v}");
+        }
+        assert_eq!(samples(&[3.5, 12.0]), "#, usec\n1, 3.5\n2, 12\n");
+    }
 
     #[test]
     fn address_line_matches_perftest_printf() {

@@ -24,7 +24,7 @@ use crate::perftest::oob::{
     SysData, TestKind,
 };
 use crate::perftest::report::{self as report, JsonResult, ThreadBw};
-use crate::perftest::stats::{BwStats, BwTimes, BwUnit, LatencyStats, MAX_PEAK_ITERS};
+use crate::perftest::stats::{self, BwStats, BwTimes, BwUnit, LatencyStats, MAX_PEAK_ITERS};
 
 /// perftest's UD Q_Key (`DEF_QKEY`).
 pub const PERFTEST_QKEY: u32 = 0x1111_1111;
@@ -102,6 +102,10 @@ pub struct PerfOptions {
     pub uc: bool,
     /// `--report_gbits`.
     pub report_gbits: bool,
+    /// `-H` (latency tests): every kept sample, sorted, before the summary row.
+    pub report_histogram: bool,
+    /// `-U` (latency tests): every sample in the order measured, before the summary row.
+    pub report_unsorted: bool,
     /// `-e`: sleep on the CQ's completion channel instead of spinning (needs endpoints made
     /// with `EndpointSpec::events`).
     pub events: bool,
@@ -146,6 +150,8 @@ impl PerfOptions {
             ud: false,
             uc: false,
             report_gbits: false,
+            report_histogram: false,
+            report_unsorted: false,
             events: false,
             use_srq: false,
             duplex: false,
@@ -1102,6 +1108,18 @@ impl PerftestRunner for PerfRunner<'_> {
             anyhow::anyhow!("too few iterations to compute latency (use -n 5 or more)")
         })?;
         let iters = (ts.len() as u64).saturating_sub(u64::from(kind.is_read_like()));
+        if self.opts.report_unsorted || self.opts.report_histogram {
+            let gaps = stats::gaps(&ts, rtt);
+            if self.opts.report_unsorted {
+                write!(self.out, "{}", report::samples(&gaps))?;
+            }
+            if self.opts.report_histogram {
+                write!(self.out, "{}", report::samples(&stats::kept_sorted(&gaps)))?;
+            }
+            // The samples pushed the header out of sight: again, as perftest does.
+            writeln!(self.out, "{}", report::RESULT_LINE)?;
+            writeln!(self.out, "{}", report::lat_table_header())?;
+        }
         writeln!(self.out, "{}", report::lat_row(size, iters, &stats))?;
         self.results.push(JsonResult::Lat { size, iters, stats });
         Ok(None)

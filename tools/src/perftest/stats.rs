@@ -81,12 +81,25 @@ impl LatencyStats {
 
     /// From the timestamps (µs) of each iteration's start: gaps divided by `rtt_factor`.
     pub fn from_timestamps(starts_usec: &[f64], rtt_factor: f64) -> Option<Self> {
-        let gaps: Vec<f64> = starts_usec
-            .windows(2)
-            .map(|w| (w[1] - w[0]) / rtt_factor)
-            .collect();
-        Self::from_samples(&gaps)
+        Self::from_samples(&gaps(starts_usec, rtt_factor))
     }
+}
+
+/// The samples of a latency test: the gaps between consecutive iteration starts (µs),
+/// divided by `rtt_factor`, in the order measured.
+pub fn gaps(starts_usec: &[f64], rtt_factor: f64) -> Vec<f64> {
+    starts_usec
+        .windows(2)
+        .map(|w| (w[1] - w[0]) / rtt_factor)
+        .collect()
+}
+
+/// The samples the statistics keep, sorted: all but the [`LAT_MEASURE_TAIL`] largest.
+pub fn kept_sorted(samples_usec: &[f64]) -> Vec<f64> {
+    let mut sorted = samples_usec.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    sorted.truncate(sorted.len().saturating_sub(LAT_MEASURE_TAIL));
+    sorted
 }
 
 /// Units of a bandwidth report.
@@ -326,6 +339,15 @@ impl BwTimes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn samples_are_the_halved_gaps_and_the_kept_ones_drop_the_tail() {
+        let g = gaps(&[0.0, 4.0, 10.0, 30.0, 32.0], 2.0);
+        assert_eq!(g, vec![2.0, 3.0, 10.0, 1.0]);
+        // Sorted, the two largest dropped (perftest's LAT_MEASURE_TAIL).
+        assert_eq!(kept_sorted(&g), vec![1.0, 2.0]);
+        assert!(kept_sorted(&[1.0]).is_empty());
+    }
 
     #[test]
     fn latency_follows_perftest_rules() {
