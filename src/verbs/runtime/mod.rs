@@ -233,11 +233,11 @@ impl Runtime {
     ) -> Result<R> {
         self.check_alive()?;
         let s = &self.shards[shard];
-        // One clock read per call.
-        let now = self.now();
         if !posted {
             return Ok(self.on_engine_alone(shard, f));
         }
+        // One clock read per post (none for a call that posts nothing: a receive WR).
+        let now = self.now();
         if self.post_left_for_poller(shard, now) {
             // No round: the WR waits in the engine, its frames built later with those of the
             // posts around it, in one kick.

@@ -139,6 +139,10 @@ pub struct VerbsEndpoint {
     channel: Option<CompletionChannel>,
     /// Completions taken while checking the CQ after arming it (`wait_completion`).
     early: std::collections::VecDeque<Wc>,
+    /// Where [`ToolEndpoint::poll`] lets `Cq::poll` write: made once, not per poll (a
+    /// latency test polls in a tight loop, and the poll that finds the completion is on the
+    /// round trip's path).
+    polled: Box<[Wc; POLL_BATCH]>,
     /// SENDs and WRITEs up to this many bytes go inline (`-I`; 0: none).
     inline_max: u32,
     /// The shared receive queue the QP takes its receives from (`perf --use-srq`): receives
@@ -228,6 +232,7 @@ impl VerbsEndpoint {
             ud_dest: None,
             channel,
             early: Default::default(),
+            polled: Box::new([Wc::EMPTY; POLL_BATCH]),
             inline_max: 0,
             srq: srq.cloned(),
         })
@@ -388,7 +393,7 @@ impl ToolEndpoint for VerbsEndpoint {
         }
         // One poll for the rest: one progress round, however many completions it returns
         // (a round per completion would also send an ACK and kick the driver per message).
-        let mut wcs = [Wc::EMPTY; POLL_BATCH];
+        let wcs = &mut self.polled;
         while n < max {
             let want = (max - n).min(POLL_BATCH);
             let got = self.cq.poll(&mut wcs[..want])?;
