@@ -404,27 +404,7 @@ fn an_empty_poll_of_the_other_cq_leaves_the_ack_for_the_answer() {
     let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
     let a = side(&da, &pa);
     let b_send_cq = db.create_cq(4096, None).unwrap();
-    let b = {
-        let recv_cq = db.create_cq(4096, None).unwrap();
-        let qp = pb
-            .create_qp(&QpInitAttr {
-                cap: QpCaps {
-                    max_send_wr: 256,
-                    max_recv_wr: 256,
-                    ..QpCaps::default()
-                },
-                ..QpInitAttr::rc(&b_send_cq, &recv_cq)
-            })
-            .unwrap();
-        let mr = pb.reg_mr(8192, Access::ALL).unwrap();
-        Side {
-            dev: db.clone(),
-            _pd: pb.clone(),
-            cq: recv_cq,
-            qp,
-            mr,
-        }
-    };
+    let b = side_with_send_cq(&db, &pb, &b_send_cq, db.create_cq(4096, None).unwrap());
     connect(&a, &b);
     let stats = db.progress_stats();
     let (tx, kicks) = (

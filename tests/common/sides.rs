@@ -18,6 +18,12 @@ pub struct Side {
 
 pub fn side(dev: &Device, pd: &Pd) -> Side {
     let cq = dev.create_cq(4096, None).unwrap();
+    side_with_send_cq(dev, pd, &cq, cq.clone())
+}
+
+/// A side whose sends complete into `send_cq` and receives into `cq` (the side's CQ), as UCX
+/// builds its QPs; `send_cq` may be `cq` itself.
+pub fn side_with_send_cq(dev: &Device, pd: &Pd, send_cq: &Cq, cq: Cq) -> Side {
     let qp = pd
         .create_qp(&QpInitAttr {
             cap: QpCaps {
@@ -25,7 +31,7 @@ pub fn side(dev: &Device, pd: &Pd) -> Side {
                 max_recv_wr: 256,
                 ..QpCaps::default()
             },
-            ..QpInitAttr::rc(&cq, &cq)
+            ..QpInitAttr::rc(send_cq, &cq)
         })
         .unwrap();
     let mr = pd.reg_mr(8192, Access::ALL).unwrap();
