@@ -859,8 +859,7 @@ impl<'a> PerfRunner<'a> {
             return Ok(self.stash.remove(pos).expect("index from position"));
         }
         let mut wcs = std::mem::take(&mut self.polled);
-        let since = Instant::now();
-        let mut spins: u32 = 0;
+        let mut stall = StallCheck::new(self.opts.stall_timeout);
         loop {
             wcs.clear();
             let mut checked = self.eps[0].poll(&mut wcs, 4).map(drop);
@@ -880,15 +879,34 @@ impl<'a> PerfRunner<'a> {
                 checked?;
                 return Ok(found.expect("found or failed"));
             }
-            // The clock only now and then: a read is about as long as an empty poll.
-            spins = spins.wrapping_add(1);
-            if spins % 64 == 0 && since.elapsed() > self.opts.stall_timeout {
+            if stall.expired() {
                 anyhow::bail!(
                     "no completion for {:?}: the peer stopped answering",
                     self.opts.stall_timeout
                 );
             }
             self.idle()?;
+        }
+    }
+
+    /// Polls the local byte at `at` (where the peer's RDMA WRITE lands) until it is `value`;
+    /// false once `stall` expires first.
+    fn wait_for_byte(
+        &mut self,
+        at: usize,
+        value: u8,
+        stall: &mut StallCheck,
+    ) -> anyhow::Result<bool> {
+        let mut b = [0u8; 1];
+        loop {
+            self.eps[0].read_local(at, &mut b)?;
+            if b[0] == value {
+                return Ok(true);
+            }
+            if stall.expired() {
+                return Ok(false);
+            }
+            std::hint::spin_loop();
         }
     }
 
@@ -948,25 +966,13 @@ impl<'a> PerfRunner<'a> {
                 let post_at = size as usize - 1;
                 let poll_at = half + size as usize - 1;
                 let mut rcnt: u64 = 0;
-                let since = Instant::now();
+                let mut stall =
+                    StallCheck::new(self.opts.stall_timeout + Duration::from_secs(iters / 1000));
                 for scnt in 0..iters {
                     if !(scnt == 0 && self.role == Role::Server) {
                         rcnt += 1;
-                        let mut b = [0u8; 1];
-                        let mut spins: u32 = 0;
-                        loop {
-                            self.eps[0].read_local(poll_at, &mut b)?;
-                            if b[0] == rcnt as u8 {
-                                break;
-                            }
-                            spins = spins.wrapping_add(1);
-                            if spins % 64 == 0
-                                && since.elapsed()
-                                    > self.opts.stall_timeout + Duration::from_secs(iters / 1000)
-                            {
-                                anyhow::bail!("peer's write {rcnt} never arrived");
-                            }
-                            std::hint::spin_loop();
+                        if !self.wait_for_byte(poll_at, rcnt as u8, &mut stall)? {
+                            anyhow::bail!("peer's write {rcnt} never arrived");
                         }
                     }
                     ts.push(start.elapsed().as_secs_f64() * 1e6);
@@ -976,20 +982,11 @@ impl<'a> PerfRunner<'a> {
                 }
                 // The server wrote first, so it still waits for the client's last write
                 // (perftest's loop runs until rcnt == iters on both sides).
-                if self.role == Role::Server && iters > 0 {
-                    let mut b = [0u8; 1];
-                    loop {
-                        self.eps[0].read_local(poll_at, &mut b)?;
-                        if b[0] == iters as u8 {
-                            break;
-                        }
-                        if since.elapsed()
-                            > self.opts.stall_timeout + Duration::from_secs(iters / 1000)
-                        {
-                            anyhow::bail!("peer's last write never arrived");
-                        }
-                        std::hint::spin_loop();
-                    }
+                if self.role == Role::Server
+                    && iters > 0
+                    && !self.wait_for_byte(poll_at, iters as u8, &mut stall)?
+                {
+                    anyhow::bail!("peer's last write never arrived");
                 }
             }
             TestKind::ReadLat | TestKind::AtomicLat => {
@@ -1117,12 +1114,12 @@ impl PerftestRunner for PerfRunner<'_> {
         let ts = self.run_lat(size)?;
         let rtt = if kind.is_read_like() { 1.0 } else { 2.0 };
         self.print_table_header()?;
-        let stats = LatencyStats::from_timestamps(&ts, rtt).ok_or_else(|| {
+        let gaps = stats::gaps(&ts, rtt);
+        let stats = LatencyStats::from_samples(&gaps).ok_or_else(|| {
             anyhow::anyhow!("too few iterations to compute latency (use -n 5 or more)")
         })?;
         let iters = (ts.len() as u64).saturating_sub(u64::from(kind.is_read_like()));
         if self.opts.report_unsorted || self.opts.report_histogram {
-            let gaps = stats::gaps(&ts, rtt);
             if self.opts.report_unsorted {
                 write!(self.out, "{}", report::samples(&gaps))?;
             }
@@ -1136,6 +1133,30 @@ impl PerftestRunner for PerfRunner<'_> {
         writeln!(self.out, "{}", report::lat_row(size, iters, &stats))?;
         self.results.push(JsonResult::Lat { size, iters, stats });
         Ok(None)
+    }
+}
+
+/// A latency loop's "the peer stopped answering" check. It reads the clock only every 64th
+/// time it is asked: a read costs about as much as an empty poll, and the loop spins.
+struct StallCheck {
+    since: Instant,
+    limit: Duration,
+    asked: u32,
+}
+
+impl StallCheck {
+    fn new(limit: Duration) -> StallCheck {
+        StallCheck {
+            since: Instant::now(),
+            limit,
+            asked: 0,
+        }
+    }
+
+    /// Whether `limit` has passed since the check was made (seen within 64 calls of it).
+    fn expired(&mut self) -> bool {
+        self.asked = self.asked.wrapping_add(1);
+        self.asked % 64 == 0 && self.since.elapsed() > self.limit
     }
 }
 

@@ -78,11 +78,6 @@ impl LatencyStats {
             p99_9: delta[idx(0.999)],
         })
     }
-
-    /// From the timestamps (µs) of each iteration's start: gaps divided by `rtt_factor`.
-    pub fn from_timestamps(starts_usec: &[f64], rtt_factor: f64) -> Option<Self> {
-        Self::from_samples(&gaps(starts_usec, rtt_factor))
-    }
 }
 
 /// The samples of a latency test: the gaps between consecutive iteration starts (µs),
@@ -370,7 +365,7 @@ mod tests {
     fn odd_count_median_and_timestamps() {
         let starts = [0.0, 2.0, 4.0, 8.0, 10.0, 12.0, 14.0, 16.0];
         // gaps 2,2,4,2,2,2,2 halved: 1,1,2,1,1,1,1 -> sorted 1x6,2 ; drop 2 -> 5 kept
-        let s = LatencyStats::from_timestamps(&starts, 2.0).unwrap();
+        let s = LatencyStats::from_samples(&gaps(&starts, 2.0)).unwrap();
         assert_eq!(s.samples, 5);
         assert_eq!(s.median, 1.0);
         assert_eq!(s.max, 1.0);
