@@ -396,11 +396,7 @@ fn a_receiver_that_does_not_answer_leaves_no_ack_waiting() {
 /// leaves with B's answer, in one kick.
 #[test]
 fn an_empty_poll_of_the_other_cq_leaves_the_ack_for_the_answer() {
-    let config = DeviceConfig {
-        progress: ProgressMode::Wakeup,
-        ..DeviceConfig::default()
-    };
-    let (da, db, _link) = Device::mem_pair(&mem_link_config(1500, 0.0, 7), config).unwrap();
+    let (da, db, _link) = device_pair(ProgressMode::Wakeup);
     let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
     let a = side(&da, &pa);
     let b_send_cq = db.create_cq(4096, None).unwrap();

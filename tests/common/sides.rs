@@ -65,12 +65,17 @@ pub fn connect(a: &Side, b: &Side) {
     }
 }
 
-pub fn pairs(mode: ProgressMode, count: usize) -> (Vec<(Side, Side)>, Device, Device, MemLink) {
+/// Two devices on an in-memory link (MTU 1500, no loss).
+pub fn device_pair(mode: ProgressMode) -> (Device, Device, MemLink) {
     let config = DeviceConfig {
         progress: mode,
         ..DeviceConfig::default()
     };
-    let (da, db, link) = Device::mem_pair(&mem_link_config(1500, 0.0, 7), config).unwrap();
+    Device::mem_pair(&mem_link_config(1500, 0.0, 7), config).unwrap()
+}
+
+pub fn pairs(mode: ProgressMode, count: usize) -> (Vec<(Side, Side)>, Device, Device, MemLink) {
+    let (da, db, link) = device_pair(mode);
     let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
     let sides = (0..count)
         .map(|_| {
