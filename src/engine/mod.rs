@@ -295,6 +295,9 @@ pub struct Engine {
     /// The UD completion of that frame, if it was a UD send (kept apart so that an RC
     /// frame stores one word, not a `Wc`, on every transmit).
     last_tx_ud: Option<(Wc, bool)>,
+    /// Where `poll_transmit` has the requester or responder build the next packet: built in
+    /// place, never moved (a few hundred bytes).
+    out_packet: outgoing::OutPacket,
     /// Each QP's next timer deadline, earliest first. Every entry point that may change a
     /// QP's deadlines calls [`Engine::sync_timer`] for it afterwards.
     timers: TimerQueue,
@@ -362,6 +365,15 @@ impl Engine {
             tx_list: VecDeque::new(),
             last_tx: None,
             last_tx_ud: None,
+            out_packet: outgoing::OutPacket::new(
+                AddressVector::new(
+                    [0; 6],
+                    std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                ),
+                0,
+                crate::wire::Opcode(0),
+                crate::wire::Psn::new(0),
+            ),
             timers: TimerQueue::default(),
             expired: Vec::new(),
             timer_visits: 0,

@@ -53,6 +53,11 @@ impl OutPacket {
             ud_completion: None,
         }
     }
+
+    /// Make this the packet [`OutPacket::new`] gives, in place.
+    pub fn reset(&mut self, av: AddressVector, dest_qp: u32, opcode: Opcode, psn: Psn) {
+        *self = OutPacket::new(av, dest_qp, opcode, psn);
+    }
 }
 
 /// Put a QP on the transmit list if it may have something to send.

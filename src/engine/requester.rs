@@ -147,15 +147,31 @@ fn position(k: u32, n: u32) -> (bool, bool) {
     (k == 0, k + 1 == n)
 }
 
-/// Produce the next request packet of this QP, if any may be sent now.
-pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> Option<OutPacket> {
+/// Produce the next request packet of this QP into `pkt`, if any may be sent now; false if
+/// none (then `pkt` may hold a packet half built, to be ignored). Written in place, not
+/// returned: an `OutPacket` is a few hundred bytes, and each move of one was a `memcpy`.
+pub(crate) fn next_request(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    now: Instant,
+    pkt: &mut OutPacket,
+) -> bool {
+    next_request_into(qp, sh, now, pkt).is_some()
+}
+
+fn next_request_into(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    now: Instant,
+    pkt: &mut OutPacket,
+) -> Option<()> {
     let state = qp.state();
     if !matches!(state, QpState::Rts | QpState::Sqd) || qp.req.rnr_deadline.is_some() {
         return None;
     }
     match qp.qp_type {
-        QpType::Ud => return next_ud(qp, sh),
-        QpType::Uc => return next_uc(qp, sh),
+        QpType::Ud => return next_ud(qp, sh, pkt),
+        QpType::Uc => return next_uc(qp, sh, pkt),
         QpType::Rc => {}
     }
     let av = *qp.av()?;
@@ -171,7 +187,7 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> O
     let mtu = qp.mtu();
     let since_ackreq = qp.req.since_ackreq;
     let next_follows = next_message_follows(qp, idx, psn);
-    let mut pkt = OutPacket::new(av, qp.attr.dest_qp_num, Opcode(0), psn);
+    pkt.reset(av, qp.attr.dest_qp_num, Opcode(0), psn);
     let wqe = qp.sq.get(idx)?;
     let consumed = match wqe.op {
         WrOp::Send
@@ -183,23 +199,23 @@ pub(crate) fn next_request(qp: &mut Qp, sh: &mut DeviceState, now: Instant) -> O
                 since_ackreq,
                 next_follows,
             };
-            if !data_request(wqe, sh, k, npkts, mtu, asks, &mut pkt) {
+            if !data_request(wqe, sh, k, npkts, mtu, asks, pkt) {
                 // The MR was deregistered under a posted WR: a local protection error.
                 fail_qp(qp, sh, WcStatus::LocProtErr);
                 return None;
             }
             1
         }
-        WrOp::Read { .. } => read_request(wqe, k, npkts, mtu, &mut pkt),
+        WrOp::Read { .. } => read_request(wqe, k, npkts, mtu, pkt),
         WrOp::CompareSwap { .. } | WrOp::FetchAdd { .. } => {
-            atomic_request(wqe, &mut pkt);
+            atomic_request(wqe, pkt);
             1
         }
         // run_local_ops stopped before a local operation; nothing to send for it.
         WrOp::BindMw { .. } | WrOp::LocalInv { .. } => return None,
     };
     record_sent(qp, sh, now, psn, consumed, npkts, pkt.ack_req);
-    Some(pkt)
+    Some(())
 }
 
 /// Execute the local operations (bind, local invalidate) at the send position, in order,
@@ -538,7 +554,7 @@ fn data_opcode(op: &WrOp, first: bool, last: bool) -> Opcode {
 /// order with no window, no AckReq and no timer. Nothing is acknowledged, so the WQE is done
 /// once its last packet is handed to the wire: like a UD send, its completion is pushed when
 /// that frame is emitted.
-fn next_uc(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
+fn next_uc(qp: &mut Qp, sh: &mut DeviceState, pkt: &mut OutPacket) -> Option<()> {
     let av = *qp.av()?;
     // Local operations at the head run now and complete at once (nothing before them is
     // outstanding: UC completes each message when its last packet leaves).
@@ -569,14 +585,14 @@ fn next_uc(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     let (psn, npkts) = next_packet_psn(qp, 0)?;
     let k = qp.req.send_pkt;
     let mtu = qp.mtu();
-    let mut pkt = OutPacket::new(av, qp.attr.dest_qp_num, Opcode(0), psn);
+    pkt.reset(av, qp.attr.dest_qp_num, Opcode(0), psn);
     let wqe = qp.sq.front()?;
     // UC has no ACKs: the AckReq bit is cleared below whatever this says.
     let asks = AckAsk {
         since_ackreq: 0,
         next_follows: false,
     };
-    if !data_request(wqe, sh, k, npkts, mtu, asks, &mut pkt) {
+    if !data_request(wqe, sh, k, npkts, mtu, asks, pkt) {
         fail_qp(qp, sh, WcStatus::LocProtErr);
         return None;
     }
@@ -589,17 +605,17 @@ fn next_uc(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     qp.req.high_psn = next;
     if k + 1 < npkts {
         qp.req.send_pkt = k + 1;
-        return Some(pkt);
+        return Some(());
     }
     qp.req.send_pkt = 0;
     let wqe = qp.sq.pop_front()?;
     pkt.ud_completion = Some((send_wc(qp, &wqe, WcStatus::Success), wqe.signaled));
     check_sq_drained(qp, sh);
-    Some(pkt)
+    Some(())
 }
 
 /// UD: one packet per WQE, completed once its frame is emitted (there is no ACK).
-fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
+fn next_ud(qp: &mut Qp, sh: &mut DeviceState, pkt: &mut OutPacket) -> Option<()> {
     if qp.state() == QpState::Sqd {
         return None;
     }
@@ -636,7 +652,7 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
         WrOp::SendWithImm { .. } => Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
         _ => Opcode::UD_SEND_ONLY,
     };
-    let mut pkt = OutPacket::new(dest.av, dest.remote_qpn, opcode, psn);
+    pkt.reset(dest.av, dest.remote_qpn, opcode, psn);
     // IBTA 3.5.3: a Q_Key with the top bit set means "use the QP's own Q_Key".
     let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
         qp.attr.qkey
@@ -660,7 +676,7 @@ fn next_ud(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
     let mut wc = send_wc(qp, &wqe, WcStatus::Success);
     wc.src_qp = dest.remote_qpn;
     pkt.ud_completion = Some((wc, wqe.signaled));
-    Some(pkt)
+    Some(())
 }
 
 #[cfg(test)]

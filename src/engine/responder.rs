@@ -853,8 +853,13 @@ fn abandon_responses_from(qp: &mut Qp, psn: Psn) {
     });
 }
 
-/// The next ACK, NAK, atomic ACK or READ response packet of this QP.
-pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPacket> {
+/// The next ACK, NAK, atomic ACK or READ response packet of this QP, written into `pkt`
+/// (in place, as [`super::requester::next_request`] does); false if there is none.
+pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState, pkt: &mut OutPacket) -> bool {
+    next_response_into(qp, sh, pkt).is_some()
+}
+
+fn next_response_into(qp: &mut Qp, sh: &mut DeviceState, pkt: &mut OutPacket) -> Option<()> {
     let av = *qp.av()?;
     let dest_qp = qp.attr.dest_qp_num;
     let mtu = qp.mtu();
@@ -863,13 +868,13 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPack
     match front {
         Response::Ack { psn, syndrome, msn } => {
             qp.resp.responses.pop_front();
-            let mut pkt = OutPacket::new(av, dest_qp, Opcode::RC_ACKNOWLEDGE, psn);
+            pkt.reset(av, dest_qp, Opcode::RC_ACKNOWLEDGE, psn);
             pkt.aeth = Some(AethRepr { syndrome, msn });
-            Some(pkt)
+            Some(())
         }
         Response::AtomicAck { psn, orig, msn } => {
             qp.resp.responses.pop_front();
-            let mut pkt = OutPacket::new(av, dest_qp, Opcode::RC_ATOMIC_ACKNOWLEDGE, psn);
+            pkt.reset(av, dest_qp, Opcode::RC_ATOMIC_ACKNOWLEDGE, psn);
             pkt.aeth = Some(AethRepr {
                 syndrome: Syndrome::Ack {
                     credit: CREDIT_UNLIMITED,
@@ -877,7 +882,7 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPack
                 msn,
             });
             pkt.atomic_ack_eth = Some(AtomicAckEthRepr { orig_data: orig });
-            Some(pkt)
+            Some(())
         }
         Response::Read {
             psn,
@@ -908,7 +913,7 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPack
                 // does when rxe_recheck_mr fails).
                 qp.resp.responses.pop_front();
                 read_fault(qp, sh, psn.wrapping_add(k));
-                return next_response(qp, sh);
+                return next_response_into(qp, sh, pkt);
             }
             if let Some(Response::Read { offset, .. }) = qp.resp.responses.front_mut() {
                 *offset += plen;
@@ -922,7 +927,7 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPack
                 (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
                 (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
             };
-            let mut pkt = OutPacket::new(av, dest_qp, opcode, psn.wrapping_add(k));
+            pkt.reset(av, dest_qp, opcode, psn.wrapping_add(k));
             if plen > 0 {
                 pkt.payload_mr = Some((rkey, data_va));
             }
@@ -935,7 +940,7 @@ pub(crate) fn next_response(qp: &mut Qp, sh: &mut DeviceState) -> Option<OutPack
                     msn,
                 });
             }
-            Some(pkt)
+            Some(())
         }
     }
 }

@@ -34,22 +34,16 @@ impl Engine {
                 schedule(&mut self.tx_list, qp);
                 return None;
             }
-            // Not a (packet, bool) tuple: that moved the whole OutPacket once more.
-            let mut is_request = false;
-            let pkt = match responder::next_response(qp, &mut self.sh) {
-                Some(p) => p,
-                None => match requester::next_request(qp, &mut self.sh, now) {
-                    Some(p) => {
-                        is_request = true;
-                        p
-                    }
-                    None => {
-                        Engine::sync_timer(&mut self.timers, qp);
-                        continue;
-                    }
-                },
+            let pkt = &mut self.out_packet;
+            let is_request = if responder::next_response(qp, &mut self.sh, pkt) {
+                false
+            } else if requester::next_request(qp, &mut self.sh, now, pkt) {
+                true
+            } else {
+                Engine::sync_timer(&mut self.timers, qp);
+                continue;
             };
-            let written = emit_packet(qp, &mut self.sh, &pkt, buf);
+            let written = emit_packet(qp, &mut self.sh, pkt, buf);
             match written {
                 Ok(n) => {
                     self.sh.counters.sent_pkts += 1;
