@@ -691,3 +691,47 @@ fn cq_overflow_events_reach_the_verbs_async_event_queue() {
     assert_eq!(wcs.len(), 1, "{wcs:?}");
     assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::Success));
 }
+
+/// The region behind a posted SEND is deregistered before its packet is built (IBTA 10.6.3:
+/// a WR names its memory by L_Key, valid only while the region is registered): the WQE
+/// completes with LOC_PROT_ERR, the QP enters ERR, the WR posted after it is flushed, and no
+/// frame leaves. Over RC and UC (whose WQE is off the queue once its last packet is built).
+#[test]
+fn a_region_deregistered_under_a_posted_send_fails_it_locally() {
+    for qp_type in [QpType::Rc, QpType::Uc] {
+        let mut p = Pair::new(PairOptions {
+            qp_type,
+            ..PairOptions::default()
+        });
+        let pd = p.mr_a.pd;
+        let gone = p.a().reg_mr(pd, 4096, Access::ALL).unwrap();
+        let sge = Sge {
+            addr: gone.addr,
+            length: 64,
+            lkey: gone.lkey,
+        };
+        p.post_a(1, WrOp::Send, vec![sge]);
+        let kept = p.sge_a(0, 64);
+        p.post_a(2, WrOp::Send, vec![kept]);
+        p.a().dereg_mr(gone.lkey).unwrap();
+        let sent = transmitted(p.a());
+        assert!(sent.is_empty(), "{qp_type:?}: no frame leaves: {sent:?}");
+        let cq = p.cq_a;
+        let got: Vec<_> = drain(p.a(), cq)
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)],
+            "{qp_type:?}"
+        );
+        let qa = p.qa;
+        assert_eq!(state(p.a(), qa), QpState::Err, "{qp_type:?}");
+        assert_eq!(
+            p.a().counters().emit_failed,
+            0,
+            "{qp_type:?}: not a frame fault"
+        );
+    }
+}

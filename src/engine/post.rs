@@ -72,14 +72,15 @@ impl Engine {
         if wr.op.is_local() {
             mw::check_local_wr(qp, &self.sh, wr, data, type1_bind)?;
         }
-        let wqe = requester::make_wqe_with(qp, &self.sh, wr, data)?;
+        let checked = requester::check_send_wr(qp, &self.sh, wr, data)?;
         if state == QpState::Err {
             // IBTA 10.3.1 (Error state): WRs posted in the error state complete with a flush error.
+            let wqe = requester::new_wqe(qp, wr, checked);
             let wc = completion::send_wc(qp, &wqe, WcStatus::WrFlushErr);
             self.sh.cqs.push(qp.send_cq, wc, false, &mut self.sh.events);
             return Ok(());
         }
-        qp.sq.push_back(wqe);
+        qp.sq.push_back(requester::new_wqe(qp, wr, checked));
         schedule(&mut self.tx_list, qp);
         Ok(())
     }

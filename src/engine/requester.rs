@@ -18,15 +18,21 @@ use super::types::{
 };
 use super::{DeviceState, ACK_REQ_INTERVAL, FOLLOWED_ACK_REQ_INTERVAL, MAX_UNACKED_PSNS};
 
-/// Check a send WR and turn it into a WQE (inline data copied now). `data`, if given, is
-/// the WR's inline payload handed over by the caller (the SGE list is then ignored), as a
-/// provider copies `IBV_SEND_INLINE` data at post time.
-pub(crate) fn make_wqe_with(
+/// What checking a send WR found: its length and its inline data (copied now).
+pub(crate) struct CheckedSend {
+    len: u32,
+    inline: Option<Vec<u8>>,
+}
+
+/// Check a send WR before it becomes a WQE ([`new_wqe`]). `data`, if given, is the WR's
+/// inline payload handed over by the caller (the SGE list is then ignored), as a provider
+/// copies `IBV_SEND_INLINE` data at post time.
+pub(crate) fn check_send_wr(
     qp: &Qp,
     sh: &DeviceState,
     wr: &SendWrRef<'_>,
     data: Option<&[u8]>,
-) -> Result<SendWqe, EngineError> {
+) -> Result<CheckedSend, EngineError> {
     let bad = |s: String| Err(EngineError::InvalidWr(s));
     match (qp.qp_type, &wr.op) {
         (QpType::Ud, WrOp::Send | WrOp::SendWithImm { .. }) => {
@@ -109,25 +115,35 @@ pub(crate) fn make_wqe_with(
         }
         (false, None) => None,
     };
-    Ok(SendWqe {
+    Ok(CheckedSend {
+        len,
+        inline: inline_data,
+    })
+}
+
+/// The WQE of a checked send WR. Built where it is stored (`qp.sq.push_back(new_wqe(..))`),
+/// not returned through a `Result`: each move of a WQE was a `memcpy`.
+#[inline(always)]
+pub(crate) fn new_wqe(qp: &Qp, wr: &SendWrRef<'_>, checked: CheckedSend) -> SendWqe {
+    SendWqe {
         wr_id: wr.wr_id,
         op: wr.op,
-        sges: if inline {
+        sges: if checked.inline.is_some() {
             (&[][..]).into()
         } else {
             wr.sg_list.into()
         },
-        inline: inline_data,
+        inline: checked.inline,
         signaled: qp.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
         fence: wr.flags.contains(SendFlags::FENCE),
         solicited: wr.flags.contains(SendFlags::SOLICITED),
         ud: wr.ud,
-        len,
+        len: checked.len,
         first_psn: None,
         npkts: 0,
         read_done_pkts: 0,
         local_done: false,
-    })
+    }
 }
 
 /// If `[offset, offset+len)` of the SGE list lies inside one SGE: its (lkey, address).
@@ -353,10 +369,11 @@ fn data_request(
             true
         }
         None => match single_sge_span(&wqe.sges, offset, plen as u64) {
-            // The packet's bytes are contiguous in one MR: emit them from there.
+            // The packet's bytes are contiguous in one MR: emitted from there, checked then
+            // (a region gone by then fails the WQE as here: `EmitError::PayloadGone`).
             Some((key, va)) => {
                 pkt.payload_mr = Some((key, va));
-                sh.mrs.in_bounds(key, va, plen as u64)
+                true
             }
             None => sh.mrs.gather(&wqe.sges, offset, &mut sh.scratch[..plen]),
         },

@@ -62,7 +62,28 @@ impl Engine {
                     }
                     return Some(n);
                 }
+                Err(EmitError::PayloadGone) if is_request => {
+                    // The WQE's memory was deregistered under it: a local protection error
+                    // (the requester leaves this check to the emission, which reads the
+                    // bytes anyway).
+                    fail_unemitted_request(
+                        qp,
+                        &mut self.sh,
+                        pkt.ud_completion,
+                        WcStatus::LocProtErr,
+                    );
+                    Engine::sync_timer(&mut self.timers, qp);
+                    if has_tx_work(qp) {
+                        schedule(&mut self.tx_list, qp);
+                    }
+                }
                 Err(why) => {
+                    let why = match (why, pkt.payload_mr) {
+                        (EmitError::PayloadGone, Some((key, va))) => {
+                            format!("payload {va:#x}+{} of MR {key:#x} is gone", pkt.payload_len)
+                        }
+                        (why, _) => why.to_string(),
+                    };
                     self.sh.counters.emit_failed += 1;
                     self.sh.last_emit_error = Some(format!(
                         "QP {qpn:#x}: {} PSN {}: {why}",
@@ -70,7 +91,12 @@ impl Engine {
                         pkt.psn.value()
                     ));
                     if is_request {
-                        fail_unemitted_request(qp, &mut self.sh, pkt.ud_completion);
+                        fail_unemitted_request(
+                            qp,
+                            &mut self.sh,
+                            pkt.ud_completion,
+                            WcStatus::LocQpOpErr,
+                        );
                     }
                     Engine::sync_timer(&mut self.timers, qp);
                     if has_tx_work(qp) {
@@ -108,24 +134,48 @@ impl Engine {
                 }
             });
         }
-        fail_unemitted_request(qp, &mut self.sh, ud_completion);
+        fail_unemitted_request(qp, &mut self.sh, ud_completion, WcStatus::LocQpOpErr);
         Engine::sync_timer(&mut self.timers, qp);
         schedule(&mut self.tx_list, qp);
     }
 }
 
 /// A request whose frame could not be emitted after its PSN was assigned: as rxe does when
-/// it cannot build or transmit a packet, the WQE completes with LOC_QP_OP_ERR and the QP
-/// enters the error state (no retry could ever send it). A UD WQE is already off the queue.
-fn fail_unemitted_request(qp: &mut Qp, sh: &mut DeviceState, ud_completion: Option<(Wc, bool)>) {
+/// it cannot build or transmit a packet, the WQE completes with `status` (LOC_QP_OP_ERR, or
+/// LOC_PROT_ERR when its memory is gone) and the QP enters the error state (no retry could
+/// ever send it). A UD or UC WQE is already off the queue.
+fn fail_unemitted_request(
+    qp: &mut Qp,
+    sh: &mut DeviceState,
+    ud_completion: Option<(Wc, bool)>,
+    status: WcStatus,
+) {
     match ud_completion {
         Some((mut wc, _)) => {
-            wc.status = WcStatus::LocQpOpErr;
+            wc.status = status;
             sh.cqs.push(qp.send_cq, wc, false, &mut sh.events);
             sh.events.push_back(Event::QpFatal(qp.qpn));
             flush_qp(qp, sh);
         }
-        None => fail_qp(qp, sh, WcStatus::LocQpOpErr),
+        None => fail_qp(qp, sh, status),
+    }
+}
+
+/// Why a packet's frame could not be built.
+#[derive(Debug)]
+enum EmitError {
+    /// The payload's bytes are no longer in the region (deregistered, shrunk, moved).
+    PayloadGone,
+    /// Anything else (an address vector the frame cannot carry, a buffer too small).
+    Frame(String),
+}
+
+impl std::fmt::Display for EmitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EmitError::PayloadGone => f.write_str("the payload's memory region is gone"),
+            EmitError::Frame(why) => f.write_str(why),
+        }
     }
 }
 
@@ -136,13 +186,14 @@ fn emit_packet(
     sh: &mut DeviceState,
     pkt: &OutPacket,
     buf: &mut [u8],
-) -> Result<usize, String> {
+) -> Result<usize, EmitError> {
     let av = &pkt.av;
-    let src_ip = *sh
-        .cfg
-        .gids
-        .get(av.sgid_index as usize)
-        .ok_or_else(|| format!("source GID index {} is beyond the GID table", av.sgid_index))?;
+    let src_ip = *sh.cfg.gids.get(av.sgid_index as usize).ok_or_else(|| {
+        EmitError::Frame(format!(
+            "source GID index {} is beyond the GID table",
+            av.sgid_index
+        ))
+    })?;
     let ident = match sh.cfg.fixed_ip_ident {
         Some(v) => v,
         None => {
@@ -167,9 +218,9 @@ fn emit_packet(
             hop_limit: av.hop_limit,
         },
         (src, dst) => {
-            return Err(format!(
+            return Err(EmitError::Frame(format!(
                 "source {src} and destination {dst} differ in family"
-            ))
+            )))
         }
     };
     let udp_src_port = av
@@ -215,13 +266,13 @@ fn emit_packet(
                 payload,
             },
         };
-        frame.emit(buf).map_err(|e| e.to_string())
+        frame.emit(buf).map_err(|e| EmitError::Frame(e.to_string()))
     };
     match pkt.payload_mr {
         Some((key, va)) => sh
             .mrs
             .with_payload(key, va, pkt.payload_len as u64, build)
-            .ok_or_else(|| format!("payload {va:#x}+{} of MR {key:#x} is gone", pkt.payload_len))?,
+            .ok_or(EmitError::PayloadGone)?,
         None => build(&sh.scratch[..pkt.payload_len]),
     }
 }
