@@ -389,6 +389,35 @@ fn check_region(mr: &Mr, a: &RemoteAccess) -> Result<std::ops::Range<usize>, Acc
     mr.range(a.va, a.len).ok_or(AccessFault::OutOfBounds)
 }
 
+/// [`MrTable::scatter`] on a snapshot already read.
+fn scatter_in(t: &MrSlots, sges: &[Sge], mut offset: u64, data: &[u8]) -> bool {
+    let mut done = 0usize;
+    for sge in sges {
+        if done == data.len() {
+            break;
+        }
+        if offset >= sge.length as u64 {
+            offset -= sge.length as u64;
+            continue;
+        }
+        let take = ((sge.length as u64 - offset) as usize).min(data.len() - done);
+        let Some(mr) = t.get(sge.lkey) else {
+            return false;
+        };
+        let src = &data[done..done + take];
+        let copied = sge
+            .addr
+            .checked_add(offset)
+            .and_then(|a| mr.with_range(a, take as u64, |b| b.copy_from_slice(src)));
+        if copied.is_none() {
+            return false;
+        }
+        done += take;
+        offset = 0;
+    }
+    done == data.len()
+}
+
 /// Base of the iova space handed out to MRs: far from zero so a null address never matches.
 const IOVA_BASE: u64 = 0x0000_7f00_0000_0000;
 
@@ -768,7 +797,13 @@ impl MrTable {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Option<R> {
         let t = self.read();
-        if let Some(mw) = t.window(key) {
+        // One slot lookup: the key's index names a region or a window.
+        let mw = match t.slot(key)? {
+            Slot::Mr(mr) if mr.key == key => return mr.with_range(va, len, |bytes| f(bytes)),
+            Slot::Mr(_) => return None,
+            Slot::Mw(mw) => mw,
+        };
+        {
             let st = mw.state();
             let b = st.binding.as_ref()?;
             let a = RemoteAccess {
@@ -780,9 +815,8 @@ impl MrTable {
                 need: Access::REMOTE_READ,
             };
             let r = window_range(mw, &st, &a).ok()?;
-            return b.mr.data.with(r, |bytes| f(bytes));
+            b.mr.data.with(r, |bytes| f(bytes))
         }
-        t.get(key)?.with_range(va, len, |bytes| f(bytes))
     }
 
     /// Check an SGE list for a local access; returns the total length.
@@ -835,8 +869,7 @@ impl MrTable {
             t.get(sge.lkey)
                 .is_some_and(|mr| mr.pd == pd && mr.access.contains(Access::LOCAL_WRITE))
         });
-        drop(t);
-        usable && self.scatter(sges, offset, data)
+        usable && scatter_in(&t, sges, offset, data)
     }
 
     /// Copy `out.len()` bytes starting `offset` bytes into the SGE list's data.
@@ -897,33 +930,8 @@ impl MrTable {
 
     /// Copy `data` into the SGE list starting `offset` bytes in. Returns false if it does
     /// not fit or an MR is gone.
-    pub fn scatter(&self, sges: &[Sge], mut offset: u64, data: &[u8]) -> bool {
-        let t = self.read();
-        let mut done = 0usize;
-        for sge in sges {
-            if done == data.len() {
-                break;
-            }
-            if offset >= sge.length as u64 {
-                offset -= sge.length as u64;
-                continue;
-            }
-            let take = ((sge.length as u64 - offset) as usize).min(data.len() - done);
-            let Some(mr) = t.get(sge.lkey) else {
-                return false;
-            };
-            let src = &data[done..done + take];
-            let copied = sge
-                .addr
-                .checked_add(offset)
-                .and_then(|a| mr.with_range(a, take as u64, |b| b.copy_from_slice(src)));
-            if copied.is_none() {
-                return false;
-            }
-            done += take;
-            offset = 0;
-        }
-        done == data.len()
+    pub fn scatter(&self, sges: &[Sge], offset: u64, data: &[u8]) -> bool {
+        scatter_in(&self.read(), sges, offset, data)
     }
 
     /// Whether `[va, va+len)` lies inside the MR `key`.
