@@ -142,3 +142,30 @@ fn a_route_in_memory_comes_from_the_static_neighbours() {
         Err(VerbsError::Netdev(_))
     ));
 }
+
+/// The CM's MADs never wait for a batch: however many are sent back to back (a burst of
+/// posts on any other QP leaves in batches after its first `BURST_POSTS_SENT_AT_ONCE`),
+/// each send kicks its frame out before it returns.
+#[test]
+fn each_mad_of_a_burst_leaves_in_its_own_call() {
+    let (a, b, _link) =
+        Device::mem_pair(&mem_link_config(1500, 0.0, 1), DeviceConfig::default()).unwrap();
+    let gsi_a = a.open_gsi().unwrap();
+    let gsi_b = b.open_gsi().unwrap();
+    let ga = a.ipv4_gid_index().unwrap();
+    let gb = b.ipv4_gid_index().unwrap();
+    let to_b = MadAddress::gsi(b.query_gid(gb).unwrap(), ga as u8);
+    let stats = a.progress_stats();
+    let count = 2 * BURST_POSTS_SENT_AT_ONCE as u32;
+    for i in 0..count {
+        let kicks = stats.kicks.load(std::sync::atomic::Ordering::Relaxed);
+        gsi_a.send(&to_b, &mad(i as u8)).unwrap();
+        assert!(
+            stats.kicks.load(std::sync::atomic::Ordering::Relaxed) > kicks,
+            "MAD {i} of a burst did not kick before send returned"
+        );
+    }
+    for i in 0..count {
+        assert_eq!(*gsi_b.recv_timeout(WAIT).unwrap().mad, mad(i as u8));
+    }
+}

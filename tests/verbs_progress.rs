@@ -594,3 +594,66 @@ fn a_lone_post_transmits_in_its_own_call() {
         assert_eq!(send_status(&a.cq, i), WcStatus::Success);
     }
 }
+
+#[test]
+fn a_burst_of_posts_before_any_poll_leaves_in_few_kicks() {
+    // perftest's first window: a burst of posts, no poll yet. The burst's first posts leave
+    // one kick each; from then on the poster kicks once per POST_FLUSH_BATCH posts, and the
+    // background thread sends the burst's tail: not one kick (and one acknowledged message)
+    // per post.
+    const BURST: u64 = 200;
+    let (sides, da, db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (a, b) = &sides[0];
+    for i in 0..BURST {
+        post_recv(b, i);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let kicks = |dev: &Device| dev.progress_stats().kicks.load(Ordering::Relaxed);
+    let (a_kicks, b_kicks) = (kicks(&da), kicks(&db));
+    for i in 0..BURST {
+        send(a, i, i as u8);
+    }
+    let mut sends = 0;
+    for i in 0..BURST {
+        let wc = poll_until_recv(&b.cq, &mut sends);
+        assert_eq!(wc.wr_id, i);
+    }
+    for i in 0..BURST {
+        assert_eq!(send_status(&a.cq, i), WcStatus::Success);
+    }
+    let (a_kicks, b_kicks) = (kicks(&da) - a_kicks, kicks(&db) - b_kicks);
+    // One kick per post would be BURST kicks, and as many ACKs from B.
+    eprintln!("{BURST} posts: A {a_kicks} kicks, B {b_kicks}");
+    assert!(a_kicks < BURST / 4, "{BURST} posts left in {a_kicks} kicks");
+    assert!(
+        b_kicks < BURST / 4,
+        "B acknowledged {BURST} messages in {b_kicks} kicks"
+    );
+}
+
+#[test]
+fn the_first_posts_of_a_burst_each_leave_in_their_own_call() {
+    // A short burst (a few WRs, a CM exchange) never waits for a batch or for the background
+    // thread: each of its first BURST_POSTS_SENT_AT_ONCE posts kicks its frame out before it
+    // returns.
+    let (sides, da, _db, _link) = pairs(ProgressMode::Wakeup, 1);
+    let (a, b) = &sides[0];
+    let count = BURST_POSTS_SENT_AT_ONCE as u64;
+    for i in 0..count {
+        post_recv(b, i);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let stats = da.progress_stats();
+    for i in 0..count {
+        let kicks = stats.kicks.load(Ordering::Relaxed);
+        send(a, i, 0x33);
+        assert!(
+            stats.kicks.load(Ordering::Relaxed) > kicks,
+            "post {i} of a burst did not kick before it returned"
+        );
+    }
+    let mut sends = 0;
+    for i in 0..count {
+        assert_eq!(poll_until_recv(&b.cq, &mut sends).wr_id, i);
+    }
+}

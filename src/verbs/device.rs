@@ -493,6 +493,8 @@ impl Device {
                 pending: AtomicBool::new(false),
                 poller_seen: AtomicU64::new(0),
                 posts_waiting: AtomicUsize::new(0),
+                last_post: AtomicU64::new(0),
+                burst_posts: AtomicUsize::new(0),
                 transmit_deferred: AtomicBool::new(false),
                 thread_wake_at: AtomicU64::new(progress::THREAD_AWAKE),
                 waker: waker_tx,

@@ -94,6 +94,9 @@ pub use gsi::{Gsi, GsiStats, MadAddress, ReceivedMad, MAD_LEN};
 pub use pd::{AddressHandle, AhAttr, Mr, MrRereg, Mw, Pd};
 pub use qp::{Qp, QpInitAttr, RcOptions, RcPeer};
 pub(crate) use runtime::lock;
+/// With no poller, how many posts of a burst transmit themselves before the rest leave in
+/// batches (see `Qp::post_send`).
+pub use runtime::progress::{BURST_POSTS_SENT_AT_ONCE, POST_BURST_GAP};
 pub use runtime::{ProgressMode, ProgressStats, TracedFrame};
 pub use srq::Srq;
 

@@ -340,10 +340,27 @@ impl Qp {
             .with_engine(self.inner.shard, posted, f)
     }
 
-    /// Posts one send WR (`ibv_post_send`).
+    /// Runs `f`, which posts send WRs, on the engine of this QP's shard: as
+    /// [`Qp::on_engine`] with `posted`, but a post in a burst may leave its frames for the
+    /// burst's batch (`Runtime::post_to_engine`), except on the GSI (QP1), whose MADs the CM
+    /// waits for.
+    fn post_on_engine<R>(&self, f: impl FnOnce(&mut crate::engine::Engine) -> R) -> Result<R> {
+        let may_join_burst = self.inner.qpn != crate::engine::GSI_QPN;
+        self.inner
+            .pd
+            .core
+            .runtime
+            .post_to_engine(self.inner.shard, may_join_burst, f)
+    }
+
+    /// Posts one send WR (`ibv_post_send`). Its frame leaves before this returns, unless
+    /// a poller's next round sends it (a thread polls this device), or it is deep in a
+    /// burst of posts (closer than [`crate::verbs::POST_BURST_GAP`], after the burst's first
+    /// [`crate::verbs::BURST_POSTS_SENT_AT_ONCE`]): then it leaves with a batch, at the
+    /// latest when the burst ends.
     pub fn post_send(&self, wr: &SendWr) -> Result<()> {
         let qpn = self.inner.qpn;
-        Ok(self.on_engine(true, |e| e.post_send(qpn, wr))??)
+        Ok(self.post_on_engine(|e| e.post_send(qpn, wr))??)
     }
 
     /// Posts a SEND or WRITE whose payload is `data`, copied now (`IBV_SEND_INLINE`): `data`
@@ -355,7 +372,7 @@ impl Qp {
     /// address (their lkeys unchecked, as libibverbs does for inline sends).
     pub fn post_send_inline(&self, wr: &SendWr, data: &[u8]) -> Result<()> {
         let qpn = self.inner.qpn;
-        Ok(self.on_engine(true, |e| e.post_send_inline(qpn, &wr.borrowed(), data))??)
+        Ok(self.post_on_engine(|e| e.post_send_inline(qpn, &wr.borrowed(), data))??)
     }
 
     /// Binds a type 1 memory window through this QP (`ibv_bind_mw`, IBTA 10.6.7.2.1): a bind
@@ -383,7 +400,7 @@ impl Qp {
         walk: impl FnOnce(&mut dyn FnMut(&SendWrRef<'_>, Option<&[u8]>) -> Result<()>) -> Result<()>,
     ) -> Result<()> {
         let qpn = self.inner.qpn;
-        self.on_engine(true, |e| {
+        self.post_on_engine(|e| {
             walk(&mut |wr, inline| {
                 Ok(match inline {
                     Some(data) => e.post_send_inline(qpn, wr, data),

@@ -189,6 +189,11 @@ pub(crate) struct Shard {
     pub poller_seen: AtomicU64,
     /// Posts that only enqueued their WRs since the last round that transmitted.
     pub posts_waiting: AtomicUsize,
+    /// When work was last posted with no poller (engine clock, ns; 0 = never).
+    pub last_post: AtomicU64,
+    /// Posts in the burst `last_post` belongs to (posts closer than
+    /// [`progress::POST_BURST_GAP`] with no poller).
+    pub burst_posts: AtomicUsize,
     /// A poll's round left what the frames it received produced (an ACK) for the next call
     /// (`progress::DEFER_LIMIT`).
     pub transmit_deferred: AtomicBool,
@@ -231,13 +236,51 @@ impl Runtime {
         posted: bool,
         f: impl FnOnce(&mut Engine) -> R,
     ) -> Result<R> {
-        self.check_alive()?;
-        let s = &self.shards[shard];
         if !posted {
+            self.check_alive()?;
             return Ok(self.on_engine_alone(shard, f));
         }
+        self.engine_work(shard, false, f)
+    }
+
+    /// [`Runtime::with_engine`] for a post of send WRs that may join a burst: with no poller,
+    /// a post that follows the last within [`progress::POST_BURST_GAP`], beyond the burst's
+    /// first [`progress::BURST_POSTS_SENT_AT_ONCE`], only enqueues, and the burst leaves in
+    /// batches (see [`Runtime::post_joins_burst`]). The GSI's posts (the CM's MADs) never
+    /// wait so.
+    pub fn post_to_engine<R>(
+        &self,
+        shard: usize,
+        may_join_burst: bool,
+        f: impl FnOnce(&mut Engine) -> R,
+    ) -> Result<R> {
+        self.engine_work(shard, may_join_burst, f)
+    }
+
+    fn engine_work<R>(
+        &self,
+        shard: usize,
+        may_join_burst: bool,
+        f: impl FnOnce(&mut Engine) -> R,
+    ) -> Result<R> {
+        self.check_alive()?;
+        let s = &self.shards[shard];
         // One clock read per post (none for a call that posts nothing: a receive WR).
         let now = self.now();
+        if may_join_burst && self.post_joins_burst(shard, now) {
+            // No round: the WR waits in the engine; every POST_FLUSH_BATCH posts the poster
+            // transmits them in one kick, and the background thread (woken now if asleep)
+            // transmits what the burst's end leaves.
+            let out = self.on_engine_alone(shard, f);
+            let waiting = s.posts_waiting.fetch_add(1, Ordering::Relaxed) + 1;
+            s.pending.store(true, Ordering::SeqCst);
+            if waiting >= progress::POST_FLUSH_BATCH {
+                let _ = self.drive(shard, self.now(), None, |_| ())?;
+            } else {
+                self.wake_if_asleep_past(shard, now);
+            }
+            return Ok(out);
+        }
         if self.post_left_for_poller(shard, now) {
             // No round: the WR waits in the engine, its frames built later with those of the
             // posts around it, in one kick.
@@ -312,6 +355,29 @@ impl Runtime {
             .poller_seen
             .store(now.as_nanos().max(1), Ordering::Relaxed);
         true
+    }
+
+    /// Whether a post with no poller is deep enough in a burst to only enqueue: it follows
+    /// the shard's last such post within [`progress::POST_BURST_GAP`], after the burst's
+    /// first [`progress::BURST_POSTS_SENT_AT_ONCE`], each of which transmitted itself. A
+    /// burst of posts before the first poll (perftest's first window on 1,024 QPs) then
+    /// leaves [`progress::POST_FLUSH_BATCH`] WRs per kick instead of one, while a lone post,
+    /// or a short burst (two CM REQs), never waits for another thread's wake-up (handing
+    /// every burst to the background thread from its second post was tried: under load the
+    /// wake-up held the second of two CM REQs for 1.7 ms).
+    fn post_joins_burst(&self, shard: usize, now: crate::engine::Instant) -> bool {
+        if self.poller_active(shard, now) {
+            return false;
+        }
+        let s = &self.shards[shard];
+        let previous = s.last_post.swap(now.as_nanos().max(1), Ordering::Relaxed);
+        let in_burst = previous != 0
+            && now.as_nanos().saturating_sub(previous) < progress::POST_BURST_GAP.as_nanos() as u64;
+        if !in_burst {
+            s.burst_posts.store(1, Ordering::Relaxed);
+            return false;
+        }
+        s.burst_posts.fetch_add(1, Ordering::Relaxed) + 1 > progress::BURST_POSTS_SENT_AT_ONCE
     }
 
     /// Runs `f` under the engine lock alone (no round), then delivers its events.

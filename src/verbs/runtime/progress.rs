@@ -21,7 +21,10 @@
 //! frames of every post since, and kicks them out in one system call, and each message then
 //! knows whether another follows it, which decides its AckReq. After [`POST_FLUSH_BATCH`]
 //! such posts, the next one transmits them all itself. Without a poller, a post transmits in
-//! its own round.
+//! its own round, unless it is deep in a burst (closer than [`POST_BURST_GAP`] to the last,
+//! after the burst's first [`BURST_POSTS_SENT_AT_ONCE`]; never on the GSI): then it enqueues
+//! as under a lease, every [`POST_FLUSH_BATCH`]th transmits, and the background thread,
+//! woken by the first, sends what the burst's end leaves.
 //!
 //! The background thread ([`run`]) does what nobody polls for: the responder of READ, WRITE
 //! and atomics, retransmission timers, applications asleep on a completion channel. A poll
@@ -85,6 +88,11 @@ pub(crate) const THREAD_ASLEEP_NO_TIMER: u64 = u64::MAX;
 /// Posts that may leave their work requests queued in the engine, untransmitted, for the
 /// poller's next round: the next post transmits them all.
 pub const POST_FLUSH_BATCH: usize = 32;
+/// With no poller, posts closer together than this are a burst.
+pub const POST_BURST_GAP: Duration = Duration::from_micros(20);
+/// The posts of a burst that transmit themselves, each in its own round, before the rest
+/// only enqueue: a short burst (a CM exchange, a few WRs) never waits for a batch.
+pub const BURST_POSTS_SENT_AT_ONCE: usize = 16;
 
 /// How long a poller's rounds may leave what the frames they received produced (the ACK of
 /// a SEND whose completion the poll hands over, a READ response) for the application's next
