@@ -97,15 +97,21 @@ impl MrBytes {
     }
 }
 
+/// The byte range of `[addr, addr+len)` inside a region at `iova` of `size` bytes, if it is
+/// in bounds.
+fn range_in(iova: u64, size: usize, addr: u64, len: u64) -> Option<std::ops::Range<usize>> {
+    let start = addr.checked_sub(iova)?;
+    let end = start.checked_add(len)?;
+    if end > size as u64 {
+        return None;
+    }
+    Some(start as usize..end as usize)
+}
+
 impl Mr {
     /// The byte range of `[addr, addr+len)` inside the region, if it is in bounds.
     pub fn range(&self, addr: u64, len: u64) -> Option<std::ops::Range<usize>> {
-        let start = addr.checked_sub(self.iova)?;
-        let end = start.checked_add(len)?;
-        if end > self.len as u64 {
-            return None;
-        }
-        Some(start as usize..end as usize)
+        range_in(self.iova, self.len, addr, len)
     }
 
     /// Runs `f` on the bytes `[addr, addr+len)`; `None` if out of bounds or gone.
@@ -285,8 +291,39 @@ pub(crate) struct MrTable {
 
 #[derive(Clone, Debug)]
 enum Slot {
-    Mr(Arc<Mr>),
+    Mr(MrSlot),
     Mw(Arc<Mw>),
+}
+
+/// A region's slot: besides the region, the fields every access checks, kept in the table
+/// itself, so a check reads the slot and not also the region behind its `Arc` (the pointer
+/// chase, not the lookup, is what a check costs). A region's fields never change in place: a
+/// re-registration publishes a new region in a new slot.
+#[derive(Clone, Debug)]
+struct MrSlot {
+    key: u32,
+    pd: PdId,
+    access: Access,
+    iova: u64,
+    len: usize,
+    mr: Arc<Mr>,
+}
+
+impl MrSlot {
+    fn new(mr: Mr) -> MrSlot {
+        MrSlot {
+            key: mr.key,
+            pd: mr.pd,
+            access: mr.access,
+            iova: mr.iova,
+            len: mr.len,
+            mr: Arc::new(mr),
+        }
+    }
+
+    fn range(&self, addr: u64, len: u64) -> Option<std::ops::Range<usize>> {
+        range_in(self.iova, self.len, addr, len)
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -303,8 +340,13 @@ impl MrSlots {
 
     /// The region `key` names, shared.
     fn get_arc(&self, key: u32) -> Option<&Arc<Mr>> {
+        self.entry(key).map(|s| &s.mr)
+    }
+
+    /// The slot of the region `key` names.
+    fn entry(&self, key: u32) -> Option<&MrSlot> {
         match self.slot(key)? {
-            Slot::Mr(mr) if mr.key == key => Some(mr),
+            Slot::Mr(s) if s.key == key => Some(s),
             _ => None,
         }
     }
@@ -324,7 +366,7 @@ impl MrSlots {
 
     fn mrs(&self) -> impl Iterator<Item = &Arc<Mr>> {
         self.slots.iter().flatten().filter_map(|s| match s {
-            Slot::Mr(mr) => Some(mr),
+            Slot::Mr(s) => Some(&s.mr),
             Slot::Mw(_) => None,
         })
     }
@@ -401,14 +443,15 @@ fn scatter_in(t: &MrSlots, sges: &[Sge], mut offset: u64, data: &[u8]) -> bool {
             continue;
         }
         let take = ((sge.length as u64 - offset) as usize).min(data.len() - done);
-        let Some(mr) = t.get(sge.lkey) else {
+        let Some(mr) = t.entry(sge.lkey) else {
             return false;
         };
         let src = &data[done..done + take];
         let copied = sge
             .addr
             .checked_add(offset)
-            .and_then(|a| mr.with_range(a, take as u64, |b| b.copy_from_slice(src)));
+            .and_then(|a| mr.range(a, take as u64))
+            .and_then(|r| mr.mr.data.with(r, |b| b.copy_from_slice(src)));
         if copied.is_none() {
             return false;
         }
@@ -477,7 +520,7 @@ impl MrTable {
                 None => (old.iova, old.len, old.data.clone()),
             };
             let moved = !Arc::ptr_eq(&data, &old.data);
-            t.slots[idx] = Some(Slot::Mr(Arc::new(Mr {
+            t.slots[idx] = Some(Slot::Mr(MrSlot::new(Mr {
                 pd: change.pd.unwrap_or(old.pd),
                 key,
                 iova,
@@ -541,7 +584,7 @@ impl MrSlots {
             None => t.alloc_iova(len)?,
         };
         let (idx, key) = t.take_slot()?;
-        t.slots[idx] = Some(Slot::Mr(Arc::new(Mr {
+        t.slots[idx] = Some(Slot::Mr(MrSlot::new(Mr {
             pd,
             key,
             iova,
@@ -589,7 +632,7 @@ impl MrTable {
     /// Whether any region or window belongs to `pd`.
     pub fn any_in_pd(&self, pd: PdId) -> bool {
         self.read().slots.iter().flatten().any(|s| match s {
-            Slot::Mr(mr) => mr.pd == pd,
+            Slot::Mr(s) => s.pd == pd,
             Slot::Mw(mw) => mw.pd == pd,
         })
     }
@@ -799,7 +842,7 @@ impl MrTable {
         let t = self.read();
         // One slot lookup: the key's index names a region or a window.
         let mw = match t.slot(key)? {
-            Slot::Mr(mr) if mr.key == key => return mr.with_range(va, len, |bytes| f(bytes)),
+            Slot::Mr(s) if s.key == key => return s.mr.data.with(s.range(va, len)?, |b| f(b)),
             Slot::Mr(_) => return None,
             Slot::Mw(mw) => mw,
         };
@@ -824,7 +867,7 @@ impl MrTable {
         let t = self.read();
         let mut total = 0u64;
         for sge in sges {
-            let mr = t.get(sge.lkey).ok_or(AccessFault::BadKey)?;
+            let mr = t.entry(sge.lkey).ok_or(AccessFault::BadKey)?;
             if mr.pd != pd {
                 return Err(AccessFault::WrongPd);
             }
@@ -848,7 +891,7 @@ impl MrTable {
         let t = self.read();
         let mut total = 0u64;
         for sge in sges {
-            let mr = t.get(sge.lkey).ok_or(AccessFault::BadKey)?;
+            let mr = t.entry(sge.lkey).ok_or(AccessFault::BadKey)?;
             if !mr.access.contains(Access::LOCAL_WRITE) {
                 return Err(AccessFault::NoPermission);
             }
@@ -866,7 +909,7 @@ impl MrTable {
     pub fn scatter_to_receive(&self, pd: PdId, sges: &[Sge], offset: u64, data: &[u8]) -> bool {
         let t = self.read();
         let usable = sges.iter().all(|sge| {
-            t.get(sge.lkey)
+            t.entry(sge.lkey)
                 .is_some_and(|mr| mr.pd == pd && mr.access.contains(Access::LOCAL_WRITE))
         });
         usable && scatter_in(&t, sges, offset, data)
@@ -937,7 +980,7 @@ impl MrTable {
     /// Whether `[va, va+len)` lies inside the MR `key`.
     pub fn in_bounds(&self, key: u32, va: u64, len: u64) -> bool {
         self.read()
-            .get(key)
+            .entry(key)
             .is_some_and(|mr| mr.range(va, len).is_some())
     }
 
