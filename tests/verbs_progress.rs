@@ -307,9 +307,12 @@ fn the_ack_of_a_polled_send_leaves_with_the_reply_in_one_kick() {
         );
         send(b, 8, 0x44);
         // The reply's post (under B's lease) only enqueues; the next poll builds the ACK
-        // and the SEND and kicks both out at once.
-        assert_eq!(b.cq.poll(&mut wcs).unwrap(), 0);
-        let one_kick = stats.tx_frames.load(Ordering::Relaxed) == tx + 2
+        // and the SEND and kicks both out at once. (A lease that ran out meanwhile, on a
+        // loaded machine, lets the post transmit itself: the poll may then already find
+        // its completion, and the try does not count.)
+        let polled = b.cq.poll(&mut wcs).unwrap();
+        let one_kick = polled == 0
+            && stats.tx_frames.load(Ordering::Relaxed) == tx + 2
             && stats.kicks.load(Ordering::Relaxed) == kicks + 1;
         // A gets both: its SEND acknowledged, the reply received.
         let mut sends = 0;
@@ -321,7 +324,11 @@ fn the_ack_of_a_polled_send_leaves_with_the_reply_in_one_kick() {
         if sends == 0 {
             assert_eq!(send_status(&a.cq, sent), WcStatus::Success);
         }
-        assert_eq!(send_status(&b.cq, 8), WcStatus::Success);
+        if polled == 0 {
+            assert_eq!(send_status(&b.cq, 8), WcStatus::Success);
+        } else {
+            assert_eq!((wcs[0].wr_id, wcs[0].status), (8, WcStatus::Success));
+        }
     }
     panic!("five times the ACK and the reply did not leave in one kick");
 }
@@ -600,42 +607,45 @@ fn a_burst_of_posts_before_any_poll_leaves_in_few_kicks() {
     // perftest's first window: a burst of posts, no poll yet. The burst's first posts leave
     // one kick each; from then on the poster kicks once per POST_FLUSH_BATCH posts, and the
     // background thread sends the burst's tail: not one kick (and one acknowledged message)
-    // per post.
+    // per post. A burst is posts closer than POST_BURST_GAP: a test thread descheduled
+    // mid-burst starts a new one, so a loaded machine gets a few attempts.
     const BURST: u64 = 200;
-    let (sides, da, db, _link) = pairs(ProgressMode::Wakeup, 1);
-    let (a, b) = &sides[0];
-    for i in 0..BURST {
-        post_recv(b, i);
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let (sides, da, db, _link) = pairs(ProgressMode::Wakeup, 1);
+        let (a, b) = &sides[0];
+        for i in 0..BURST {
+            post_recv(b, i);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let kicks = |dev: &Device| dev.progress_stats().kicks.load(Ordering::Relaxed);
+        let (a_kicks, b_kicks) = (kicks(&da), kicks(&db));
+        for i in 0..BURST {
+            send(a, i, i as u8);
+        }
+        let mut sends = 0;
+        for i in 0..BURST {
+            let wc = poll_until_recv(&b.cq, &mut sends);
+            assert_eq!(wc.wr_id, i);
+        }
+        for i in 0..BURST {
+            assert_eq!(send_status(&a.cq, i), WcStatus::Success);
+        }
+        let (a_kicks, b_kicks) = (kicks(&da) - a_kicks, kicks(&db) - b_kicks);
+        let batched = da.progress_stats().batched_posts.load(Ordering::Relaxed);
+        // One kick per post would be BURST kicks, and as many ACKs from B.
+        if batched >= BURST / 2 && a_kicks < BURST / 4 && b_kicks < BURST / 4 {
+            return;
+        }
+        seen.push((batched, a_kicks, b_kicks));
     }
-    std::thread::sleep(Duration::from_millis(100));
-    let kicks = |dev: &Device| dev.progress_stats().kicks.load(Ordering::Relaxed);
-    let (a_kicks, b_kicks) = (kicks(&da), kicks(&db));
-    for i in 0..BURST {
-        send(a, i, i as u8);
-    }
-    let mut sends = 0;
-    for i in 0..BURST {
-        let wc = poll_until_recv(&b.cq, &mut sends);
-        assert_eq!(wc.wr_id, i);
-    }
-    for i in 0..BURST {
-        assert_eq!(send_status(&a.cq, i), WcStatus::Success);
-    }
-    let (a_kicks, b_kicks) = (kicks(&da) - a_kicks, kicks(&db) - b_kicks);
-    // One kick per post would be BURST kicks, and as many ACKs from B.
-    eprintln!("{BURST} posts: A {a_kicks} kicks, B {b_kicks}");
-    assert!(a_kicks < BURST / 4, "{BURST} posts left in {a_kicks} kicks");
-    assert!(
-        b_kicks < BURST / 4,
-        "B acknowledged {BURST} messages in {b_kicks} kicks"
-    );
+    panic!("five bursts of {BURST} posts: (batched, A kicks, B kicks) {seen:?}");
 }
 
 #[test]
 fn the_first_posts_of_a_burst_each_leave_in_their_own_call() {
     // A short burst (a few WRs, a CM exchange) never waits for a batch or for the background
-    // thread: each of its first BURST_POSTS_SENT_AT_ONCE posts kicks its frame out before it
-    // returns.
+    // thread: each of its first BURST_POSTS_SENT_AT_ONCE posts transmits in its own call.
     let (sides, da, _db, _link) = pairs(ProgressMode::Wakeup, 1);
     let (a, b) = &sides[0];
     let count = BURST_POSTS_SENT_AT_ONCE as u64;
@@ -645,11 +655,13 @@ fn the_first_posts_of_a_burst_each_leave_in_their_own_call() {
     std::thread::sleep(Duration::from_millis(50));
     let stats = da.progress_stats();
     for i in 0..count {
-        let kicks = stats.kicks.load(Ordering::Relaxed);
         send(a, i, 0x33);
-        assert!(
-            stats.kicks.load(Ordering::Relaxed) > kicks,
-            "post {i} of a burst did not kick before it returned"
+        // Counted, not timed: a post that finds the token taken leaves its frame to the
+        // holder's next round, which is no batch either.
+        assert_eq!(
+            stats.batched_posts.load(Ordering::Relaxed),
+            0,
+            "post {i} of a burst waited for a batch"
         );
     }
     let mut sends = 0;

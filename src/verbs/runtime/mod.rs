@@ -107,9 +107,13 @@ pub struct ProgressStats {
     /// Loop iterations that went to sleep.
     pub sleeps: AtomicU64,
     /// Wake-up writes to the background thread (one system call each): an application's
-    /// round armed a timer earlier than the sleeping thread would look, or a poller went to
-    /// sleep on a completion channel. Posting makes none.
+    /// round armed a timer earlier than the sleeping thread would look, a poller went to
+    /// sleep on a completion channel, or a burst's batched post found it asleep.
     pub wakeups: AtomicU64,
+    /// Posts with nobody polling that only enqueued their WRs for their burst's batch
+    /// (`BURST_POSTS_SENT_AT_ONCE`): every other post transmits in its own call, or leaves
+    /// its WR for a poller's next round.
+    pub batched_posts: AtomicU64,
     /// Rounds run by application threads (polls, posts) instead of the background thread.
     pub driven_rounds: AtomicU64,
     /// Poll rounds that left what the frames they received produced (ACKs) for the
@@ -272,6 +276,7 @@ impl Runtime {
             // transmits them in one kick, and the background thread (woken now if asleep)
             // transmits what the burst's end leaves.
             let out = self.on_engine_alone(shard, f);
+            self.stats.batched_posts.fetch_add(1, Ordering::Relaxed);
             let waiting = s.posts_waiting.fetch_add(1, Ordering::Relaxed) + 1;
             s.pending.store(true, Ordering::SeqCst);
             if waiting >= progress::POST_FLUSH_BATCH {
