@@ -643,6 +643,25 @@ pub enum WcStatus {
 }
 
 impl WcStatus {
+    /// The `enum ibv_wc_status` number (what `ibv_rc_pingpong` and rping print).
+    pub fn code(self) -> u32 {
+        match self {
+            WcStatus::Success => 0,
+            WcStatus::LocLenErr => 1,
+            WcStatus::LocQpOpErr => 2,
+            WcStatus::LocProtErr => 4,
+            WcStatus::WrFlushErr => 5,
+            WcStatus::MwBindErr => 6,
+            WcStatus::BadRespErr => 7,
+            WcStatus::LocAccessErr => 8,
+            WcStatus::RemInvReqErr => 9,
+            WcStatus::RemAccessErr => 10,
+            WcStatus::RemOpErr => 11,
+            WcStatus::RetryExcErr => 12,
+            WcStatus::RnrRetryExcErr => 13,
+        }
+    }
+
     /// The `ibv_wc_status_str` spelling.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -295,25 +295,6 @@ impl From<RdmaCmError> for Stop {
     }
 }
 
-/// `ibv_wc_status`'s number (what rping prints).
-fn wc_status_code(s: WcStatus) -> u32 {
-    match s {
-        WcStatus::Success => 0,
-        WcStatus::LocLenErr => 1,
-        WcStatus::LocQpOpErr => 2,
-        WcStatus::LocProtErr => 4,
-        WcStatus::WrFlushErr => 5,
-        WcStatus::MwBindErr => 6,
-        WcStatus::BadRespErr => 7,
-        WcStatus::LocAccessErr => 8,
-        WcStatus::RemInvReqErr => 9,
-        WcStatus::RemAccessErr => 10,
-        WcStatus::RemOpErr => 11,
-        WcStatus::RetryExcErr => 12,
-        WcStatus::RnrRetryExcErr => 13,
-    }
-}
-
 fn is_error_event(kind: EventKind) -> bool {
     matches!(
         kind,
@@ -417,7 +398,7 @@ impl Waiter<'_> {
                         continue;
                     }
                     if wc.status != WcStatus::Success {
-                        eprintln!("cq completion failed status {}", wc_status_code(wc.status));
+                        eprintln!("cq completion failed status {}", wc.status.code());
                         return Err(Stop::Error(anyhow!(
                             "{:?} completion: {}",
                             wc.opcode,

@@ -129,8 +129,11 @@ pub enum WcKind {
 pub struct ToolWc {
     /// From the work request.
     pub wr_id: u64,
-    /// `Ok` or the status name (e.g. "RETRY_EXC_ERR").
+    /// `Ok` or the status name (e.g. "RetryExcErr").
     pub status: Result<(), String>,
+    /// The status itself (`Success` when `status` is `Ok`), for what prints it as
+    /// libibverbs' tools do.
+    pub verbs_status: xroce::verbs::WcStatus,
     /// Operation.
     pub kind: WcKind,
     /// Bytes received (receives).

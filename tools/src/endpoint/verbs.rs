@@ -259,6 +259,7 @@ fn tool_wc(wc: &Wc) -> ToolWc {
         } else {
             Err(format!("{:?}", wc.status))
         },
+        verbs_status: wc.status,
         kind,
         byte_len: wc.byte_len,
         imm: wc.imm_data,

@@ -198,8 +198,15 @@ pub fn run<S: OobStream, F: FnOnce() -> anyhow::Result<S>>(
         }
         last_progress = Instant::now();
         for wc in &wcs {
-            if let Err(status) = &wc.status {
-                anyhow::bail!("Failed status {status} for wr_id {}", wc.wr_id);
+            if wc.status.is_err() {
+                // As ibv_rc_pingpong says it (the lab reads a retry-exceeded end from it).
+                let status = wc.verbs_status;
+                anyhow::bail!(
+                    "Failed status {} ({}) for wr_id {}",
+                    status.as_str(),
+                    status.code(),
+                    wc.wr_id
+                );
             }
             match (wc.wr_id, wc.kind) {
                 (SEND_WRID, WcKind::Send) => scnt += 1,
