@@ -276,9 +276,9 @@ pub fn send<S: OobStream, R: Read>(
         }
         last_progress = Instant::now();
         for wc in &wcs {
-            if let Err(status) = &wc.status {
+            if let Some(status) = wc.failed() {
                 anyhow::bail!(
-                    "RDMA {:?} failed with {status}: the receiver went away or rejected the write",
+                    "RDMA {:?} failed with {status:?}: the receiver went away or rejected the write",
                     wc.kind
                 );
             }
@@ -592,8 +592,8 @@ fn receive_chunks(
         }
         last_progress = Instant::now();
         for wc in &wcs {
-            if let Err(status) = &wc.status {
-                anyhow::bail!("RDMA {:?} failed with {status}", wc.kind);
+            if let Some(status) = wc.failed() {
+                anyhow::bail!("RDMA {:?} failed with {status:?}", wc.kind);
             }
             if wc.kind != WcKind::RecvRdmaWithImm {
                 continue;

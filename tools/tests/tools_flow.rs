@@ -76,8 +76,7 @@ fn deliver(peer: &mut Side, data: Vec<u8>, imm: Option<u32>, write_imm: bool) {
         peer.mem[off..off + n].copy_from_slice(&data[..n]);
         peer.cq.push_back(ToolWc {
             wr_id,
-            status: Ok(()),
-            verbs_status: xroce::verbs::WcStatus::Success,
+            status: xroce::verbs::WcStatus::Success,
             kind: if write_imm {
                 WcKind::RecvRdmaWithImm
             } else {
@@ -215,8 +214,7 @@ impl ToolEndpoint for ModelEndpoint {
         if wr.signaled {
             me.cq.push_back(ToolWc {
                 wr_id: wr.wr_id,
-                status: Ok(()),
-                verbs_status: xroce::verbs::WcStatus::Success,
+                status: xroce::verbs::WcStatus::Success,
                 kind,
                 byte_len: wr.len as u32,
                 imm: None,

@@ -249,9 +249,9 @@ fn transfer(
         }
         last_progress = Instant::now();
         for wc in &wcs {
-            if let Err(status) = &wc.status {
+            if let Some(status) = wc.failed() {
                 anyhow::bail!(
-                    "RDMA {what} of the chunk at offset {} failed with {status}",
+                    "RDMA {what} of the chunk at offset {} failed with {status:?}",
                     wc.wr_id as usize * opts.chunk
                 );
             }

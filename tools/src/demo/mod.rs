@@ -451,14 +451,6 @@ fn wait_one(ep: &mut dyn ToolEndpoint) -> anyhow::Result<ToolWc> {
     poll_one(ep, Instant::now() + WAIT)
 }
 
-/// The completion status as the verbs name it (`Success`, `RemAccessErr`, ...).
-fn status_name(wc: &ToolWc) -> &str {
-    match &wc.status {
-        Ok(()) => "Success",
-        Err(name) => name,
-    }
-}
-
 fn mark(ok: bool) -> &'static str {
     if ok {
         "✓"
@@ -535,14 +527,15 @@ fn check_request(
             let wc = wait_one(ep)?;
             let data_ok = read_bytes(ep, offset, len)? == pattern(len, seed);
             Reply {
-                ok: wc.status.is_ok()
+                ok: wc.failed().is_none()
                     && wc.kind == opcode.wc_kind()
                     && wc.byte_len as usize == len
                     && wc.imm == imm
                     && data_ok,
                 detail: format!(
-                    "receive completion: {} {:?}, {} bytes, imm {}; data {}",
-                    status_name(&wc),
+                    // The status as the verbs name it (`Success`, `RemAccessErr`, ...).
+                    "receive completion: {:?} {:?}, {} bytes, imm {}; data {}",
+                    wc.status,
                     wc.kind,
                     wc.byte_len,
                     wc.imm.map_or("none".to_string(), |v| format!("{v:#x}")),
@@ -641,8 +634,8 @@ fn run_step<S: OobStream>(
         let reply: Reply = recv_json(oob, "server's reply")?;
         Ok((reply.ok, format!("server says: {}", reply.detail)))
     };
-    let (ok, detail) = if let Err(status) = &wc.status {
-        (false, format!("completion status {status}"))
+    let (ok, detail) = if let Some(status) = wc.failed() {
+        (false, format!("completion status {status:?}"))
     } else {
         match &step.check {
             Check::Server(request) => ask(request)?,

@@ -129,17 +129,21 @@ pub enum WcKind {
 pub struct ToolWc {
     /// From the work request.
     pub wr_id: u64,
-    /// `Ok` or the status name (e.g. "RetryExcErr").
-    pub status: Result<(), String>,
-    /// The status itself (`Success` when `status` is `Ok`), for what prints it as
-    /// libibverbs' tools do.
-    pub verbs_status: xroce::verbs::WcStatus,
+    /// The completion's status.
+    pub status: xroce::verbs::WcStatus,
     /// Operation.
     pub kind: WcKind,
     /// Bytes received (receives).
     pub byte_len: u32,
     /// Immediate data, if any.
     pub imm: Option<u32>,
+}
+
+impl ToolWc {
+    /// The status, unless the work request succeeded.
+    pub fn failed(&self) -> Option<xroce::verbs::WcStatus> {
+        (self.status != xroce::verbs::WcStatus::Success).then_some(self.status)
+    }
 }
 
 /// One QP with its buffer and CQ. Implementations make progress in the background (the

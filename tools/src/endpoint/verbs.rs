@@ -7,7 +7,7 @@ use xroce::netdev::{Gid, GidEntry, NetdevInfo};
 use xroce::verbs::{
     Access, AddressHandle, AhAttr, CompletionChannel, Cq, Device, DeviceConfig, DriverKind, Mr,
     Mtu, Pd, ProgressMode, Qp, QpCaps, QpInitAttr, QpType, RcOptions, RcPeer, SendFlags, SendWrRef,
-    Sge, Srq, SrqAttr, UdDest, Wc, WcOpcode, WcStatus,
+    Sge, Srq, SrqAttr, UdDest, Wc, WcOpcode,
 };
 
 /// Which frame driver an endpoint uses. Its names (`xdp`, `udp`) are what `--driver`
@@ -254,12 +254,7 @@ fn tool_wc(wc: &Wc) -> ToolWc {
     };
     ToolWc {
         wr_id: wc.wr_id,
-        status: if wc.status == WcStatus::Success {
-            Ok(())
-        } else {
-            Err(format!("{:?}", wc.status))
-        },
-        verbs_status: wc.status,
+        status: wc.status,
         kind,
         byte_len: wc.byte_len,
         imm: wc.imm_data,

@@ -644,9 +644,9 @@ impl<'a> PerfRunner<'a> {
     }
 
     fn check(wc: &ToolWc) -> anyhow::Result<()> {
-        if let Err(status) = &wc.status {
+        if let Some(status) = wc.failed() {
             anyhow::bail!(
-                "completion with error {status} (wr_id {}): the peer rejected the operation or stopped answering",
+                "completion with error {status:?} (wr_id {}): the peer rejected the operation or stopped answering",
                 wc.wr_id
             );
         }

@@ -198,9 +198,8 @@ pub fn run<S: OobStream, F: FnOnce() -> anyhow::Result<S>>(
         }
         last_progress = Instant::now();
         for wc in &wcs {
-            if wc.status.is_err() {
+            if let Some(status) = wc.failed() {
                 // As ibv_rc_pingpong says it (the lab reads a retry-exceeded end from it).
-                let status = wc.verbs_status;
                 anyhow::bail!(
                     "Failed status {} ({}) for wr_id {}",
                     status.as_str(),
