@@ -846,20 +846,18 @@ impl MrTable {
             Slot::Mr(_) => return None,
             Slot::Mw(mw) => mw,
         };
-        {
-            let st = mw.state();
-            let b = st.binding.as_ref()?;
-            let a = RemoteAccess {
-                rkey: key,
-                pd: mw.pd,
-                qpn: b.qpn.unwrap_or(0),
-                va,
-                len,
-                need: Access::REMOTE_READ,
-            };
-            let r = window_range(mw, &st, &a).ok()?;
-            b.mr.data.with(r, |bytes| f(bytes))
-        }
+        let st = mw.state();
+        let b = st.binding.as_ref()?;
+        let a = RemoteAccess {
+            rkey: key,
+            pd: mw.pd,
+            qpn: b.qpn.unwrap_or(0),
+            va,
+            len,
+            need: Access::REMOTE_READ,
+        };
+        let r = window_range(mw, &st, &a).ok()?;
+        b.mr.data.with(r, |bytes| f(bytes))
     }
 
     /// Check an SGE list for a local access; returns the total length.

@@ -62,41 +62,30 @@ impl Engine {
                     }
                     return Some(n);
                 }
-                Err(EmitError::PayloadGone) if is_request => {
-                    // The WQE's memory was deregistered under it: a local protection error
-                    // (the requester leaves this check to the emission, which reads the
-                    // bytes anyway).
-                    fail_unemitted_request(
-                        qp,
-                        &mut self.sh,
-                        pkt.ud_completion,
-                        WcStatus::LocProtErr,
-                    );
-                    Engine::sync_timer(&mut self.timers, qp);
-                    if has_tx_work(qp) {
-                        schedule(&mut self.tx_list, qp);
-                    }
-                }
                 Err(why) => {
-                    let why = match (why, pkt.payload_mr) {
-                        (EmitError::PayloadGone, Some((key, va))) => {
-                            format!("payload {va:#x}+{} of MR {key:#x} is gone", pkt.payload_len)
-                        }
-                        (why, _) => why.to_string(),
+                    // A request whose memory was deregistered under it: a local protection
+                    // error (the requester leaves this check to the emission, which reads the
+                    // bytes anyway). Anything else is a frame that cannot be built.
+                    let status = if is_request && matches!(why, EmitError::PayloadGone) {
+                        WcStatus::LocProtErr
+                    } else {
+                        let why = match (why, pkt.payload_mr) {
+                            (EmitError::PayloadGone, Some((key, va))) => format!(
+                                "payload {va:#x}+{} of MR {key:#x} is gone",
+                                pkt.payload_len
+                            ),
+                            (why, _) => why.to_string(),
+                        };
+                        self.sh.counters.emit_failed += 1;
+                        self.sh.last_emit_error = Some(format!(
+                            "QP {qpn:#x}: {} PSN {}: {why}",
+                            pkt.opcode.name(),
+                            pkt.psn.value()
+                        ));
+                        WcStatus::LocQpOpErr
                     };
-                    self.sh.counters.emit_failed += 1;
-                    self.sh.last_emit_error = Some(format!(
-                        "QP {qpn:#x}: {} PSN {}: {why}",
-                        pkt.opcode.name(),
-                        pkt.psn.value()
-                    ));
                     if is_request {
-                        fail_unemitted_request(
-                            qp,
-                            &mut self.sh,
-                            pkt.ud_completion,
-                            WcStatus::LocQpOpErr,
-                        );
+                        fail_unemitted_request(qp, &mut self.sh, pkt.ud_completion, status);
                     }
                     Engine::sync_timer(&mut self.timers, qp);
                     if has_tx_work(qp) {
