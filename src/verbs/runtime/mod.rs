@@ -218,6 +218,15 @@ thread_local! {
         const { std::cell::RefCell::new(Weak::new()) };
 }
 
+/// Who transmits a post that only enqueued, unless a batch's worth waits
+/// ([`Runtime::enqueue_post`]).
+enum WaitingPostFor {
+    /// The poller's next round (the background thread only once the lease ends).
+    Poller,
+    /// The background thread, woken now if it sleeps (a burst with nobody polling).
+    Thread,
+}
+
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data valid.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -272,38 +281,11 @@ impl Runtime {
         // One clock read per post (none for a call that posts nothing: a receive WR).
         let now = self.now();
         if may_join_burst && self.post_joins_burst(shard, now) {
-            // No round: the WR waits in the engine; every POST_FLUSH_BATCH posts the poster
-            // transmits them in one kick, and the background thread (woken now if asleep)
-            // transmits what the burst's end leaves.
-            let out = self.on_engine_alone(shard, f);
             self.stats.batched_posts.fetch_add(1, Ordering::Relaxed);
-            let waiting = s.posts_waiting.fetch_add(1, Ordering::Relaxed) + 1;
-            s.pending.store(true, Ordering::SeqCst);
-            if waiting >= progress::POST_FLUSH_BATCH {
-                let _ = self.drive(shard, self.now(), None, |_| ())?;
-            } else {
-                self.wake_if_asleep_past(shard, now);
-            }
-            return Ok(out);
+            return self.enqueue_post(shard, now, WaitingPostFor::Thread, f);
         }
         if self.post_left_for_poller(shard, now) {
-            // No round: the WR waits in the engine, its frames built later with those of the
-            // posts around it, in one kick.
-            let out = self.on_engine_alone(shard, f);
-            let waiting = s.posts_waiting.fetch_add(1, Ordering::Relaxed) + 1;
-            if waiting >= progress::POST_FLUSH_BATCH {
-                // Enough for a batch: transmit now (here, or in the token holder's next
-                // round).
-                s.pending.store(true, Ordering::SeqCst);
-                let _ = self.drive(shard, self.now(), None, |_| ())?;
-            } else {
-                // Should the poller never poll again, the background thread sends it when the
-                // lease ends, even one asleep without a timer (no frame was built, so none was
-                // armed).
-                let lease_end = now.checked_add(progress::POLLER_LEASE).unwrap_or(now);
-                self.wake_if_asleep_past(shard, lease_end);
-            }
-            return Ok(out);
+            return self.enqueue_post(shard, now, WaitingPostFor::Poller, f);
         }
         let f = match self.drive(shard, now, None, f)? {
             // A free token: the post is the call of this thread's round, which transmits what
@@ -360,6 +342,43 @@ impl Runtime {
             .poller_seen
             .store(now.as_nanos().max(1), Ordering::Relaxed);
         true
+    }
+
+    /// A post that only enqueues (no round): its WR waits in the engine, its frames built
+    /// later with those of the posts around it, in one kick. Once [`progress::POST_FLUSH_BATCH`]
+    /// wait, this post transmits them (here, or in the token holder's next round); else
+    /// `waiting_for` does.
+    fn enqueue_post<R>(
+        &self,
+        shard: usize,
+        now: crate::engine::Instant,
+        waiting_for: WaitingPostFor,
+        f: impl FnOnce(&mut Engine) -> R,
+    ) -> Result<R> {
+        let s = &self.shards[shard];
+        let out = self.on_engine_alone(shard, f);
+        let waiting = s.posts_waiting.fetch_add(1, Ordering::Relaxed) + 1;
+        if waiting >= progress::POST_FLUSH_BATCH {
+            s.pending.store(true, Ordering::SeqCst);
+            let _ = self.drive(shard, self.now(), None, |_| ())?;
+            return Ok(out);
+        }
+        match waiting_for {
+            WaitingPostFor::Poller => {
+                // Should the poller never poll again, the background thread sends it when the
+                // lease ends, even one asleep without a timer (no frame was built, so none was
+                // armed).
+                let lease_end = now.checked_add(progress::POLLER_LEASE).unwrap_or(now);
+                self.wake_if_asleep_past(shard, lease_end);
+            }
+            WaitingPostFor::Thread => {
+                // The thread's next round sends the burst's tail: `pending` keeps an awake
+                // thread from going to sleep past it.
+                s.pending.store(true, Ordering::SeqCst);
+                self.wake_if_asleep_past(shard, now);
+            }
+        }
+        Ok(out)
     }
 
     /// Whether a post with no poller is deep enough in a burst to only enqueue: it follows
