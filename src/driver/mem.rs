@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rand::{Rng, SeedableRng};
@@ -91,6 +91,10 @@ impl MemLink {
 struct MemLinkState {
     /// `queues[i]` holds frames for end `i`.
     queues: [Mutex<VecDeque<Vec<u8>>>; 2],
+    /// `notified[i]`: notification bytes written to end `i` since it last drained them.
+    /// Counted after the byte is written, so a receive that finds zero leaves at most a byte
+    /// that a later receive drains; a busy poller makes no system call for an empty link.
+    notified: [AtomicU32; 2],
     loss: f64,
     rng: Mutex<ChaCha8Rng>,
     cut: AtomicBool,
@@ -133,6 +137,7 @@ impl MemDriver {
         }
         let state = Arc::new(MemLinkState {
             queues: [Mutex::default(), Mutex::default()],
+            notified: [AtomicU32::new(0), AtomicU32::new(0)],
             loss: config.loss,
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(config.seed)),
             cut: AtomicBool::new(false),
@@ -235,9 +240,14 @@ impl Driver for MemDriver {
         if delivered_any {
             // Frames are queued before the byte is written, so a receiver that sees the byte
             // finds them. A full notification buffer already means "readable".
+            let peer_notified = &self.state.notified[1 - self.end];
             match self.notify_peer.send(&[1]) {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Ok(_) => {
+                    peer_notified.fetch_add(1, Ordering::Release);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    peer_notified.fetch_add(1, Ordering::Release);
+                }
                 // The other end was dropped: its frames are lost, like frames sent to a host
                 // that went away (the transport's retry then gives up), not a local failure.
                 Err(e)
@@ -259,11 +269,12 @@ impl Driver for MemDriver {
         on_frame: &mut dyn FnMut(&[u8], RxMeta),
     ) -> Result<usize, DriverError> {
         // Drain notifications first, then the queue: a frame pushed after this drain comes
-        // with a fresh notification, so no wake-up is lost.
+        // with a fresh notification, so no wake-up is lost. One read per byte counted: none
+        // written since the last drain, no system call.
         let mut byte = [0u8; 16];
-        loop {
+        for _ in 0..self.state.notified[self.end].swap(0, Ordering::Acquire) {
             match self.notify_rx.recv(&mut byte) {
-                Ok(_) => continue,
+                Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => return Err(DriverError::io("mem link notification", e)),
             }
@@ -293,7 +304,9 @@ impl Driver for MemDriver {
                 .is_empty();
             if more {
                 // Keep our fd readable so a caller that waits before draining still wakes.
-                let _ = self.notify_self.send(&[1]);
+                if self.notify_self.send(&[1]).is_ok() {
+                    self.state.notified[self.end].fetch_add(1, Ordering::Release);
+                }
             }
         }
         Ok(n)
@@ -383,6 +396,25 @@ mod tests {
         assert_eq!(readable(&b), [true]);
         assert_eq!(b.recv(10, &mut |_, _| {}).unwrap(), 3);
         assert_eq!(readable(&b), [false]);
+    }
+
+    #[test]
+    fn one_receive_drains_every_flush_notification() {
+        let (mut a, mut b, _) = MemDriver::pair([2; 6], [4; 6], &MemLinkConfig::default()).unwrap();
+        let readable =
+            |b: &MemDriver| wait_readable(&[b.wait_fd().unwrap()], Some(Duration::ZERO)).unwrap();
+        // More flushes than the notification socket holds bytes: the ones it refused are
+        // counted too, and the receive reads what is there and stops.
+        for round in [5usize, 3000] {
+            for i in 0..round {
+                a.send(&[i as u8; 64]).unwrap();
+                a.flush().unwrap();
+            }
+            assert_eq!(readable(&b), [true]);
+            assert_eq!(b.recv(usize::MAX, &mut |_, _| {}).unwrap(), round);
+            assert_eq!(readable(&b), [false], "after {round} flushes");
+            assert_eq!(b.recv(usize::MAX, &mut |_, _| {}).unwrap(), 0);
+        }
     }
 
     #[test]
