@@ -122,6 +122,18 @@ mod tests {
         for test in BW_TESTS {
             assert!(p.links[0].bw.iter().any(|c| c.test == test));
         }
+        // The UC ping-pong beside RC's, busy-poll at 64 B on the base link only.
+        let uc: Vec<_> = p
+            .links
+            .iter()
+            .flat_map(|l| l.lat.iter().map(move |c| (l.mtu, c)))
+            .filter(|(_, c)| c.test == UC_SEND_LAT)
+            .collect();
+        assert_eq!(uc.len(), 1, "{uc:?}");
+        assert_eq!(
+            (uc[0].0, uc[0].1.size, uc[0].1.mode),
+            (BASE_MTU, UC_SEND_LAT_SIZE, Progress::BusyPoll)
+        );
         for mode in [Progress::Wakeup, Progress::BusyPoll] {
             for test in LAT_TESTS {
                 for l in &p.links[..2] {
@@ -396,6 +408,7 @@ mod tests {
                 lat: vec![
                     lat("send_lat", 10.0, 25.0, 2.6),
                     lat("write_lat", 4.0, 6.0, 1.2),
+                    lat(UC_SEND_LAT, 6.5, 9.0, 1.7),
                 ],
             }),
             scale: None,
@@ -452,6 +465,20 @@ mod tests {
             "{row}"
         );
         assert!(row.trim_end().ends_with("NO"), "{row}");
+        // The UC row is no target: it splits the send_lat row's time into the ACK and the rest.
+        assert!(!report.targets.iter().any(|t| t.name.contains("UC")));
+        let ack = text
+            .lines()
+            .find(|l| l.starts_with("send_lat 64 B busy-poll median: RC"))
+            .unwrap_or_else(|| panic!("no ACK share line in {text}"));
+        assert!(
+            ack.contains("RC 10.00 us, UC 6.50 us")
+                && ack.contains("1.70x the raw")
+                && ack.ends_with("the ACK costs 3.50 us of each half"),
+            "{ack}"
+        );
+        report.xroce.as_mut().unwrap().lat.pop();
+        assert_eq!(targets::ack_share(&report), None);
     }
 
     #[test]

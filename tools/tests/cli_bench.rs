@@ -304,6 +304,12 @@ fn quick_json_has_every_section_and_consistent_ratios() {
             );
         }
     }
+    // The UC ping-pong (no ACK) beside RC's: its row, and the line that splits RC's time.
+    assert!(
+        lat.iter()
+            .any(|r| r["test"] == "send_lat_uc" && r["size"] == 64 && r["mode"] == "busy-poll"),
+        "no UC send_lat row"
+    );
     for r in lat {
         let (med, p99) = (num(r, "median_us"), num(r, "p99_us"));
         assert!(med > 0.0 && p99 >= med, "{r}");

@@ -43,6 +43,11 @@ pub const LAT_SIZES: [u64; 2] = [64, 4096];
 pub const BW_TESTS: [&str; 3] = ["write_bw", "send_bw", "read_bw"];
 /// The three latency tests.
 pub const LAT_TESTS: [&str; 3] = ["send_lat", "write_lat", "read_lat"];
+/// `send_lat` over UC (`perf send_lat -c UC`), beside the RC row in busy-poll mode at 64 B:
+/// UC sends no ACK, so the two rows' difference is what the ACK costs a ping-pong's half.
+pub const UC_SEND_LAT: &str = "send_lat_uc";
+/// The size of the UC row.
+pub const UC_SEND_LAT_SIZE: u64 = 64;
 /// The threads section's (threads, shards) runs; thread counts are also the QPs' divisor.
 pub const THREAD_RUNS: [(usize, u32); 3] = [(1, 1), (2, 1), (2, 2)];
 /// The threads section's tests (64 B messages: the message rate is what threads can raise).
@@ -358,6 +363,14 @@ pub fn plan(opts: &BenchOptions) -> Plan {
             for test in LAT_TESTS {
                 v.push(LatCase {
                     test,
+                    size,
+                    mode,
+                    iters: opts.lat_iters(),
+                });
+            }
+            if mode == Progress::BusyPoll && size == UC_SEND_LAT_SIZE {
+                v.push(LatCase {
+                    test: UC_SEND_LAT,
                     size,
                     mode,
                     iters: opts.lat_iters(),

@@ -257,7 +257,7 @@ pub fn render_text(r: &BenchReport) -> String {
         if !x.lat.is_empty() {
             let _ = writeln!(s, "latency (us; send/write_lat half a round trip, read_lat a whole one; ratios are time / reference time):");
             let cols = [
-                left("test", 9),
+                left("test", 11),
                 left("mode", 9),
                 right("MTU", 5),
                 right("size", 5),

@@ -421,10 +421,15 @@ impl Runner<'_> {
             threads,
             shards,
         } = *case;
+        // The UC row is perf's send_lat on a UC QP.
+        let (subcommand, connection) = match test {
+            UC_SEND_LAT => ("send_lat", Some("UC")),
+            _ => (test, None),
+        };
         let common = |ifname: &str| {
             let mut v: Vec<String> = [
                 "perf",
-                test,
+                subcommand,
                 "-d",
                 ifname,
                 "-s",
@@ -441,6 +446,9 @@ impl Runner<'_> {
             .collect();
             if qps > 1 {
                 v.extend(["-q".to_string(), qps.to_string()]);
+            }
+            if let Some(c) = connection {
+                v.extend(["-c".to_string(), c.to_string()]);
             }
             if threads > 1 {
                 v.extend(["--threads".to_string(), threads.to_string()]);

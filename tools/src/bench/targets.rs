@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::render::{left, right, table};
-use super::{BenchReport, Progress, BASE_MTU};
+use super::{BenchReport, Progress, BASE_MTU, UC_SEND_LAT, UC_SEND_LAT_SIZE};
 
 /// Whether a target's ratio must reach its threshold from below or stay under it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -163,6 +163,30 @@ pub fn targets(r: &BenchReport) -> Vec<Target> {
     v
 }
 
+/// What the ACK costs a busy-poll ping-pong's half round trip: the RC `send_lat` row against
+/// the UC one (the same ping-pong with no ACK), with the UC row's ratio to the raw ping-pong
+/// (xroce's own work, the ACK aside). `None` when the run lacks either row.
+pub fn ack_share(r: &BenchReport) -> Option<String> {
+    let row = |test: &str| {
+        r.xroce.as_ref()?.lat.iter().find(|l| {
+            l.test == test
+                && l.size == UC_SEND_LAT_SIZE
+                && l.mode == Progress::BusyPoll
+                && l.link_mtu == BASE_MTU
+        })
+    };
+    let (rc, uc) = (row("send_lat")?, row(UC_SEND_LAT)?);
+    let uc_vs_raw = uc.vs_ceiling.as_ref().map_or(String::new(), |c| {
+        format!(", {:.2}x the raw half round trip", c.median.ratio)
+    });
+    Some(format!(
+        "send_lat 64 B busy-poll median: RC {:.2} us, UC {:.2} us (no ACK{uc_vs_raw}): the ACK costs {:.2} us of each half",
+        rc.median_us,
+        uc.median_us,
+        rc.median_us - uc.median_us
+    ))
+}
+
 /// The report's targets as a table: ratio, threshold, met or not, and the goal where there
 /// is one.
 pub fn render(r: &BenchReport) -> String {
@@ -211,6 +235,9 @@ pub fn render(r: &BenchReport) -> String {
             "(the raw AF_XDP ping-pong's own p99 / median in this run: {:.2})",
             ping.rtt_p99_us / ping.rtt_median_us
         );
+    }
+    if let Some(line) = ack_share(r) {
+        let _ = writeln!(s, "{line}");
     }
     let _ = writeln!(
         s,
