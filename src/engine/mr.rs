@@ -22,6 +22,7 @@
 //! copy of every remote access through it: once a bind or an invalidation returns, no access
 //! under the old binding is still running anywhere (the memory behind an invalidated
 //! window is never touched again).
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -431,34 +432,49 @@ fn check_region(mr: &Mr, a: &RemoteAccess) -> Result<std::ops::Range<usize>, Acc
     mr.range(a.va, a.len).ok_or(AccessFault::OutOfBounds)
 }
 
-/// [`MrTable::scatter`] on a snapshot already read.
-fn scatter_in(t: &MrSlots, sges: &[Sge], mut offset: u64, data: &[u8]) -> bool {
+/// Walks an SGE list from `offset` bytes in, for `len` bytes: `copy` gets each piece's
+/// region, the piece's range in the region's bytes and its range in the caller's buffer, and
+/// says whether it copied. False if the list holds fewer bytes, an lkey names no region, a
+/// piece is out of its region's bounds, or `copy` did not copy (the memory is gone).
+fn walk_sges(
+    t: &MrSlots,
+    sges: &[Sge],
+    mut offset: u64,
+    len: usize,
+    mut copy: impl FnMut(&MrSlot, Range<usize>, Range<usize>) -> Option<()>,
+) -> bool {
     let mut done = 0usize;
     for sge in sges {
-        if done == data.len() {
+        if done == len {
             break;
         }
         if offset >= sge.length as u64 {
             offset -= sge.length as u64;
             continue;
         }
-        let take = ((sge.length as u64 - offset) as usize).min(data.len() - done);
+        let take = ((sge.length as u64 - offset) as usize).min(len - done);
         let Some(mr) = t.entry(sge.lkey) else {
             return false;
         };
-        let src = &data[done..done + take];
         let copied = sge
             .addr
             .checked_add(offset)
             .and_then(|a| mr.range(a, take as u64))
-            .and_then(|r| mr.mr.data.with(r, |b| b.copy_from_slice(src)));
+            .and_then(|r| copy(mr, r, done..done + take));
         if copied.is_none() {
             return false;
         }
         done += take;
         offset = 0;
     }
-    done == data.len()
+    done == len
+}
+
+/// [`MrTable::scatter`] on a snapshot already read.
+fn scatter_in(t: &MrSlots, sges: &[Sge], offset: u64, data: &[u8]) -> bool {
+    walk_sges(t, sges, offset, data.len(), |mr, r, piece| {
+        mr.mr.data.with(r, |b| b.copy_from_slice(&data[piece]))
+    })
 }
 
 /// Base of the iova space handed out to MRs: far from zero so a null address never matches.
@@ -915,33 +931,10 @@ impl MrTable {
 
     /// Copy `out.len()` bytes starting `offset` bytes into the SGE list's data.
     /// Returns false if the SGEs are no longer valid (MR deregistered meanwhile).
-    pub fn gather(&self, sges: &[Sge], mut offset: u64, out: &mut [u8]) -> bool {
-        let t = self.read();
-        let mut done = 0usize;
-        for sge in sges {
-            if done == out.len() {
-                break;
-            }
-            if offset >= sge.length as u64 {
-                offset -= sge.length as u64;
-                continue;
-            }
-            let take = ((sge.length as u64 - offset) as usize).min(out.len() - done);
-            let Some(mr) = t.get(sge.lkey) else {
-                return false;
-            };
-            let dst = &mut out[done..done + take];
-            let copied = sge
-                .addr
-                .checked_add(offset)
-                .and_then(|a| mr.with_range(a, take as u64, |b| dst.copy_from_slice(b)));
-            if copied.is_none() {
-                return false;
-            }
-            done += take;
-            offset = 0;
-        }
-        done == out.len()
+    pub fn gather(&self, sges: &[Sge], offset: u64, out: &mut [u8]) -> bool {
+        walk_sges(&self.read(), sges, offset, out.len(), |mr, r, piece| {
+            mr.mr.data.with(r, |b| out[piece].copy_from_slice(b))
+        })
     }
 
     /// Copy an inline SGE list's bytes into `out`, finding each SGE's memory by its address
