@@ -15,12 +15,18 @@ fn mad(tag: u8) -> [u8; MAD_LEN] {
     m
 }
 
-fn exchange(a: &Device, b: &Device) {
-    let gsi_a = a.open_gsi().unwrap();
-    let gsi_b = b.open_gsi().unwrap();
+/// Both devices' GSIs, and the address of B's from A.
+fn open_both(a: &Device, b: &Device) -> (Gsi, Gsi, MadAddress) {
     let ga = a.ipv4_gid_index().unwrap();
     let gb = b.ipv4_gid_index().unwrap();
     let to_b = MadAddress::gsi(b.query_gid(gb).unwrap(), ga as u8);
+    (a.open_gsi().unwrap(), b.open_gsi().unwrap(), to_b)
+}
+
+fn exchange(a: &Device, b: &Device) {
+    let (gsi_a, gsi_b, to_b) = open_both(a, b);
+    let ga = a.ipv4_gid_index().unwrap();
+    let gb = b.ipv4_gid_index().unwrap();
     gsi_a.send(&to_b, &mad(7)).unwrap();
     let got = gsi_b.recv_timeout(WAIT).unwrap();
     assert_eq!(*got.mad, mad(7));
@@ -150,11 +156,7 @@ fn a_route_in_memory_comes_from_the_static_neighbours() {
 fn each_mad_of_a_burst_leaves_in_its_own_call() {
     let (a, b, _link) =
         Device::mem_pair(&mem_link_config(1500, 0.0, 1), DeviceConfig::default()).unwrap();
-    let gsi_a = a.open_gsi().unwrap();
-    let gsi_b = b.open_gsi().unwrap();
-    let ga = a.ipv4_gid_index().unwrap();
-    let gb = b.ipv4_gid_index().unwrap();
-    let to_b = MadAddress::gsi(b.query_gid(gb).unwrap(), ga as u8);
+    let (gsi_a, gsi_b, to_b) = open_both(&a, &b);
     let stats = a.progress_stats();
     let count = 2 * BURST_POSTS_SENT_AT_ONCE as u32;
     for i in 0..count {
