@@ -21,6 +21,7 @@
 //! Every process that sends or receives runs inside a namespace: this executable again as
 //! `xroce bench-child '<json spec>'` ([`child`]), or `xroce perf`.
 pub mod child;
+mod engine;
 pub mod targets;
 
 mod plan;
@@ -307,6 +308,7 @@ mod tests {
                     within_10_percent: false,
                 }],
             }),
+            engine: None,
             targets: vec![],
             notes: vec![],
             failures: vec![],
@@ -414,6 +416,12 @@ mod tests {
             scale: None,
             threads: None,
             library: None,
+            engine: Some(EngineSection {
+                size: 64,
+                messages: 3_500_000,
+                seconds: 1.0,
+                msg_rate_mpps: 3.5,
+            }),
             targets: vec![],
             notes: vec![],
             failures: vec![],
@@ -465,6 +473,13 @@ mod tests {
             "{row}"
         );
         assert!(row.trim_end().ends_with("NO"), "{row}");
+        let engine = by_name("engine alone, 64 B SENDs");
+        assert_eq!(
+            (engine.ratio, engine.met(), engine.goal_met()),
+            (Some(3.5), Some(false), Some(false))
+        );
+        assert!(text.contains("== 7. The engine alone"), "{text}");
+        assert!(text.contains("3.500 M msg/s (3500000 messages"), "{text}");
         // The UC row is no target: it splits the send_lat row's time into the ACK and the rest.
         assert!(!report.targets.iter().any(|t| t.name.contains("UC")));
         let ack = text

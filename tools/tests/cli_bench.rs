@@ -217,6 +217,7 @@ fn quick_json_has_every_section_and_consistent_ratios() {
         "== 3. xroce perf",
         "== 4. Scale",
         "== 5. Threads",
+        "== 7. The engine alone",
         "== Targets",
         "load average at start",
     ] {
@@ -229,6 +230,23 @@ fn quick_json_has_every_section_and_consistent_ratios() {
         doc["failures"]
     );
     assert_eq!(doc["quick"], true);
+    // The engine alone: a rate of its own, and the target that reads it.
+    let engine = &doc["engine"];
+    assert!(
+        num(engine, "msg_rate_mpps") > 0.0 && num(engine, "messages") > 0.0,
+        "{engine}"
+    );
+    let target = doc["targets"]
+        .as_array()
+        .and_then(|t| {
+            t.iter().find(|t| {
+                t["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("engine alone"))
+            })
+        })
+        .unwrap_or_else(|| panic!("no engine target in {}", doc["targets"]));
+    assert_eq!(num(target, "ratio"), num(engine, "msg_rate_mpps"));
     let m = &doc["machine"];
     assert!(num(m, "cores") >= 1.0);
     assert!(m["kernel"].as_str().is_some_and(|k| !k.is_empty()));
@@ -261,7 +279,7 @@ fn quick_json_has_every_section_and_consistent_ratios() {
     assert!(bw.iter().any(|r| r["qps"] == 16), "no row with many QPs");
     // The targets are this run's own ratios: write_bw 64 B against the ceiling is its row's.
     let targets = doc["targets"].as_array().expect("targets");
-    assert_eq!(targets.len(), 11, "{targets:?}");
+    assert_eq!(targets.len(), 12, "{targets:?}");
     let write_bw = bw
         .iter()
         .find(|r| {

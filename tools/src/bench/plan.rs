@@ -83,17 +83,20 @@ pub enum Section {
     /// perftest's binaries on xroce's `libibverbs.so.1` (through `xroce run`) beside
     /// `xroce perf`'s same test.
     Library,
+    /// The engine alone: two engines joined in memory on one core, 64-byte SENDs.
+    Engine,
 }
 
 impl Section {
     /// Every section, in the order they print.
-    pub const ALL: [Section; 6] = [
+    pub const ALL: [Section; 7] = [
         Section::Ceiling,
         Section::Udp,
         Section::Xroce,
         Section::Scale,
         Section::Threads,
         Section::Library,
+        Section::Engine,
     ];
 
     /// The name `--sections` takes.
@@ -105,6 +108,7 @@ impl Section {
             Section::Scale => "scale",
             Section::Threads => "threads",
             Section::Library => "library",
+            Section::Engine => "engine",
         }
     }
 }

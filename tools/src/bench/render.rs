@@ -412,7 +412,19 @@ pub fn render_text(r: &BenchReport) -> String {
         });
         table(&mut s, "", &cols, rows);
     }
-    if r.xroce.is_some() || r.scale.is_some() {
+    if let Some(e) = &r.engine {
+        let _ = writeln!(
+            s,
+            "\n== 7. The engine alone: {} B SENDs between two engines in memory, one core, no link ==",
+            e.size
+        );
+        let _ = writeln!(
+            s,
+            "  {:.3} M msg/s ({} messages in {:.2} s; both ends' work, one signaled in 16)",
+            e.msg_rate_mpps, e.messages, e.seconds
+        );
+    }
+    if r.xroce.is_some() || r.scale.is_some() || r.engine.is_some() {
         s.push_str(&targets::render(r));
     }
     let _ = writeln!(s, "\nnotes:");

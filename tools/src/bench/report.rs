@@ -163,6 +163,19 @@ pub struct XroceBwRow {
     pub vs_udp: Option<Ratio>,
 }
 
+/// The engine alone: 64-byte SENDs between two engines joined in memory on one core.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineSection {
+    /// Message size.
+    pub size: u64,
+    /// Messages delivered in the timed part.
+    pub messages: u64,
+    /// Its length.
+    pub seconds: f64,
+    /// Messages per second, in millions.
+    pub msg_rate_mpps: f64,
+}
+
 /// One latency row of xroce.
 #[derive(Debug, Clone, Serialize)]
 pub struct XroceLatRow {
@@ -377,6 +390,8 @@ pub struct BenchReport {
     pub threads: Option<ThreadsSection>,
     /// perftest through the library beside `xroce perf`.
     pub library: Option<LibrarySection>,
+    /// The engine alone.
+    pub engine: Option<EngineSection>,
     /// The data path's targets, as ratios of this run's figures.
     pub targets: Vec<targets::Target>,
     /// How to read the figures, and what was left out.

@@ -811,7 +811,8 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
             n
         })
         .sum::<usize>()
-        + plan.memory_qps.len();
+        + plan.memory_qps.len()
+        + usize::from(opts.runs(Section::Engine));
     let mut runner = Runner {
         opts,
         log,
@@ -1124,6 +1125,20 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
             "A debug build: its figures mean little; measure with cargo build --release.".into(),
         );
     }
+    // Last, with every child gone: it has the core to itself.
+    let engine = if opts.runs(Section::Engine) {
+        let duration = Duration::from_secs_f64(if opts.quick { 0.5 } else { 3.0 });
+        let what = format!(
+            "engine alone: {} B SENDs between two engines in memory, {:.1} s",
+            super::engine::ENGINE_MESSAGE,
+            duration.as_secs_f64()
+        );
+        runner
+            .attempt(&what, |_| super::engine::measure(duration))
+            .ok()
+    } else {
+        None
+    };
     let sections = Section::ALL.into_iter().filter(|s| opts.runs(*s)).collect();
     let mut report = BenchReport {
         machine,
@@ -1139,6 +1154,7 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         library: opts
             .runs(Section::Library)
             .then_some(LibrarySection { rows: library_rows }),
+        engine,
         targets: Vec::new(),
         notes,
         failures: runner.failures,

@@ -25,6 +25,9 @@ pub enum SectionArg {
     /// (through `xroce run`), each beside xroce perf's same test (not run by default: needs
     /// Debian's perftest).
     Library,
+    /// The engine alone: two engines joined in memory on one core moving 64-byte SENDs, no
+    /// link (the message rate of xroce's own transport).
+    Engine,
 }
 
 /// `--progress` names.
@@ -59,7 +62,7 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Sections to run (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SectionArg::Ceiling, SectionArg::Udp, SectionArg::Xroce, SectionArg::Scale, SectionArg::Threads])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SectionArg::Ceiling, SectionArg::Udp, SectionArg::Xroce, SectionArg::Scale, SectionArg::Threads, SectionArg::Engine])]
     pub sections: Vec<SectionArg>,
     /// Progress mode of the latency rows (default: both).
     #[arg(long, value_enum)]
@@ -113,6 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 Section::Scale => SectionArg::Scale,
                 Section::Threads => SectionArg::Threads,
                 Section::Library => SectionArg::Library,
+                Section::Engine => SectionArg::Engine,
             })
         })
         .collect();
