@@ -464,3 +464,62 @@ fn threads_section_alone_prints_every_row() {
         "{notes}"
     );
 }
+
+/// The engine section runs in the bench's own process with no namespace or link: alone, it
+/// needs no root (run as nobody when the test has root).
+#[test]
+fn engine_section_alone_needs_no_root() {
+    let args = ["bench", "--sections", "engine", "--quick", "--json"];
+    let out = if xroce::netns::is_privileged() {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
+            .arg(env!("CARGO_BIN_EXE_xroce"))
+            .args(args)
+            .output();
+        match out {
+            Ok(out)
+                if out.status.code() != Some(127)
+                    && !String::from_utf8_lossy(&out.stderr).contains("setpriv:") =>
+            {
+                out
+            }
+            _ => {
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "engine_section_alone_needs_no_root: setpriv cannot drop root here; running as root"
+                );
+                xroce(&args)
+            }
+        }
+    } else {
+        xroce(&args)
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    let doc: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{stdout}"));
+    assert_eq!(doc["sections"], serde_json::json!(["engine"]));
+    assert!(
+        num(&doc["engine"], "msg_rate_mpps") > 0.0,
+        "{}",
+        doc["engine"]
+    );
+    let targets = doc["targets"].as_array().expect("targets");
+    let measured: Vec<&str> = targets
+        .iter()
+        .filter(|t| !t["ratio"].is_null())
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(measured.len(), 1, "{measured:?}");
+    assert!(measured[0].starts_with("engine alone"), "{measured:?}");
+    assert!(stderr.contains("== 7. The engine alone"), "{stderr}");
+}

@@ -186,7 +186,7 @@ impl BenchOptions {
     /// Checks every option; messages name the option and its range.
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.sections.is_empty() {
-            bail!("--sections: name at least one of ceiling, udp, xroce, scale, threads, library");
+            bail!("--sections: name at least one of ceiling, udp, xroce, scale, threads, library, engine");
         }
         if self.modes.is_empty() {
             bail!("--progress: choose wakeup, busy-poll or both");

@@ -790,10 +790,14 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
             )
         })
         .collect();
-    let mut machine = read_machine(format!(
-        "veth pairs between two network namespaces, 198.18.0.1 (A) and 198.18.0.2 (B), one after the other: {}",
-        pairs.join("; ")
-    ));
+    let mut machine = read_machine(if pairs.is_empty() {
+        "none: no section that ran needs one".to_string()
+    } else {
+        format!(
+            "veth pairs between two network namespaces, 198.18.0.1 (A) and 198.18.0.2 (B), one after the other: {}",
+            pairs.join("; ")
+        )
+    });
     let raw_steps =
         |l: &LinkPlan| l.stream_payloads.len() * 2 + l.ping_sizes.len() * opts.modes.len();
     let steps: usize = plan

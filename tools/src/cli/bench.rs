@@ -134,7 +134,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     opts.perf_has_progress = perf_has_progress();
     opts.shards = args.shards;
     opts.validate()?;
-    if !xroce::netns::is_privileged() {
+    // The engine section alone runs in this process, with no namespace or link.
+    let needs_root = opts.sections.iter().any(|s| *s != Section::Engine);
+    if needs_root && !xroce::netns::is_privileged() {
         anyhow::bail!("xroce bench needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN): it creates network namespaces and a veth pair and attaches XDP programs; run it with sudo");
     }
     #[cfg(not(feature = "xdp"))]

@@ -40,6 +40,22 @@ const RECVS: usize = 4;
 const RECV_LEN: usize = 512;
 /// How long a CM step may take before the set-up fails.
 const CM_STEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client whose test QPs' connection is rejected asks again after this long, at least
+/// [`REJECTED_MIN_TRIES`] times, as perftest does ...
+const REJECTED_RETRY_DELAY: Duration = Duration::from_millis(100);
+const REJECTED_MIN_TRIES: u32 = 10;
+/// ... and for this long since the first rejection. perftest's server listens for the test
+/// QPs only once its last sync message is acknowledged; when that ACK is lost, the message
+/// comes again one local ACK timeout later (2.1 s at the CM's default exponent 19, 4.3 s at
+/// 20), and only its new ACK lets the server listen: a client that stopped after perftest's
+/// second of tries failed a run that one lost frame only delayed (seen in the rxe lab over
+/// a 1 %-loss link).
+const REJECTED_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Whether a client rejected `tries + 1` times, the first `since` ago, asks again.
+fn asks_again(tries: u32, since: Duration) -> bool {
+    tries < REJECTED_MIN_TRIES || since < REJECTED_PATIENCE
+}
 
 fn wait_event(ch: &EventChannel, timeout: Duration) -> anyhow::Result<RdmaCmEvent> {
     ch.get_event(Some(timeout))
@@ -414,11 +430,11 @@ impl CmQps {
     pub fn connect(&mut self, qps: &[Qp]) -> anyhow::Result<()> {
         match self.role {
             Role::Client => {
-                let mut tries = 0;
+                let (mut tries, first) = (0, Instant::now());
                 loop {
                     match self.try_client(qps)? {
                         true => return Ok(()),
-                        false if tries < 10 => {
+                        false if asks_again(tries, first.elapsed()) => {
                             tries += 1;
                             for id in self.ids.drain(..) {
                                 let _ = id.detach_qp();
@@ -435,10 +451,12 @@ impl CmQps {
                             }
                             // Events of the destroyed ids stay behind with the old channel.
                             self.channel = EventChannel::new()?;
-                            std::thread::sleep(Duration::from_millis(100));
+                            std::thread::sleep(REJECTED_RETRY_DELAY);
                         }
                         false => anyhow::bail!(
-                            "rdma_cm: the server rejected the test QPs' connections {tries} times (is it running with -R and the same -q?)"
+                            "rdma_cm: the server rejected the test QPs' connections {} times over {:.1} s (is it running with -R and the same -q?)",
+                            tries + 1,
+                            first.elapsed().as_secs_f64()
                         ),
                     }
                 }
@@ -550,4 +568,22 @@ impl CmQps {
 /// A [`Cm`] on the device the test QPs live on.
 pub fn cm_for(device: &Device) -> anyhow::Result<Cm> {
     Cm::new(std::slice::from_ref(device)).context("rdma_cm on the device (-R)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rejected_client_asks_ten_times_and_for_ten_seconds() {
+        // Fewer than ten tries: always again, however long it took.
+        assert!(asks_again(0, Duration::ZERO));
+        assert!(asks_again(9, Duration::from_secs(60)));
+        // Where perftest stops, a lost ACK's sync message is still to come again.
+        assert!(asks_again(10, Duration::from_secs(1)));
+        assert!(asks_again(80, Duration::from_millis(9_900)));
+        // Both spent: the server is not there.
+        assert!(!asks_again(10, REJECTED_PATIENCE));
+        assert!(!asks_again(95, Duration::from_secs(11)));
+    }
 }
