@@ -706,6 +706,58 @@ fn perftest_client_retrying_an_early_req_asks_no_more_connections_than_qps() {
     drop(listener);
 }
 
+/// perftest's server listens for the test QPs only once its last sync message is
+/// acknowledged; when that ACK is lost, the message comes again one ACK timeout later (2.1 s
+/// at the Cm's default) and the server rejects the client's requests until then. The client
+/// keeps asking past perftest's ten tries in a second: here the server rejects every request
+/// for 2.5 s, then accepts.
+#[test]
+fn perftest_client_outlasts_a_server_that_listens_late() {
+    use xroce_tools::perftest::cm::CmQps;
+    use xroce_tools::perftest::oob::Role;
+    let (a, b, _link) = pair(0.0);
+    let (client, server) = (side(&a, quick()), side(&b, quick()));
+    let listener = listen(&server, PortSpace::Tcp, 18516);
+    let mut client_qps =
+        CmQps::new(&client.cm, Role::Client, Some(SERVER_IP), 18516, None).unwrap();
+    let qp = client
+        .pd
+        .create_qp(&QpInitAttr::rc(&client.cq, &client.cq))
+        .unwrap();
+    let connecting = std::thread::spawn(move || {
+        let qps = [qp];
+        client_qps.connect(&qps).map(|()| (client_qps, qps))
+    });
+    let listening_at = Instant::now() + Duration::from_millis(2500);
+    let (mut rejected, mut accepted) = (0, None);
+    while accepted.is_none() {
+        let e = server
+            .ch
+            .get_event(Some(WAIT))
+            .unwrap_or_else(|e| panic!("no request after {rejected} rejected: {e}"));
+        match e.kind {
+            EventKind::ConnectRequest if Instant::now() < listening_at => {
+                e.id.reject(&[]).unwrap();
+                rejected += 1;
+            }
+            EventKind::ConnectRequest => {
+                let sqp = rc_qp(&server, &e.id);
+                e.id.accept(&ConnParam::default()).unwrap();
+                accepted = Some((e.id, sqp));
+            }
+            other => panic!("server event {other:?}"),
+        }
+    }
+    server.ch.expect(EventKind::Established, WAIT).unwrap();
+    let (_client_qps, qps) = connecting.join().unwrap().unwrap();
+    assert!(
+        rejected > 10,
+        "only {rejected} requests before the server listened"
+    );
+    assert_eq!(qps[0].state().unwrap(), QpState::Rts);
+    drop(listener);
+}
+
 /// A REQ that comes a moment before its listener (perftest 4.5's `-R` server listens for its
 /// test QPs only after the exchange, while its client connects at once) waits for it
 /// (`LISTEN_GRACE`) instead of meeting REJ: Debian's perftest client cannot retry one.
