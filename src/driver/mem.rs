@@ -91,9 +91,9 @@ impl MemLink {
 struct MemLinkState {
     /// `queues[i]` holds frames for end `i`.
     queues: [Mutex<VecDeque<Vec<u8>>>; 2],
-    /// `notified[i]`: notification bytes written to end `i` since it last drained them.
-    /// Counted after the byte is written, so a receive that finds zero leaves at most a byte
-    /// that a later receive drains; a busy poller makes no system call for an empty link.
+    /// `notified[i]`: notification bytes written to end `i` (or being written) and not yet
+    /// read ([`notify`]): a receive reads that many, so a busy poller makes no system call
+    /// for an empty link.
     notified: [AtomicU32; 2],
     loss: f64,
     rng: Mutex<ChaCha8Rng>,
@@ -116,6 +116,8 @@ pub struct MemDriver {
     /// Writing to it makes our own `notify_rx` readable.
     notify_self: UnixDatagram,
     pending: Vec<Vec<u8>>,
+    /// The last receive found no frame (the next that finds none reads the notifications).
+    found_nothing_last: bool,
 }
 
 impl MemDriver {
@@ -160,6 +162,7 @@ impl MemDriver {
                 .map_err(|e| DriverError::io("cloning a socket", e))?,
             notify_peer: to_b,
             pending: Vec::new(),
+            found_nothing_last: false,
         };
         let b = MemDriver {
             state: state.clone(),
@@ -170,13 +173,80 @@ impl MemDriver {
             notify_self: to_b_self,
             notify_peer: to_a,
             pending: Vec::new(),
+            found_nothing_last: false,
         };
         Ok((a, b, MemLink { state }))
+    }
+
+    /// Hands up to `max` queued frames to `on_frame`; how many.
+    fn take_frames(&self, max: usize, on_frame: &mut dyn FnMut(&[u8], RxMeta)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let frame = {
+                let mut queue = self.state.queues[self.end]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                queue.pop_front()
+            };
+            let Some(frame) = frame else { break };
+            on_frame(
+                &frame,
+                RxMeta {
+                    icrc_verifiable: true,
+                },
+            );
+            n += 1;
+        }
+        n
+    }
+
+    /// Reads the notification bytes counted for this end: one read per byte, none counted
+    /// (an idle link) no system call.
+    fn read_notifications(&self) -> Result<(), DriverError> {
+        let mut byte = [0u8; 16];
+        let notified = &self.state.notified[self.end];
+        let mut unread = notified.swap(0, Ordering::Acquire);
+        while unread > 0 {
+            match self.notify_rx.recv(&mut byte) {
+                Ok(_) => unread -= 1,
+                // Counted, not yet written: the writer is between its count and its byte.
+                // The count goes back for the next receive to read.
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    notified.fetch_add(unread, Ordering::Release);
+                    break;
+                }
+                Err(e) => return Err(DriverError::io("mem link notification", e)),
+            }
+        }
+        Ok(())
     }
 
     fn max_frame(&self) -> usize {
         // Ethernet header and two VLAN tags on top of the IP MTU.
         self.mtu as usize + 14 + 8
+    }
+}
+
+/// Writes one notification byte to `socket` for the end whose count is `notified`. The count
+/// goes up before the byte is written and back down when no byte was, so every byte in the
+/// socket is counted (a receive that finds the count at zero leaves no byte behind to keep
+/// its fd readable); a full socket already reads as readable and takes no byte.
+fn notify(socket: &UnixDatagram, notified: &AtomicU32) -> Result<(), DriverError> {
+    notified.fetch_add(1, Ordering::Release);
+    match socket.send(&[1]) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            notified.fetch_sub(1, Ordering::Release);
+            match e.kind() {
+                ErrorKind::WouldBlock => Ok(()),
+                // The other end was dropped: its frames are lost, like frames sent to a host
+                // that went away (the transport's retry then gives up), not a local failure.
+                ErrorKind::ConnectionRefused | ErrorKind::NotConnected | ErrorKind::BrokenPipe => {
+                    Ok(())
+                }
+                _ => Err(DriverError::io("mem link notify", e)),
+            }
+        }
     }
 }
 
@@ -240,25 +310,7 @@ impl Driver for MemDriver {
         if delivered_any {
             // Frames are queued before the byte is written, so a receiver that sees the byte
             // finds them. A full notification buffer already means "readable".
-            let peer_notified = &self.state.notified[1 - self.end];
-            match self.notify_peer.send(&[1]) {
-                Ok(_) => {
-                    peer_notified.fetch_add(1, Ordering::Release);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    peer_notified.fetch_add(1, Ordering::Release);
-                }
-                // The other end was dropped: its frames are lost, like frames sent to a host
-                // that went away (the transport's retry then gives up), not a local failure.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::ConnectionRefused
-                            | ErrorKind::NotConnected
-                            | ErrorKind::BrokenPipe
-                    ) => {}
-                Err(e) => return Err(DriverError::io("mem link notify", e)),
-            }
+            notify(&self.notify_peer, &self.state.notified[1 - self.end])?;
         }
         Ok(())
     }
@@ -268,33 +320,22 @@ impl Driver for MemDriver {
         max: usize,
         on_frame: &mut dyn FnMut(&[u8], RxMeta),
     ) -> Result<usize, DriverError> {
-        // Drain notifications first, then the queue: a frame pushed after this drain comes
-        // with a fresh notification, so no wake-up is lost. One read per byte counted: none
-        // written since the last drain, no system call.
-        let mut byte = [0u8; 16];
-        for _ in 0..self.state.notified[self.end].swap(0, Ordering::Acquire) {
-            match self.notify_rx.recv(&mut byte) {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => return Err(DriverError::io("mem link notification", e)),
+        // Frames first: a busy poller takes them with no system call. The notifications are
+        // read by the second receive in a row that finds no frame (the first is most often
+        // the round that sends the answer, while the sender's byte may still be on its
+        // way), and the queue is looked at again after them: a frame is queued before its
+        // byte is counted and written, so a byte read means its frame is found now, and a
+        // frame queued later brings a byte of its own. No wake-up is lost, and until then
+        // the fd stays readable, so a waiter comes back.
+        let mut n = self.take_frames(max, on_frame);
+        if n == 0 {
+            if self.found_nothing_last {
+                self.read_notifications()?;
+                n = self.take_frames(max, on_frame);
             }
-        }
-        let mut n = 0;
-        while n < max {
-            let frame = {
-                let mut queue = self.state.queues[self.end]
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                queue.pop_front()
-            };
-            let Some(frame) = frame else { break };
-            on_frame(
-                &frame,
-                RxMeta {
-                    icrc_verifiable: true,
-                },
-            );
-            n += 1;
+            self.found_nothing_last = n == 0;
+        } else {
+            self.found_nothing_last = false;
         }
         if n == max {
             // More may be waiting: make sure the fd stays readable.
@@ -304,9 +345,7 @@ impl Driver for MemDriver {
                 .is_empty();
             if more {
                 // Keep our fd readable so a caller that waits before draining still wakes.
-                if self.notify_self.send(&[1]).is_ok() {
-                    self.state.notified[self.end].fetch_add(1, Ordering::Release);
-                }
+                let _ = notify(&self.notify_self, &self.state.notified[self.end]);
             }
         }
         Ok(n)
@@ -348,6 +387,13 @@ mod tests {
         got
     }
 
+    /// Two receives that find nothing: the second reads the notifications.
+    fn idle_receives(driver: &mut MemDriver) {
+        for _ in 0..2 {
+            assert_eq!(driver.recv(usize::MAX, &mut |_, _| {}).unwrap(), 0);
+        }
+    }
+
     #[test]
     fn frames_cross_in_order_both_ways() {
         let (mut a, mut b, link) = MemDriver::pair(
@@ -372,6 +418,14 @@ mod tests {
         let got = frames_of(&mut b);
         assert_eq!(got.len(), 10);
         assert!(got.iter().enumerate().all(|(i, f)| f == &vec![i as u8; 60]));
+        // The second receive in a row that finds the queue empty reads the notifications.
+        assert!(frames_of(&mut b).is_empty());
+        assert_eq!(
+            wait_readable(&[b.wait_fd().unwrap()], Some(Duration::ZERO)).unwrap(),
+            [true],
+            "one empty receive leaves the notification"
+        );
+        assert!(frames_of(&mut b).is_empty());
         assert_eq!(
             wait_readable(&[b.wait_fd().unwrap()], Some(Duration::ZERO)).unwrap(),
             [false],
@@ -395,11 +449,12 @@ mod tests {
             |b: &MemDriver| wait_readable(&[b.wait_fd().unwrap()], Some(Duration::ZERO)).unwrap();
         assert_eq!(readable(&b), [true]);
         assert_eq!(b.recv(10, &mut |_, _| {}).unwrap(), 3);
+        idle_receives(&mut b);
         assert_eq!(readable(&b), [false]);
     }
 
     #[test]
-    fn one_receive_drains_every_flush_notification() {
+    fn idle_receives_drain_every_flush_notification() {
         let (mut a, mut b, _) = MemDriver::pair([2; 6], [4; 6], &MemLinkConfig::default()).unwrap();
         let readable =
             |b: &MemDriver| wait_readable(&[b.wait_fd().unwrap()], Some(Duration::ZERO)).unwrap();
@@ -411,9 +466,17 @@ mod tests {
                 a.flush().unwrap();
             }
             assert_eq!(readable(&b), [true]);
+            // Frames are taken with no system call; the fd stays readable until a second
+            // receive in a row finds the queue empty and reads every notification at once.
             assert_eq!(b.recv(usize::MAX, &mut |_, _| {}).unwrap(), round);
-            assert_eq!(readable(&b), [false], "after {round} flushes");
-            assert_eq!(b.recv(usize::MAX, &mut |_, _| {}).unwrap(), 0);
+            assert_eq!(readable(&b), [true], "after {round} flushes, frames taken");
+            idle_receives(&mut b);
+            assert_eq!(readable(&b), [false], "after {round} flushes, drained");
+            // A frame that comes while the notifications are read is taken in that receive.
+            a.send(&[7; 64]).unwrap();
+            a.flush().unwrap();
+            assert_eq!(b.recv(usize::MAX, &mut |_, _| {}).unwrap(), 1);
+            idle_receives(&mut b);
         }
     }
 

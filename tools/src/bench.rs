@@ -14,11 +14,16 @@
 //! 5. **Threads**: `write_bw` and `send_bw` at 64 B with 2 QPs on one thread and on two
 //!    (`perf --threads`), with one engine shard and with two (`--shards`), on a veth pair
 //!    with 2 queues per end; message rates side by side with the ratio to one thread.
+//! 6. **Library** (asked for by name): perftest's binaries on xroce's `libibverbs.so.1`
+//!    beside `xroce perf`'s same test.
+//! 7. **Engine**: two engines joined in memory in this process, on one core, moving 64-byte
+//!    SENDs: xroce's own transport with no driver, link or kernel (no namespace: alone, it
+//!    needs no root).
 //!
 //! The rows at 4 KiB run on a second veth pair at a jumbo MTU (9000 unless `--mtu`), where
 //! one 4 KiB message is one packet; everything else on a pair at MTU 1500.
 //!
-//! Every process that sends or receives runs inside a namespace: this executable again as
+//! Every process that sends or receives frames runs inside a namespace: this executable again as
 //! `xroce bench-child '<json spec>'` ([`child`]), or `xroce perf`.
 pub mod child;
 mod engine;
@@ -491,6 +496,18 @@ mod tests {
                 && ack.contains("1.70x the raw")
                 && ack.ends_with("the ACK costs 3.50 us of each half"),
             "{ack}"
+        );
+        assert_eq!(engine.unit, "M msg/s");
+        assert!(report
+            .targets
+            .iter()
+            .all(|t| (t.unit == "ratio") != t.name.starts_with("engine alone")));
+        // A noisy run where UC came out slower gives no split.
+        report.xroce.as_mut().unwrap().lat[2].median_us = 11.0;
+        let noisy = targets::ack_share(&report).unwrap();
+        assert!(
+            noisy.contains("UC slower than RC") && !noisy.contains("costs"),
+            "{noisy}"
         );
         report.xroce.as_mut().unwrap().lat.pop();
         assert_eq!(targets::ack_share(&report), None);

@@ -888,7 +888,11 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         for case in &lp.lat {
             let what = format!(
                 "xroce perf {} -s {} -n {} --progress {} MTU {}",
-                case.test,
+                if case.test == UC_SEND_LAT {
+                    "send_lat -c UC"
+                } else {
+                    case.test
+                },
                 case.size,
                 case.iters,
                 case.mode.name(),
@@ -972,6 +976,20 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
             memory.push(m);
         }
     }
+    // Last, with every child gone: it has the core to itself.
+    let engine = if opts.runs(Section::Engine) {
+        let duration = Duration::from_secs_f64(if opts.quick { 0.5 } else { 3.0 });
+        let what = format!(
+            "engine alone: {} B SENDs between two engines in memory, {:.1} s",
+            super::engine::ENGINE_MESSAGE,
+            duration.as_secs_f64()
+        );
+        runner
+            .attempt(&what, |_| super::engine::measure(duration))
+            .ok()
+    } else {
+        None
+    };
     machine.xdp_mode = runner.xdp_mode.clone();
     machine.load_average_end = load_average();
 
@@ -1094,6 +1112,8 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
             rows,
         }
     });
+    // Notes on the rows measured over links; the engine section alone has none of them.
+    let on_links = opts.sections.iter().any(|s| *s != Section::Engine);
     let mut notes = vec![
         "Throughput ratios are xroce / reference: above 1 is faster. Latency ratios are xroce time / reference time: below 1 is faster.".to_string(),
         "Each xroce bandwidth row is compared with the stream of the same payload per packet (the message size up to the path MTU) in the direction its data flows (read_bw: B->A).".to_string(),
@@ -1101,7 +1121,10 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         "Latency statistics (median, p99) are computed as perftest computes them (tools/src/perftest/stats.rs), for the ping-pongs too.".to_string(),
         format!("The 4 KiB rows ran on a second veth pair at MTU {} (path MTU {}): one 4 KiB message per packet.", opts.jumbo_mtu, path_mtu(opts.jumbo_mtu)),
     ];
-    if machine.cores <= 2 {
+    if !on_links {
+        notes.clear();
+    }
+    if machine.cores <= 2 && on_links {
         notes.push(format!("This machine has {} cores: with busy-poll a spinning client and a spinning server fill it, so the busy-poll rows compete with everything else running (the load average is above).", machine.cores));
     }
     if opts.runs(Section::Threads) {
@@ -1129,20 +1152,6 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
             "A debug build: its figures mean little; measure with cargo build --release.".into(),
         );
     }
-    // Last, with every child gone: it has the core to itself.
-    let engine = if opts.runs(Section::Engine) {
-        let duration = Duration::from_secs_f64(if opts.quick { 0.5 } else { 3.0 });
-        let what = format!(
-            "engine alone: {} B SENDs between two engines in memory, {:.1} s",
-            super::engine::ENGINE_MESSAGE,
-            duration.as_secs_f64()
-        );
-        runner
-            .attempt(&what, |_| super::engine::measure(duration))
-            .ok()
-    } else {
-        None
-    };
     let sections = Section::ALL.into_iter().filter(|s| opts.runs(*s)).collect();
     let mut report = BenchReport {
         machine,

@@ -41,7 +41,8 @@ pub enum ProgressArg {
     Both,
 }
 
-/// The raw AF_XDP ceiling, kernel UDP and xroce on one veth pair, side by side (needs root).
+/// The raw AF_XDP ceiling, kernel UDP and xroce on one veth pair, side by side (needs root,
+/// but for the engine section alone).
 ///
 /// Creates two network namespaces joined by a veth pair (MTU 1500, a second pair at --mtu
 /// for the 4 KiB rows, a third with 2 queues per end for the threads rows), runs every
@@ -55,6 +56,7 @@ pub enum ProgressArg {
 ///   sudo xroce bench --sections ceiling,udp  only the references
 ///   sudo xroce bench --sections threads      perf --threads 1 and 2, --shards 1 and 2
 ///   sudo xroce bench --sections library      perftest on xroce's libibverbs.so.1 beside xroce perf
+///   xroce bench --sections engine            the engine alone, in this process (no root needed)
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
