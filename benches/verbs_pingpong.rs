@@ -8,64 +8,17 @@
 //! Run: `cargo bench --bench verbs_pingpong [-- ITERATIONS]` (default 200000).
 use std::time::{Duration, Instant};
 
+#[path = "../tests/common/sides.rs"]
+mod sides;
+
+use sides::{connect, connect_uc, device_pair, side, uc_side, Side};
 use xroce::verbs::*;
 
 const SIZE: u32 = 64;
 const WAIT: Duration = Duration::from_secs(10);
-
-struct Side {
-    _dev: Device,
-    _pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn side(dev: &Device, uc: bool) -> Side {
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(256, None).unwrap();
-    let attr = if uc {
-        QpInitAttr::uc(&cq, &cq)
-    } else {
-        QpInitAttr::rc(&cq, &cq)
-    };
-    let qp = pd.create_qp(&attr).unwrap();
-    let mr = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
-    Side {
-        _dev: dev.clone(),
-        _pd: pd,
-        cq,
-        qp,
-        mr,
-    }
-}
-
-fn connect(a: &Side, b: &Side, da: &Device, db: &Device, uc: bool) {
-    let peer = |s: &Side, d: &Device| {
-        let gid = d.ipv4_gid_index().unwrap();
-        (
-            RcPeer {
-                qpn: s.qp.qp_num(),
-                psn: 0,
-                gid: d.query_gid(gid).unwrap(),
-            },
-            RcOptions {
-                sgid_index: gid as u8,
-                sq_psn: 0,
-                ..RcOptions::default()
-            },
-        )
-    };
-    let (pa, oa) = peer(a, da);
-    let (pb, ob) = peer(b, db);
-    if uc {
-        a.qp.connect_uc(&pb, &oa).unwrap();
-        b.qp.connect_uc(&pa, &ob).unwrap();
-    } else {
-        a.qp.connect_rc(&pb, &oa).unwrap();
-        b.qp.connect_rc(&pa, &ob).unwrap();
-    }
-}
+/// Where in a side's region the SEND is read from, and the receive written to.
+const SEND_AT: usize = 0;
+const RECV_AT: usize = 4096;
 
 /// Completions seen and not yet waited for, by kind: one poll can return the SEND's
 /// completion and the next message's together.
@@ -106,8 +59,8 @@ fn wait_for(cq: &Cq, wcs: &mut [Wc], seen: &mut Seen, opcode: WcOpcode) {
 fn run(s: &Side, client: bool, iters: usize) -> Vec<Duration> {
     let mut wcs = [Wc::EMPTY; 16];
     let mut seen = Seen::default();
-    let send_sge = [s.mr.sge(0, SIZE).unwrap()];
-    let recv_sge = [s.mr.sge(2048, SIZE).unwrap()];
+    let send_sge = [s.mr.sge(SEND_AT, SIZE).unwrap()];
+    let recv_sge = [s.mr.sge(RECV_AT, SIZE).unwrap()];
     let send = SendWrRef {
         wr_id: 1,
         op: WrOp::Send,
@@ -135,12 +88,19 @@ fn run(s: &Side, client: bool, iters: usize) -> Vec<Duration> {
 }
 
 fn measure(uc: bool, iters: usize) -> (f64, f64) {
-    let (da, db, _link) =
-        Device::mem_pair(&mem_link_config(1500, 0.0, 1), DeviceConfig::default()).unwrap();
-    let (a, b) = (side(&da, uc), side(&db, uc));
-    connect(&a, &b, &da, &db, uc);
+    let (da, db, _link) = device_pair(ProgressMode::default());
+    let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
+    let (a, b) = if uc {
+        let (a, b) = (uc_side(&da, &pa), uc_side(&db, &pb));
+        connect_uc(&a, &b);
+        (a, b)
+    } else {
+        let (a, b) = (side(&da, &pa), side(&db, &pb));
+        connect(&a, &b);
+        (a, b)
+    };
     let post_recv = |s: &Side| {
-        let sge = [s.mr.sge(2048, SIZE).unwrap()];
+        let sge = [s.mr.sge(RECV_AT, SIZE).unwrap()];
         s.qp.post_recv_chain(|post| post(2, &sge)).unwrap();
     };
     post_recv(&a);

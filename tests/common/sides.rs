@@ -1,6 +1,7 @@
-//! Connected RC sides over the in-memory pair, and a busy-polled SEND ping-pong between
-//! them: the fixture of the progress and shard tests. Include with
-//! `#[path = "common/sides.rs"] mod sides;`.
+//! Connected RC (or UC) sides over the in-memory pair, and a busy-polled SEND ping-pong
+//! between them: the fixture of the progress and shard tests and of the verbs ping-pong
+//! bench. Include with `#[path = "common/sides.rs"] mod sides;` (from `benches/`, with the
+//! path to this file).
 #![allow(dead_code)]
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,21 @@ pub fn side(dev: &Device, pd: &Pd) -> Side {
 /// A side whose sends complete into `send_cq` and receives into `cq` (the side's CQ), as UCX
 /// builds its QPs; `send_cq` may be `cq` itself.
 pub fn side_with_send_cq(dev: &Device, pd: &Pd, send_cq: &Cq, cq: Cq) -> Side {
+    let attr = QpInitAttr::rc(send_cq, &cq);
+    side_of(dev, pd, attr, cq.clone())
+}
+
+/// A UC side (IBTA 9.8: no ACK, no retry), one CQ for both directions; join two with
+/// [`connect_uc`].
+pub fn uc_side(dev: &Device, pd: &Pd) -> Side {
+    let cq = dev.create_cq(4096, None).unwrap();
+    let attr = QpInitAttr::uc(&cq, &cq);
+    side_of(dev, pd, attr, cq.clone())
+}
+
+/// A side with a QP made from `attr` (its caps set here) and `cq`, the CQ its receives
+/// complete in.
+fn side_of(dev: &Device, pd: &Pd, attr: QpInitAttr<'_>, cq: Cq) -> Side {
     let qp = pd
         .create_qp(&QpInitAttr {
             cap: QpCaps {
@@ -31,7 +47,7 @@ pub fn side_with_send_cq(dev: &Device, pd: &Pd, send_cq: &Cq, cq: Cq) -> Side {
                 max_recv_wr: 256,
                 ..QpCaps::default()
             },
-            ..QpInitAttr::rc(send_cq, &cq)
+            ..attr
         })
         .unwrap();
     let mr = pd.reg_mr(8192, Access::ALL).unwrap();
@@ -45,23 +61,32 @@ pub fn side_with_send_cq(dev: &Device, pd: &Pd, send_cq: &Cq, cq: Cq) -> Side {
 }
 
 pub fn connect(a: &Side, b: &Side) {
+    connect_with(a, b, Qp::connect_rc);
+}
+
+/// [`connect`] for two [`uc_side`]s.
+pub fn connect_uc(a: &Side, b: &Side) {
+    connect_with(a, b, Qp::connect_uc);
+}
+
+fn connect_with(a: &Side, b: &Side, join: impl Fn(&Qp, &RcPeer, &RcOptions) -> Result<()>) {
     for (me, peer, psn, peer_psn) in [(a, b, 100, 200), (b, a, 200, 100)] {
         let gid = peer.dev.ipv4_gid_index().unwrap();
-        me.qp
-            .connect_rc(
-                &RcPeer {
-                    qpn: peer.qp.qp_num(),
-                    psn: peer_psn,
-                    gid: peer.dev.query_gid(gid).unwrap(),
-                },
-                &RcOptions {
-                    sgid_index: me.dev.ipv4_gid_index().unwrap() as u8,
-                    path_mtu: Mtu::Mtu1024,
-                    sq_psn: psn,
-                    ..RcOptions::default()
-                },
-            )
-            .unwrap();
+        join(
+            &me.qp,
+            &RcPeer {
+                qpn: peer.qp.qp_num(),
+                psn: peer_psn,
+                gid: peer.dev.query_gid(gid).unwrap(),
+            },
+            &RcOptions {
+                sgid_index: me.dev.ipv4_gid_index().unwrap() as u8,
+                path_mtu: Mtu::Mtu1024,
+                sq_psn: psn,
+                ..RcOptions::default()
+            },
+        )
+        .unwrap();
     }
 }
 
