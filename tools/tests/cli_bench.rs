@@ -80,6 +80,26 @@ fn without_root_it_says_so() {
         refused(&["bench", "--quick"], "xroce bench needs root");
         return;
     }
+    match as_nobody(&["bench", "--quick"]) {
+        Some(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success());
+            assert!(stderr.contains("xroce bench needs root"), "{stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+        }
+        None => {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIPPED: without_root_it_says_so: setpriv cannot drop root here"
+            );
+        }
+    }
+}
+
+/// `xroce ARGS` run as nobody with no capabilities through setpriv (util-linux); `None` when
+/// setpriv cannot drop root here (missing, or refused).
+fn as_nobody(args: &[&str]) -> Option<Output> {
     let out = Command::new("setpriv")
         .args([
             "--reuid",
@@ -90,26 +110,12 @@ fn without_root_it_says_so() {
             "--inh-caps=-all",
         ])
         .arg(env!("CARGO_BIN_EXE_xroce"))
-        .args(["bench", "--quick"])
-        .output();
-    match out {
-        Ok(out)
-            if out.status.code() != Some(127)
-                && !String::from_utf8_lossy(&out.stderr).contains("setpriv:") =>
-        {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(!out.status.success());
-            assert!(stderr.contains("xroce bench needs root"), "{stderr}");
-            assert!(!stderr.contains("panicked"), "{stderr}");
-        }
-        _ => {
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "SKIPPED: without_root_it_says_so: setpriv cannot drop root here"
-            );
-        }
-    }
+        .args(args)
+        .output()
+        .ok()?;
+    let refused =
+        out.status.code() == Some(127) || String::from_utf8_lossy(&out.stderr).contains("setpriv:");
+    (!refused).then_some(out)
 }
 
 fn num(v: &Value, key: &str) -> f64 {
@@ -471,34 +477,14 @@ fn threads_section_alone_prints_every_row() {
 fn engine_section_alone_needs_no_root() {
     let args = ["bench", "--sections", "engine", "--quick", "--json"];
     let out = if xroce::netns::is_privileged() {
-        let out = Command::new("setpriv")
-            .args([
-                "--reuid",
-                "65534",
-                "--regid",
-                "65534",
-                "--clear-groups",
-                "--inh-caps=-all",
-            ])
-            .arg(env!("CARGO_BIN_EXE_xroce"))
-            .args(args)
-            .output();
-        match out {
-            Ok(out)
-                if out.status.code() != Some(127)
-                    && !String::from_utf8_lossy(&out.stderr).contains("setpriv:") =>
-            {
-                out
-            }
-            _ => {
-                use std::io::Write as _;
-                let _ = writeln!(
-                    std::io::stderr().lock(),
-                    "engine_section_alone_needs_no_root: setpriv cannot drop root here; running as root"
-                );
-                xroce(&args)
-            }
-        }
+        as_nobody(&args).unwrap_or_else(|| {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "engine_section_alone_needs_no_root: setpriv cannot drop root here; running as root"
+            );
+            xroce(&args)
+        })
     } else {
         xroce(&args)
     };
