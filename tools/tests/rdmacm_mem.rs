@@ -632,6 +632,27 @@ fn perftest_server_takes_test_qp_reqs_sent_before_it_accepts() {
     }
 }
 
+/// perf's `-R` client connecting `count` fresh RC QPs of `client` to the server at `port`,
+/// in a thread of its own; joined, it gives back the client's ids and its QPs.
+fn perftest_client_connecting(
+    client: &Side,
+    port: u16,
+    count: usize,
+) -> std::thread::JoinHandle<anyhow::Result<(xroce_tools::perftest::cm::CmQps, Vec<Qp>)>> {
+    use xroce_tools::perftest::cm::CmQps;
+    use xroce_tools::perftest::oob::Role;
+    let mut client_qps = CmQps::new(&client.cm, Role::Client, Some(SERVER_IP), port, None).unwrap();
+    let qps: Vec<Qp> = (0..count)
+        .map(|_| {
+            client
+                .pd
+                .create_qp(&QpInitAttr::rc(&client.cq, &client.cq))
+                .unwrap()
+        })
+        .collect();
+    std::thread::spawn(move || client_qps.connect(&qps).map(|()| (client_qps, qps)))
+}
+
 /// perftest -R against Debian's server: that server listens for the test QPs only once its
 /// last sync message is acknowledged, so the client's first REQ can come early and meet REJ;
 /// it then accepts every request that comes, one QP per request, and fails past its `-q`.
@@ -641,26 +662,10 @@ fn perftest_server_takes_test_qp_reqs_sent_before_it_accepts() {
 /// accepts exactly two.
 #[test]
 fn perftest_client_retrying_an_early_req_asks_no_more_connections_than_qps() {
-    use xroce_tools::perftest::cm::CmQps;
-    use xroce_tools::perftest::oob::Role;
     let (a, b, _link) = pair(0.0);
     let (client, server) = (side(&a, quick()), side(&b, quick()));
     let listener = listen(&server, PortSpace::Tcp, 18515);
-    let mut client_qps =
-        CmQps::new(&client.cm, Role::Client, Some(SERVER_IP), 18515, None).unwrap();
-    let client_side_qps: Vec<Qp> = (0..2)
-        .map(|_| {
-            client
-                .pd
-                .create_qp(&QpInitAttr::rc(&client.cq, &client.cq))
-                .unwrap()
-        })
-        .collect();
-    let connecting = std::thread::spawn(move || {
-        client_qps
-            .connect(&client_side_qps)
-            .map(|()| (client_qps, client_side_qps))
-    });
+    let connecting = perftest_client_connecting(&client, 18515, 2);
     let (mut requests, mut accepted, mut established) = (0, Vec::new(), 0);
     // Until both connections are up, then a while longer: a third request must not come.
     let mut quiet_until = None;
@@ -713,21 +718,10 @@ fn perftest_client_retrying_an_early_req_asks_no_more_connections_than_qps() {
 /// for 2.5 s, then accepts.
 #[test]
 fn perftest_client_outlasts_a_server_that_listens_late() {
-    use xroce_tools::perftest::cm::CmQps;
-    use xroce_tools::perftest::oob::Role;
     let (a, b, _link) = pair(0.0);
     let (client, server) = (side(&a, quick()), side(&b, quick()));
     let listener = listen(&server, PortSpace::Tcp, 18516);
-    let mut client_qps =
-        CmQps::new(&client.cm, Role::Client, Some(SERVER_IP), 18516, None).unwrap();
-    let qp = client
-        .pd
-        .create_qp(&QpInitAttr::rc(&client.cq, &client.cq))
-        .unwrap();
-    let connecting = std::thread::spawn(move || {
-        let qps = [qp];
-        client_qps.connect(&qps).map(|()| (client_qps, qps))
-    });
+    let connecting = perftest_client_connecting(&client, 18516, 1);
     let listening_at = Instant::now() + Duration::from_millis(2500);
     let (mut rejected, mut accepted) = (0, None);
     while accepted.is_none() {
