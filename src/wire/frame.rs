@@ -260,7 +260,7 @@ fn truncated(layer: Layer, need: usize, have: usize) -> WireError {
 ///
 /// Inlined (as are `parse_frame_verified` and `PacketRepr::parse`) so the receive path builds
 /// its reprs in place: returning them through `Result`s copied ~200 bytes per packet.
-#[inline]
+#[inline(always)]
 fn locate(frame: &[u8]) -> Result<Located<'_>> {
     let (eth, ether_type, ip_start) = locate_ethernet(frame)?;
     let rest = &frame[ip_start..];
@@ -610,7 +610,7 @@ pub fn frame_dest_ip(frame: &[u8]) -> Option<std::net::IpAddr> {
 /// Parses a frame and rejects it with [`WireError::BadIcrc`] unless its ICRC verifies.
 /// The ICRC is checked before the RoCE headers are parsed, so a damaged frame is reported
 /// as damaged rather than as whatever its damaged headers look like.
-#[inline]
+#[inline(always)]
 pub fn parse_frame_verified(frame: &[u8]) -> Result<FrameRepr<'_>> {
     let loc = locate(frame)?;
     let expected = loc.icrc_computed();

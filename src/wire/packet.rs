@@ -95,7 +95,7 @@ impl<'a> PacketRepr<'a> {
 
     /// Parses the bytes from the BTH to the end of the pad (the UDP payload without its last
     /// 4 bytes, the ICRC). The payload borrows from `buf`.
-    #[inline]
+    #[inline(always)]
     pub fn parse(buf: &'a [u8]) -> Result<PacketRepr<'a>> {
         let bth = BthRepr::parse(&Bth::new_checked(buf)?)?;
         let info = bth
