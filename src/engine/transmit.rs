@@ -217,7 +217,10 @@ fn emit_packet(
         .unwrap_or_else(|| crate::wire::rxe_udp_source_port(qp.qpn, pkt.dest_qp));
     let mac = sh.cfg.mac;
     // The payload is copied from the region straight into the frame, under the region's
-    // lock (another shard may be writing it).
+    // lock (another shard may be writing it). The closure hands back only the length, which
+    // returns in a register; a `Result` carrying the error came back through the stack and
+    // was copied again at every level, each copy stalling on store forwarding.
+    let mut failed = None;
     let mut build = |payload: &[u8]| {
         let frame = FrameRepr {
             eth: EthRepr {
@@ -255,13 +258,20 @@ fn emit_packet(
                 payload,
             },
         };
-        frame.emit(buf).map_err(|e| EmitError::Frame(e.to_string()))
+        frame.emit(buf).unwrap_or_else(|e| {
+            failed = Some(e);
+            0
+        })
     };
-    match pkt.payload_mr {
+    let len = match pkt.payload_mr {
         Some((key, va)) => sh
             .mrs
             .with_payload(key, va, pkt.payload_len as u64, build)
             .ok_or(EmitError::PayloadGone)?,
         None => build(&sh.scratch[..pkt.payload_len]),
+    };
+    match failed {
+        Some(e) => Err(EmitError::Frame(e.to_string())),
+        None => Ok(len),
     }
 }
