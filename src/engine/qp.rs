@@ -16,6 +16,9 @@ pub(crate) enum SgeList {
 }
 
 impl From<&[Sge]> for SgeList {
+    // Inlined into the WQE being built: returned from a call, the list came back through the
+    // stack and the WQE's wider copy of it stalled on store forwarding.
+    #[inline(always)]
     fn from(sges: &[Sge]) -> SgeList {
         match sges {
             [one] => SgeList::One(*one),

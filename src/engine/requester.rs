@@ -26,7 +26,10 @@ pub(crate) struct CheckedSend {
 
 /// Check a send WR before it becomes a WQE ([`new_wqe`]). `data`, if given, is the WR's
 /// inline payload handed over by the caller (the SGE list is then ignored), as a provider
-/// copies `IBV_SEND_INLINE` data at post time.
+/// copies `IBV_SEND_INLINE` data at post time. Inlined into its one caller, which builds the
+/// WQE from the result: returned through the stack, the result was read back before its
+/// stores had landed (a store-forwarding stall, a third of the post's own time).
+#[inline(always)]
 pub(crate) fn check_send_wr(
     qp: &Qp,
     sh: &DeviceState,
