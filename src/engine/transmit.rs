@@ -217,48 +217,51 @@ fn emit_packet(
         .unwrap_or_else(|| crate::wire::rxe_udp_source_port(qp.qpn, pkt.dest_qp));
     let mac = sh.cfg.mac;
     // The payload is copied from the region straight into the frame, under the region's
-    // lock (another shard may be writing it). The closure hands back only the length, which
-    // returns in a register; a `Result` carrying the error came back through the stack and
-    // was copied again at every level, each copy stalling on store forwarding.
+    // lock (another shard may be writing it). Two things keep that step cheap, each measured:
+    // the headers are laid out before, and emitted with the payload beside them
+    // (`emit_with_payload`), not copied into a repr of their own under the lock (that copy
+    // read back fields just stored with wider loads, and stalled on store forwarding); and
+    // the closure hands back only the frame's length, in a register (a `Result` carrying the
+    // error came back through the stack).
+    let headers = FrameRepr {
+        eth: EthRepr {
+            dst: av.dest_mac,
+            src: mac,
+            vlan: av.vlan_id.map(|vid| VlanTag {
+                pcp: av.traffic_class >> 5,
+                dei: false,
+                vid,
+            }),
+        },
+        ip,
+        udp_src_port,
+        roce: PacketRepr {
+            bth: BthRepr {
+                opcode: pkt.opcode,
+                solicited: pkt.solicited,
+                migreq: false,
+                pad_count: ((4 - (pkt.payload_len % 4)) % 4) as u8,
+                tver: 0,
+                pkey: DEFAULT_PKEY,
+                fecn: false,
+                becn: false,
+                dest_qp: pkt.dest_qp,
+                ack_req: pkt.ack_req,
+                psn: pkt.psn,
+            },
+            reth: pkt.reth,
+            aeth: pkt.aeth,
+            atomic_eth: pkt.atomic_eth,
+            atomic_ack_eth: pkt.atomic_ack_eth,
+            immdt: pkt.immdt,
+            ieth: pkt.ieth,
+            deth: pkt.deth,
+            payload: &[],
+        },
+    };
     let mut failed = None;
     let mut build = |payload: &[u8]| {
-        let frame = FrameRepr {
-            eth: EthRepr {
-                dst: av.dest_mac,
-                src: mac,
-                vlan: av.vlan_id.map(|vid| VlanTag {
-                    pcp: av.traffic_class >> 5,
-                    dei: false,
-                    vid,
-                }),
-            },
-            ip,
-            udp_src_port,
-            roce: PacketRepr {
-                bth: BthRepr {
-                    opcode: pkt.opcode,
-                    solicited: pkt.solicited,
-                    migreq: false,
-                    pad_count: ((4 - (pkt.payload_len % 4)) % 4) as u8,
-                    tver: 0,
-                    pkey: DEFAULT_PKEY,
-                    fecn: false,
-                    becn: false,
-                    dest_qp: pkt.dest_qp,
-                    ack_req: pkt.ack_req,
-                    psn: pkt.psn,
-                },
-                reth: pkt.reth,
-                aeth: pkt.aeth,
-                atomic_eth: pkt.atomic_eth,
-                atomic_ack_eth: pkt.atomic_ack_eth,
-                immdt: pkt.immdt,
-                ieth: pkt.ieth,
-                deth: pkt.deth,
-                payload,
-            },
-        };
-        frame.emit(buf).unwrap_or_else(|e| {
+        headers.emit_with_payload(buf, payload).unwrap_or_else(|e| {
             failed = Some(e);
             0
         })

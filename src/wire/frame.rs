@@ -30,7 +30,7 @@ use super::bth::BTH_LEN;
 use super::error::{Layer, Result, WireError};
 use super::icrc::{self, IcrcCheck, ICRC_LEN};
 use super::opcode::Opcode;
-use super::packet::PacketRepr;
+use super::packet::{pad_for, PacketRepr};
 use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 use super::psn::Psn;
 use super::reth::RethRepr;
@@ -676,15 +676,23 @@ impl FrameRepr<'_> {
     /// VLAN), IP with total length and header checksum, UDP with length and checksum 0, the
     /// RoCE packet with PadCnt and zero pad, and the ICRC. Does not allocate.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        self.roce.check()?;
-        let len = self.buffer_len();
+        self.emit_with_payload(buf, self.roce.payload)
+    }
+
+    /// [`emit`](Self::emit) with `payload` in place of the repr's own: the engine lays the
+    /// headers out once and fills the payload in under its region's lock, without copying
+    /// the repr to change one field (that copy read back fields just stored, and stalled).
+    pub(crate) fn emit_with_payload(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        self.roce.check_with(payload)?;
+        let roce_len = self.roce.header_len() + payload.len() + usize::from(pad_for(payload.len()));
+        let len = self.eth.buffer_len() + self.ip.buffer_len() + UDP_LEN + roce_len + ICRC_LEN;
         if buf.len() < len {
             return Err(WireError::BufferTooSmall {
                 need: len,
                 have: buf.len(),
             });
         }
-        let udp_len = UDP_LEN + self.roce.buffer_len() + ICRC_LEN;
+        let udp_len = UDP_LEN + roce_len + ICRC_LEN;
         let udp_len16 = u16::try_from(udp_len).map_err(|_| WireError::TooLarge { len: udp_len })?;
         let buf = &mut buf[..len];
 
@@ -749,7 +757,7 @@ impl FrameRepr<'_> {
             checksum: 0,
         };
         put(buf, &mut at, &udp.to_bytes());
-        let roce_len = self.roce.emit_checked(&mut buf[at..])?;
+        let roce_len = self.roce.emit_checked_with(&mut buf[at..], payload)?;
         let icrc_at = at + roce_len;
         let crc = icrc::icrc_in_place(&mut buf[ip_start..icrc_at], udp_start - ip_start);
         buf[icrc_at..icrc_at + ICRC_LEN].copy_from_slice(&icrc::to_wire(crc));
@@ -1189,6 +1197,50 @@ mod tests {
         assert_eq!(out, ACK);
         assert_eq!(parse_frame_verified(&ACK), Ok(f));
     }
+
+    #[test]
+    fn a_payload_given_beside_the_headers_is_the_frames_own() {
+        let eth = EthRepr {
+            dst: [2, 0, 0, 0, 0, 2],
+            src: [2, 0, 0, 0, 0, 1],
+            vlan: None,
+        };
+        let (src, dst) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        for len in [0, 1, 3, 64, 1021] {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let whole = FrameRepr::rc_write_only_v4(eth, src, dst, &payload, 9);
+            let headers = FrameRepr {
+                roce: PacketRepr {
+                    payload: &[],
+                    ..whole.roce
+                },
+                ..whole
+            };
+            let mut want = vec![0u8; MAX_TEST_FRAME];
+            let mut got = vec![0u8; MAX_TEST_FRAME];
+            let n = whole.emit(&mut want).unwrap();
+            assert_eq!(
+                headers.emit_with_payload(&mut got, &payload),
+                Ok(n),
+                "{len} bytes"
+            );
+            assert_eq!(got[..n], want[..n], "{len} bytes");
+        }
+        // The payload beside the headers is checked as the repr's own would be.
+        let ack = parse_frame(&ACK).unwrap().repr;
+        let mut out = [0u8; 80];
+        assert!(matches!(
+            ack.emit_with_payload(&mut out, &[1, 2, 3, 4]),
+            Err(WireError::UnexpectedPayload { len: 4, .. })
+        ));
+        let whole = FrameRepr::rc_write_only_v4(eth, src, dst, &[7; 64], 9);
+        assert!(matches!(
+            whole.emit_with_payload(&mut out, &[7; 64]),
+            Err(WireError::BufferTooSmall { .. })
+        ));
+    }
+
+    const MAX_TEST_FRAME: usize = 1200;
 
     #[test]
     fn bad_icrc_is_reported() {

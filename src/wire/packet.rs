@@ -221,6 +221,12 @@ impl<'a> PacketRepr<'a> {
     /// within its wire width. TVer may be any 4-bit value, so conformance tests can emit
     /// packets a receiver must drop.
     pub fn check(&self) -> Result<&'static OpcodeInfo> {
+        self.check_with(self.payload)
+    }
+
+    /// [`check`](Self::check) with `payload` in place of the repr's own.
+    #[inline]
+    pub(super) fn check_with(&self, payload: &[u8]) -> Result<&'static OpcodeInfo> {
         let info = self.info()?;
         let opcode = self.bth.opcode;
         let wanted = [
@@ -268,16 +274,14 @@ impl<'a> PacketRepr<'a> {
                 }
             }
         }
-        if !info.has_payload && !self.payload.is_empty() {
+        if !info.has_payload && !payload.is_empty() {
             return Err(WireError::UnexpectedPayload {
                 opcode,
-                len: self.payload.len(),
+                len: payload.len(),
             });
         }
-        if info.transport == Transport::Cnp && self.payload.len() != CNP_BODY_LEN {
-            return Err(WireError::BadCnpLength {
-                len: self.payload.len(),
-            });
+        if info.transport == Transport::Cnp && payload.len() != CNP_BODY_LEN {
+            return Err(WireError::BadCnpLength { len: payload.len() });
         }
         fn fits(field: &'static str, value: u64, bits: u32) -> Result<()> {
             if value >> bits != 0 {
@@ -308,7 +312,14 @@ impl<'a> PacketRepr<'a> {
     /// [`emit`](Self::emit) for a packet that already passed [`check`](Self::check) (the
     /// frame emitter checks once, not twice per packet).
     pub(super) fn emit_checked(&self, buf: &mut [u8]) -> Result<usize> {
-        let len = self.buffer_len();
+        self.emit_checked_with(buf, self.payload)
+    }
+
+    /// [`emit_checked`](Self::emit_checked) with `payload` in place of the repr's own.
+    #[inline]
+    pub(super) fn emit_checked_with(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        let pad_count = pad_for(payload.len());
+        let len = self.header_len() + payload.len() + usize::from(pad_count);
         if buf.len() < len {
             return Err(WireError::BufferTooSmall {
                 need: len,
@@ -317,7 +328,7 @@ impl<'a> PacketRepr<'a> {
         }
         let buf = &mut buf[..len];
         let mut bth = self.bth;
-        bth.pad_count = self.pad_count();
+        bth.pad_count = pad_count;
         bth.emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
         let mut at = BTH_LEN;
         let mut next = |n: usize| {
@@ -350,9 +361,9 @@ impl<'a> PacketRepr<'a> {
         if let Some(v) = self.ieth {
             ImmDt::new_unchecked(&mut buf[next(IMM_LEN)]).set_value(v);
         }
-        let payload = next(self.payload.len());
-        buf[payload].copy_from_slice(self.payload);
-        let pad = next(usize::from(self.pad_count()));
+        let payload_at = next(payload.len());
+        buf[payload_at].copy_from_slice(payload);
+        let pad = next(usize::from(pad_count));
         buf[pad].fill(0);
         Ok(len)
     }
