@@ -30,7 +30,7 @@ use super::bth::BTH_LEN;
 use super::error::{Layer, Result, WireError};
 use super::icrc::{self, IcrcCheck, ICRC_LEN};
 use super::opcode::Opcode;
-use super::packet::{pad_for, PacketRepr};
+use super::packet::PacketRepr;
 use super::pretty::{Explainer, IcrcRole, PrettyPrint};
 use super::psn::Psn;
 use super::reth::RethRepr;
@@ -669,7 +669,17 @@ impl<'a> FrameRepr<'a> {
 impl FrameRepr<'_> {
     /// Total frame length [`emit`](Self::emit) writes.
     pub fn buffer_len(&self) -> usize {
-        self.eth.buffer_len() + self.ip.buffer_len() + UDP_LEN + self.roce.buffer_len() + ICRC_LEN
+        self.buffer_len_for(self.roce.payload.len())
+    }
+
+    /// [`buffer_len`](Self::buffer_len) with a payload of `payload_len` bytes in place of the
+    /// repr's own.
+    fn buffer_len_for(&self, payload_len: usize) -> usize {
+        self.eth.buffer_len()
+            + self.ip.buffer_len()
+            + UDP_LEN
+            + self.roce.buffer_len_for(payload_len)
+            + ICRC_LEN
     }
 
     /// Writes the whole frame to the start of `buf` and returns its length: Ethernet (and
@@ -684,15 +694,14 @@ impl FrameRepr<'_> {
     /// the repr to change one field (that copy read back fields just stored, and stalled).
     pub(crate) fn emit_with_payload(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
         self.roce.check_with(payload)?;
-        let roce_len = self.roce.header_len() + payload.len() + usize::from(pad_for(payload.len()));
-        let len = self.eth.buffer_len() + self.ip.buffer_len() + UDP_LEN + roce_len + ICRC_LEN;
+        let len = self.buffer_len_for(payload.len());
         if buf.len() < len {
             return Err(WireError::BufferTooSmall {
                 need: len,
                 have: buf.len(),
             });
         }
-        let udp_len = UDP_LEN + roce_len + ICRC_LEN;
+        let udp_len = len - self.eth.buffer_len() - self.ip.buffer_len();
         let udp_len16 = u16::try_from(udp_len).map_err(|_| WireError::TooLarge { len: udp_len })?;
         let buf = &mut buf[..len];
 

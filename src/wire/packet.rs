@@ -213,7 +213,14 @@ impl<'a> PacketRepr<'a> {
 
     /// Bytes [`emit`](Self::emit) writes: headers, payload and pad (not the ICRC).
     pub fn buffer_len(&self) -> usize {
-        self.header_len() + self.padded_payload_len()
+        self.buffer_len_for(self.payload.len())
+    }
+
+    /// [`buffer_len`](Self::buffer_len) with a payload of `payload_len` bytes in place of the
+    /// repr's own.
+    #[inline]
+    pub(super) fn buffer_len_for(&self, payload_len: usize) -> usize {
+        self.header_len() + payload_len + usize::from(pad_for(payload_len))
     }
 
     /// Checks that the packet can be emitted: a known opcode, exactly the extension headers
@@ -319,7 +326,7 @@ impl<'a> PacketRepr<'a> {
     #[inline]
     pub(super) fn emit_checked_with(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
         let pad_count = pad_for(payload.len());
-        let len = self.header_len() + payload.len() + usize::from(pad_count);
+        let len = self.buffer_len_for(payload.len());
         if buf.len() < len {
             return Err(WireError::BufferTooSmall {
                 need: len,
