@@ -76,14 +76,7 @@ fn not_root_gets_a_clear_error() {
     }
     // Run the check as nobody, via the test binary's own helper mode.
     let out = std::process::Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
+        .args(common::SETPRIV_AS_NOBODY)
         .arg(std::env::current_exe().unwrap())
         .args([
             "--exact",

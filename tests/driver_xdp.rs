@@ -694,15 +694,8 @@ fn clear_errors_for_missing_interface_other_program_and_no_privileges() {
 
     // Not root: the same open as user nobody.
     let mut cmd = link.b.command("setpriv");
-    cmd.args([
-        "--reuid",
-        "65534",
-        "--regid",
-        "65534",
-        "--clear-groups",
-        "--inh-caps=-all",
-    ])
-    .arg(std::env::current_exe().unwrap());
+    cmd.args(common::SETPRIV_AS_NOBODY)
+        .arg(std::env::current_exe().unwrap());
     let mut h = Helper::spawn_cmd(cmd, "xdp-open", &[("IFNAME", link.b_if.clone())]);
     let line = h.expect("OPEN", Duration::from_secs(20));
     assert!(

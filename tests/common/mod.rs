@@ -27,6 +27,17 @@ pub fn report_skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test}: {why}");
 }
 
+/// The arguments to `setpriv` (util-linux) that run the command after them as user nobody,
+/// with no groups and no capabilities: how a test run as root shows what a user gets.
+pub const SETPRIV_AS_NOBODY: [&str; 6] = [
+    "--reuid",
+    "65534",
+    "--regid",
+    "65534",
+    "--clear-groups",
+    "--inh-caps=-all",
+];
+
 /// `true` if Debian's python3-pyverbs can import `module` (`pyverbs.cmid`, `pyverbs.qp`);
 /// else a visible skip, or a failure under `XROCE_CI=1`.
 #[allow(dead_code)]

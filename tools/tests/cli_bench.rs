@@ -5,6 +5,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
 fn xroce(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xroce"))
         .args(args)
@@ -87,13 +90,7 @@ fn without_root_it_says_so() {
             assert!(stderr.contains("xroce bench needs root"), "{stderr}");
             assert!(!stderr.contains("panicked"), "{stderr}");
         }
-        None => {
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "SKIPPED: without_root_it_says_so: setpriv cannot drop root here"
-            );
-        }
+        None => common::report_skip("without_root_it_says_so", "setpriv cannot drop root here"),
     }
 }
 
@@ -101,14 +98,7 @@ fn without_root_it_says_so() {
 /// setpriv cannot drop root here (missing, or refused).
 fn as_nobody(args: &[&str]) -> Option<Output> {
     let out = Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
+        .args(common::SETPRIV_AS_NOBODY)
         .arg(env!("CARGO_BIN_EXE_xroce"))
         .args(args)
         .output()
