@@ -197,6 +197,8 @@ pub struct XdpDriver {
     tx_free: Vec<FrameDesc>,
     /// Written frames not yet on the TX ring.
     tx_pending: Vec<FrameDesc>,
+    /// Transmit chunks in all: those not in `tx_free` or `tx_pending` are the kernel's.
+    tx_chunks: usize,
     /// Scratch descriptors for ring consumption.
     scratch: Vec<FrameDesc>,
     tx_ring_size: u32,
@@ -663,6 +665,7 @@ impl XdpDriver {
             comp_q,
             rx,
             umem,
+            tx_chunks: tx_free.len(),
             tx_free,
             tx_pending: Vec::new(),
             scratch: vec![FrameDesc::default(); 256],
@@ -932,6 +935,11 @@ impl Driver for XdpDriver {
     }
 
     fn flush(&mut self) -> Result<(), DriverError> {
+        // Nothing written and nothing in the kernel's hands (most busy-poll rounds): no ring
+        // to look at.
+        if self.tx_pending.is_empty() && self.tx_free.len() == self.tx_chunks {
+            return Ok(());
+        }
         if !self.tx_pending.is_empty() {
             // Safety: the pending descriptors were written by `send` and are not used again
             // until the completion ring returns them.

@@ -293,7 +293,9 @@ impl Progress {
             };
             (out, outcome)
         };
-        shared.dispatch(self.events.drain(..));
+        if !self.events.is_empty() {
+            shared.dispatch(self.events.drain(..));
+        }
         if self.unflushed > 0 {
             shared.stats.kicks.fetch_add(1, Ordering::Relaxed);
         }
@@ -448,6 +450,10 @@ impl Progress {
         }
         let mut sent = 0;
         self.tx_blocked = false;
+        // Nothing queued (most busy-poll rounds): no transmit buffer taken and given back.
+        if !engine.may_transmit() {
+            return work;
+        }
         while self.backlog.is_empty() && sent < TX_BATCH {
             // Straight into the driver's transmit memory (AF_XDP: a UMEM frame) when the
             // frame fits there: the engine's one copy out of the MR is the only copy.
