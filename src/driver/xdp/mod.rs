@@ -197,8 +197,6 @@ pub struct XdpDriver {
     tx_free: Vec<FrameDesc>,
     /// Written frames not yet on the TX ring.
     tx_pending: Vec<FrameDesc>,
-    /// Transmit chunks in all: those not in `tx_free` or `tx_pending` are the kernel's.
-    tx_chunks: usize,
     /// Scratch descriptors for ring consumption.
     scratch: Vec<FrameDesc>,
     tx_ring_size: u32,
@@ -665,7 +663,6 @@ impl XdpDriver {
             comp_q,
             rx,
             umem,
-            tx_chunks: tx_free.len(),
             tx_free,
             tx_pending: Vec::new(),
             scratch: vec![FrameDesc::default(); 256],
@@ -936,8 +933,9 @@ impl Driver for XdpDriver {
 
     fn flush(&mut self) -> Result<(), DriverError> {
         // Nothing written and nothing in the kernel's hands (most busy-poll rounds): no ring
-        // to look at.
-        if self.tx_pending.is_empty() && self.tx_free.len() == self.tx_chunks {
+        // to look at. The transmit half has one chunk per ring slot, so all of them free
+        // means none is the kernel's.
+        if self.tx_pending.is_empty() && self.tx_free.len() == self.tx_ring_size as usize {
             return Ok(());
         }
         if !self.tx_pending.is_empty() {
