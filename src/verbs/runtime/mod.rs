@@ -285,7 +285,12 @@ impl Runtime {
             return self.enqueue_post(shard, now, WaitingPostFor::Thread, f);
         }
         if self.post_left_for_poller(shard, now) {
-            return self.enqueue_post(shard, now, WaitingPostFor::Poller, f);
+            if !self.post_answers_deferred_round(shard) {
+                return self.enqueue_post(shard, now, WaitingPostFor::Poller, f);
+            }
+            // The answer a poll left its ACK for: counted as a waiting post, which tells the
+            // round that the application answers, and sent with the ACK in this call's round.
+            s.posts_waiting.fetch_add(1, Ordering::Relaxed);
         }
         let f = match self.drive(shard, now, None, f)? {
             // A free token: the post is the call of this thread's round, which transmits what
@@ -342,6 +347,17 @@ impl Runtime {
             .poller_seen
             .store(now.as_nanos().max(1), Ordering::Relaxed);
         true
+    }
+
+    /// Whether a post under a lease is a ping-pong's answer: a poll's round left what the
+    /// frames it received produced (the ACK) for the application's answer
+    /// (`transmit_deferred`), and no post has joined it yet. The answer then transmits both
+    /// in its own round, as a hardware HCA rings its doorbell at the post, instead of waiting
+    /// for the next poll: the kick leaves one poll round (a look at the receive ring, the
+    /// CQ, the deferral's bookkeeping) sooner. The answer's further posts only enqueue.
+    fn post_answers_deferred_round(&self, shard: usize) -> bool {
+        let s = &self.shards[shard];
+        s.transmit_deferred.load(Ordering::Relaxed) && s.posts_waiting.load(Ordering::Relaxed) == 0
     }
 
     /// A post that only enqueues (no round): its WR waits in the engine, its frames built

@@ -24,7 +24,9 @@
 //! its own round, unless it is deep in a burst (closer than [`POST_BURST_GAP`] to the last,
 //! after the burst's first [`BURST_POSTS_SENT_AT_ONCE`]; never on the GSI): then it enqueues
 //! as under a lease, every [`POST_FLUSH_BATCH`]th transmits, and the background thread,
-//! woken by the first, sends what the burst's end leaves.
+//! woken by the first, sends what the burst's end leaves. One post under a lease does
+//! transmit at once: a ping-pong's answer, the first post after a poll left its ACK waiting
+//! (`Progress::defer_transmit`); its round sends the ACK and the answer in one kick.
 //!
 //! The background thread ([`run`]) does what nobody polls for: the responder of READ, WRITE
 //! and atomics, retransmission timers, applications asleep on a completion channel. A poll
@@ -317,8 +319,8 @@ impl Progress {
     /// that received frames does (for an application that answers, with no post waiting),
     /// and only within [`DEFER_LIMIT`] and [`DEFER_FRAMES`] of the first round that did: the
     /// application sees its completion before the kernel runs a transmit, and the ACK leaves
-    /// with its answer in one kick (its post only enqueues under the lease; the poll after
-    /// builds and kicks both). Linux's TCP delays ACKs the same way in its ping-pong mode.
+    /// with its answer in one kick (the answer's post runs a round that builds and kicks
+    /// both: `Runtime::post_answers_deferred_round`). Linux's TCP delays ACKs the same way in its ping-pong mode.
     /// IBTA Vol. 1 9.7.5.1.1 lets a responder acknowledge several requests with one ACK:
     /// ACKs queued meanwhile merge. The next poll that receives nothing transmits them (one that
     /// still hands completions over, or polls another CQ, waits until [`DEFER_LIMIT`]); so
@@ -454,7 +456,9 @@ impl Progress {
         if !engine.may_transmit() {
             return work;
         }
-        while self.backlog.is_empty() && sent < TX_BATCH {
+        // The queue's own emptiness ends the loop: the kick waits for no last look that
+        // takes a transmit buffer only to give it back.
+        while self.backlog.is_empty() && sent < TX_BATCH && engine.may_transmit() {
             // Straight into the driver's transmit memory (AF_XDP: a UMEM frame) when the
             // frame fits there: the engine's one copy out of the MR is the only copy.
             if self.direct_room > 0 {
