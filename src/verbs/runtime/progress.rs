@@ -320,9 +320,9 @@ impl Progress {
     /// and only within [`DEFER_LIMIT`] and [`DEFER_FRAMES`] of the first round that did: the
     /// application sees its completion before the kernel runs a transmit, and the ACK leaves
     /// with its answer in one kick (the answer's post runs a round that builds and kicks
-    /// both: `Runtime::post_answers_deferred_round`). Linux's TCP delays ACKs the same way in its ping-pong mode.
-    /// IBTA Vol. 1 9.7.5.1.1 lets a responder acknowledge several requests with one ACK:
-    /// ACKs queued meanwhile merge. The next poll that receives nothing transmits them (one that
+    /// both: `Runtime::post_answers_deferred_round`). Linux's TCP delays ACKs the same way
+    /// in its ping-pong mode. IBTA Vol. 1 9.7.5.1.1 lets a responder acknowledge several
+    /// requests with one ACK: ACKs queued meanwhile merge. The next poll that receives nothing transmits them (one that
     /// still hands completions over, or polls another CQ, waits until [`DEFER_LIMIT`]); so
     /// do the calls that change what they depend on (a QP's modify or destroy, a region's
     /// change, a CQ resize: `Runtime::transmit_waiting_posts`) and the lease's end
