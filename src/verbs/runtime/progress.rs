@@ -322,11 +322,12 @@ impl Progress {
     /// with its answer in one kick (the answer's post runs a round that builds and kicks
     /// both: `Runtime::post_answers_deferred_round`). Linux's TCP delays ACKs the same way
     /// in its ping-pong mode. IBTA Vol. 1 9.7.5.1.1 lets a responder acknowledge several
-    /// requests with one ACK: ACKs queued meanwhile merge. The next poll that receives nothing transmits them (one that
-    /// still hands completions over, or polls another CQ, waits until [`DEFER_LIMIT`]); so
-    /// do the calls that change what they depend on (a QP's modify or destroy, a region's
-    /// change, a CQ resize: `Runtime::transmit_waiting_posts`) and the lease's end
-    /// (`Runtime::stop_polling`, the background thread at the watchdog).
+    /// requests with one ACK: ACKs queued meanwhile merge. The next poll that receives
+    /// nothing transmits them (one that still hands completions over, or polls another CQ,
+    /// waits until [`DEFER_LIMIT`]); so do the calls that change what they depend on (a
+    /// QP's modify or destroy, a region's change, a CQ resize:
+    /// `Runtime::transmit_waiting_posts`) and the lease's end (`Runtime::stop_polling`, the
+    /// background thread at the watchdog).
     fn defer_transmit(&mut self, poll: bool, now: Instant, received: usize) -> bool {
         let may = poll && received > 0 && self.backlog.is_empty() && !self.tx_blocked;
         let defer = may
@@ -452,12 +453,8 @@ impl Progress {
         }
         let mut sent = 0;
         self.tx_blocked = false;
-        // Nothing queued (most busy-poll rounds): no transmit buffer taken and given back.
-        if !engine.may_transmit() {
-            return work;
-        }
-        // The queue's own emptiness ends the loop: the kick waits for no last look that
-        // takes a transmit buffer only to give it back.
+        // The engine's queue ends the loop: a round with nothing queued (most busy-poll
+        // rounds) and the last frame's kick take no transmit buffer only to give it back.
         while self.backlog.is_empty() && sent < TX_BATCH && engine.may_transmit() {
             // Straight into the driver's transmit memory (AF_XDP: a UMEM frame) when the
             // frame fits there: the engine's one copy out of the MR is the only copy.
