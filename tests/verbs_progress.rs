@@ -255,11 +255,10 @@ fn ping_and_answer(a: &Side, b: &Side) {
             .join()
     });
     assert_eq!(a_side.unwrap(), 200);
-    if b_polled == 0 {
-        assert_eq!(send_status(&b.cq, 201), WcStatus::Success);
-    } else {
-        assert_eq!((wcs[0].wr_id, wcs[0].status), (201, WcStatus::Success));
-    }
+    assert_eq!(
+        send_status_after(&b.cq, b_polled, &wcs, 201),
+        WcStatus::Success
+    );
     if a_sends == 0 {
         assert_eq!(send_status(&a.cq, 101), WcStatus::Success);
     }
@@ -329,11 +328,7 @@ fn the_ack_of_a_polled_send_leaves_with_the_reply_in_one_kick() {
         if sends == 0 {
             assert_eq!(send_status(&a.cq, sent), WcStatus::Success);
         }
-        if polled == 0 {
-            assert_eq!(send_status(&b.cq, 8), WcStatus::Success);
-        } else {
-            assert_eq!((wcs[0].wr_id, wcs[0].status), (8, WcStatus::Success));
-        }
+        assert_eq!(send_status_after(&b.cq, polled, &wcs, 8), WcStatus::Success);
     }
     panic!("five times the ACK and the reply did not leave in one kick");
 }
@@ -487,6 +482,16 @@ fn an_empty_poll_of_the_other_cq_leaves_the_ack_for_the_answer() {
         };
         b_side(go);
     });
+}
+
+/// The status of send `wr_id` after a poll of `cq` that took `polled` completions into `wcs`:
+/// the one that poll took (it must be that send's), or the next one polled now.
+fn send_status_after(cq: &Cq, polled: usize, wcs: &[Wc], wr_id: u64) -> WcStatus {
+    if polled == 0 {
+        return send_status(cq, wr_id);
+    }
+    assert_eq!(wcs[0].wr_id, wr_id);
+    wcs[0].status
 }
 
 /// Polls `cq` until its next completion (a send's); its status.
