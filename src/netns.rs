@@ -206,6 +206,23 @@ pub fn sweep_stale() {
     }
 }
 
+/// `ip netns add <name>`, tried again briefly when it fails: it sets up /run/netns on first
+/// use, and concurrent first uses can race; a name that looks stale (its pid is gone) can
+/// also be swept by another creator between the file's creation and its bind mount.
+/// The namespace is not deleted on drop: that is [`Netns`]'s job.
+pub fn add_named(name: &str) -> Result<(), NetnsError> {
+    let mut attempt = 0;
+    while let Err(e) = ip(&["netns", "add", name]) {
+        attempt += 1;
+        if attempt >= 5 || matches!(e, NetnsError::NotRoot | NetnsError::IpMissing) {
+            return Err(e);
+        }
+        let _ = ip(&["netns", "delete", name]);
+        std::thread::sleep(std::time::Duration::from_millis(20 * attempt));
+    }
+    Ok(())
+}
+
 /// A network namespace that is deleted when dropped.
 #[derive(Debug)]
 pub struct Netns {
@@ -221,17 +238,7 @@ impl Netns {
         sweep_stale();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("{NETNS_PREFIX}{tag}-p{}-{n}", std::process::id());
-        // `ip netns add` sets up /run/netns on first use; concurrent first uses can race,
-        // so try again briefly before giving up.
-        let mut attempt = 0;
-        while let Err(e) = ip(&["netns", "add", &name]) {
-            attempt += 1;
-            if attempt >= 5 || matches!(e, NetnsError::NotRoot | NetnsError::IpMissing) {
-                return Err(e);
-            }
-            let _ = ip(&["netns", "delete", &name]);
-            std::thread::sleep(std::time::Duration::from_millis(20 * attempt));
-        }
+        add_named(&name)?;
         let ns = Netns { name };
         ns.ip(&["link", "set", "lo", "up"])?;
         Ok(ns)

@@ -1,7 +1,7 @@
 //! The namespace harness: a veth link carries traffic and disappears when dropped.
 mod common;
 
-use xroce::netns::{ip, LinkConfig, Netns, VethLink};
+use xroce::netns::{add_named, ip, LinkConfig, Netns, VethLink};
 
 fn namespace_exists(name: &str) -> bool {
     let out = ip(&["netns", "list"]).expect("ip netns list");
@@ -114,11 +114,12 @@ fn namespaces_of_dead_processes_are_swept() {
     let dead = child.id();
     child.wait().unwrap();
     let stale = format!("xroce-stale-p{dead}-0");
-    if let Err(e) = ip(&["netns", "add", &stale]) {
+    // The other tests here sweep too, in parallel, and may remove it in the middle of its
+    // `ip netns add` (add_named tries again) or right after it (also fine).
+    if let Err(e) = add_named(&stale) {
         // Only acceptable if it is there already (left by an earlier run with that pid).
         assert!(namespace_exists(&stale), "ip netns add {stale}: {e}");
     }
-    // (Other tests running in parallel sweep too and may remove it first: also fine.)
     let fresh = Netns::create("sweep").unwrap();
     assert!(
         !namespace_exists(&stale),
