@@ -1210,6 +1210,18 @@ impl Lab {
         (out.status.success(), text)
     }
 
+    /// [`Lab::exec`] with its own limit instead of the lab's default (120 s).
+    fn exec_for(&self, g: u8, script: &str, limit: Duration) -> (bool, String) {
+        let out = Command::new(&self.xroce)
+            .args(["lab", "--ns", &self.ns, "exec", &g.to_string(), script])
+            .env("XROCE_LAB_EXEC_TIMEOUT", limit.as_secs().to_string())
+            .output()
+            .expect("cannot run xroce lab");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
     /// Only the main thread changes the MTU, between the phases of `interop_with_rxe`; a
     /// case of the other lane finds it already right.
     fn set_mtu(&self, mtu: u16) {
@@ -2026,9 +2038,12 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
     // Client in the foreground.
     let client_log = logs.join(format!("{}.client.log", case.name));
     let mut client_out = String::new();
+    let mut client_failure = None;
     if problems.is_empty() {
         let (ok, out) = match case.client.0 {
-            At::Guest(g) => lab.exec(g, &client_cmd),
+            // Longer than the program's own `timeout`: a stuck program ends by it, with its
+            // output, and leaves the guest's shell free for the next case.
+            At::Guest(g) => lab.exec_for(g, &client_cmd, GUEST_CLIENT_EXEC_TIMEOUT),
             at @ (At::Host | At::Routed | At::Host2) => {
                 let mut child = lab.spawn_host(at, &client_cmd, &client_log);
                 let ok = child.wait().map(|s| s.success()).unwrap_or(false);
@@ -2036,16 +2051,12 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
             }
         };
         fs::write(&client_log, &out).ok();
-        if !ok {
-            problems.push(format!("client failed:\n{}", tail(&out, 8)));
-        }
+        client_failure = (!ok).then(|| format!("client failed:\n{}", tail(&out, 8)));
         client_out = out;
     }
 
     // The server's own result.
     let server_log = logs.join(format!("{}.server.log", case.name));
-    // A failed server is judged with the capture below (see `final_ack_lost_after_client_exit`).
-    let client_passed = problems.is_empty();
     let (server_ok, server_out) = match case.server.0 {
         At::Guest(g) => {
             let (ok, out) = lab.exec(g, "lab-wait srv 60");
@@ -2059,23 +2070,36 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
         }
     };
     let server_failure = (!server_ok).then(|| format!("server failed:\n{}", tail(&server_out, 8)));
-    if let Some(failure) = &server_failure {
-        if !client_passed || !ends_without_closing_handshake(case) {
-            problems.push(failure.clone());
+    // One end failed while the other passed, in a program without a closing handshake: judged
+    // with the capture below (see `final_ack_lost_after_peer_exit`).
+    let stuck = match (client_failure, server_failure) {
+        (None, None) => None,
+        (Some(failure), None) if problems.is_empty() && ends_without_closing_handshake(case) => {
+            Some((End::Client, failure))
         }
-    }
-    let server_failure = server_failure.filter(|_| problems.is_empty());
+        (None, Some(failure)) if problems.is_empty() && ends_without_closing_handshake(case) => {
+            Some((End::Server, failure))
+        }
+        (client_failure, server_failure) => {
+            problems.extend(client_failure);
+            problems.extend(server_failure);
+            None
+        }
+    };
+    let stuck_end = stuck.as_ref().map(|(end, _)| *end);
     // Debian's binaries on both sides: each printed its result.
     let cm_tool = rdmacm_utils_port(case.server.1).is_some() && !case.server.1.contains("rping");
     if problems.is_empty() && cm_tool {
         problems.extend(check_cm_tool_output(case.server.1, &server_out));
         problems.extend(check_cm_tool_output(case.client.1, &client_out));
     } else if problems.is_empty() && [case.server, case.client].into_iter().any(runs_on_lib) {
-        // A failed server's output is judged with the capture instead.
-        if server_failure.is_none() {
+        // A failed end's output is judged with the capture instead.
+        if stuck_end != Some(End::Server) {
             problems.extend(check_tool_output(case.server.1, true, &server_out));
         }
-        problems.extend(check_tool_output(case.client.1, false, &client_out));
+        if stuck_end != Some(End::Client) {
+            problems.extend(check_tool_output(case.client.1, false, &client_out));
+        }
     }
     if problems.is_empty() && case.server.1.contains("rping") {
         problems.extend(check_rping_output(case.client.1, &client_out, &server_out));
@@ -2172,8 +2196,12 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
                     "the server ({server_ip}) sent no NAK with syndrome {NAK_REMOTE_ACCESS:#04x} (remote access error)"
                 ));
             }
-            if let Some(failure) = &server_failure {
-                match final_ack_lost_after_client_exit(case, &frames, &server_out) {
+            if let Some((end, failure)) = &stuck {
+                let stuck_out = match end {
+                    End::Server => &server_out,
+                    End::Client => &client_out,
+                };
+                match final_ack_lost_after_peer_exit(case, &frames, *end, stuck_out) {
                     Ok(why) => {
                         let _ = write!(detail, "{why}; ");
                     }
@@ -2232,32 +2260,65 @@ fn run_case(lab: &Lab, case: &Case) -> Outcome {
     }
 }
 
-/// A ping-pong under loss: `ibv_rc_pingpong` (and `xroce pingpong`, which behaves as it does)
-/// ends without a closing handshake. The client exits once its last receive and send complete,
-/// while the server still waits for the ACK of its last SEND; if the impaired link drops that
-/// ACK, nothing is left to answer the server's resends. rxe then resends forever (retry_cnt 7
-/// is its "forever"), a conforming requester gives up after 7 retries with a retry-exceeded
-/// completion (IBTA Vol. 1 9.7.6.1.3, C9-140). Both are right; the lost ACK is the program's race.
-fn ends_without_closing_handshake(case: &Case) -> bool {
-    case.netem.is_some() && case.server.1.contains("pingpong") && case.client.1.contains("pingpong")
+/// Which end of a case.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum End {
+    Server,
+    Client,
 }
 
-/// Whether a ping-pong server's failure is exactly the race above, proven by the capture
+impl End {
+    fn name(self) -> &'static str {
+        match self {
+            End::Server => "server",
+            End::Client => "client",
+        }
+    }
+}
+
+/// A ping-pong or `ib_write_lat` under loss. `ibv_rc_pingpong` (and `xroce pingpong`, which
+/// behaves as it does) and `ib_write_lat` (and `xroce perf write_lat`) end without a closing
+/// handshake: each end exits once its own last completions are in. If the impaired link drops
+/// the ACK of one end's last request, the other end may already have exited (it had all it
+/// waited for), and nothing is left to answer the resends. rxe then resends forever (retry_cnt
+/// 7 is its "forever"); a conforming requester gives up after 7 retries with a retry-exceeded
+/// completion (IBTA Vol. 1 9.7.6.1.3, C9-140). Both are right; the lost ACK is the program's
+/// race, and either end can be the one left waiting: the server for the ACK of its last SEND
+/// (ping-pong), the client for the ACK of its last SEND or WRITE (the server answered it and
+/// finished, in both programs).
+fn ends_without_closing_handshake(case: &Case) -> bool {
+    let both = |program: &str| case.server.1.contains(program) && case.client.1.contains(program);
+    case.netem.is_some() && (both("pingpong") || both("write_lat"))
+}
+
+/// The guest side's own `timeout` on perftest and the ping-pongs is 150 s (120 s for most).
+const GUEST_CLIENT_EXEC_TIMEOUT: Duration = Duration::from_secs(170);
+
+/// Whether the failure of the `stuck` end is exactly the race above, proven by the capture
 /// (taken on the bridge: behind the impaired guest's egress, ahead of its ingress). After the
-/// first copy of the server's last new request the client (which passed) sent nothing new, and
-/// the server only resent. The client's ACK of that last PSN is in the capture when the
-/// server's link is the impaired one (it was lost on the server's ingress), and absent when the
-/// client's is (had it reached the bridge, the server's clean link would have delivered it). A
-/// server that gave up did so with a retry-exceeded completion; only rxe (a guest) may still
-/// be resending. Ok(what happened) or Err(which part of the proof is missing).
-fn final_ack_lost_after_client_exit(
+/// first copy of the stuck end's last new request, the stuck end only resent, and whatever
+/// new the other end (which passed) still sent, the stuck end acknowledged. The other end's
+/// ACK of that last PSN is in the capture when the stuck end's link is the impaired one (it
+/// was lost on the stuck end's ingress), and absent when the other end's is (had it reached
+/// the bridge, the stuck end's clean link would have delivered it). A stuck end that gave up
+/// did so with a retry-exceeded completion; only rxe (a guest) may still be resending.
+/// Ok(what happened) or Err(which part of the proof is missing).
+fn final_ack_lost_after_peer_exit(
     case: &Case,
     frames: &[RoceFrame],
-    server_out: &str,
+    stuck: End,
+    stuck_out: &str,
 ) -> Result<String, String> {
-    let server_ip = ipv4_of(case.server.0);
-    let client_ip = ipv4_of(case.client.0);
+    let (stuck_at, done_at, done) = match stuck {
+        End::Server => (case.server.0, case.client.0, End::Client),
+        End::Client => (case.client.0, case.server.0, End::Server),
+    };
+    let (stuck_name, done_name) = (stuck.name(), done.name());
+    let stuck_ip = ipv4_of(stuck_at);
+    let done_ip = ipv4_of(done_at);
     let is_request = |f: &RoceFrame| f.opcode != ACK && f.opcode != ATOMIC_ACK;
+    let is_positive_ack =
+        |f: &RoceFrame| f.opcode == ACK && f.syndrome.is_some_and(|s| s & 0x60 == 0);
     let key = |f: &RoceFrame| (f.src, f.dest_qp, f.psn, f.opcode);
     let mut seen = std::collections::HashSet::new();
     let firsts: Vec<bool> = frames
@@ -2267,51 +2328,58 @@ fn final_ack_lost_after_client_exit(
     let last_new = frames
         .iter()
         .zip(&firsts)
-        .rposition(|(f, &first)| f.src == server_ip && is_request(f) && first)
-        .ok_or("the server sent no request")?;
+        .rposition(|(f, &first)| f.src == stuck_ip && is_request(f) && first)
+        .ok_or(format!("the {stuck_name} sent no request"))?;
     let last_psn = frames[last_new].psn;
     let after = || frames.iter().zip(&firsts).skip(last_new + 1);
-    if let Some((f, _)) = after().find(|(f, &first)| f.src == client_ip && is_request(f) && first) {
-        return Err(format!(
-            "the client sent a new request after the server's last one: {f:?}"
-        ));
+    let done_new_last = after()
+        .filter(|(f, &first)| f.src == done_ip && is_request(f) && first)
+        .map(|(f, _)| f)
+        .next_back();
+    if let Some(f) = done_new_last {
+        let answered =
+            after().any(|(a, _)| a.src == stuck_ip && is_positive_ack(a) && a.psn == f.psn);
+        if !answered {
+            return Err(format!(
+                "the {done_name} sent a new request after the {stuck_name}'s last one, and the \
+                 {stuck_name} did not acknowledge it: {f:?}"
+            ));
+        }
     }
     let resends = after()
-        .filter(|(f, _)| f.src == server_ip && is_request(f))
+        .filter(|(f, _)| f.src == stuck_ip && is_request(f))
         .count();
     if resends == 0 {
         return Err(format!(
-            "the server never resent its last request (PSN {last_psn})"
+            "the {stuck_name} never resent its last request (PSN {last_psn})"
         ));
     }
-    let acked = after().any(|(f, _)| {
-        f.src == client_ip
-            && f.opcode == ACK
-            && f.syndrome.is_some_and(|s| s & 0x60 == 0)
-            && f.psn == last_psn
-    });
+    let acked = after().any(|(f, _)| f.src == done_ip && is_positive_ack(f) && f.psn == last_psn);
     // netem runs on the case's guest (`case_guest`).
-    let server_link_impaired = case.server.0 == At::Guest(case_guest(case));
-    match (server_link_impaired, acked) {
+    let stuck_link_impaired = stuck_at == At::Guest(case_guest(case));
+    match (stuck_link_impaired, acked) {
         (true, false) => {
-            return Err(format!("the client's ACK of the server's last PSN {last_psn} is not in the capture"))
+            return Err(format!(
+            "the {done_name}'s ACK of the {stuck_name}'s last PSN {last_psn} is not in the capture"
+        ))
         }
         (false, true) => {
             return Err(format!(
-                "the client's ACK of the server's last PSN {last_psn} passed the bridge, and the server's link is not impaired"
-            ))
+            "the {done_name}'s ACK of the {stuck_name}'s last PSN {last_psn} passed the bridge, \
+                 and the {stuck_name}'s link is not impaired"
+        ))
         }
         _ => {}
     }
-    let gave_up = server_out.contains("transport retry counter exceeded");
-    if !gave_up && !matches!(case.server.0, At::Guest(_)) {
-        return Err(
-            "xroce's server neither passed nor ended with a retry-exceeded completion".into(),
-        );
+    let gave_up = stuck_out.contains("transport retry counter exceeded");
+    if !gave_up && !matches!(stuck_at, At::Guest(_)) {
+        return Err(format!(
+            "xroce's {stuck_name} neither passed nor ended with a retry-exceeded completion"
+        ));
     }
     Ok(format!(
-        "the client finished and exited; its ACK of the server's last PSN {last_psn} was lost on the {} link, so the server {} ({resends} resends)",
-        if acked { "server's" } else { "client's" },
+        "the {done_name} finished and exited; its ACK of the {stuck_name}'s last PSN {last_psn} was lost on the {}'s link, so the {stuck_name} {} ({resends} resends)",
+        if acked { stuck_name } else { done_name },
         if gave_up { "ended with retry exceeded" } else { "resent its last message until killed" },
     ))
 }
@@ -2752,7 +2820,7 @@ fn rping_lines_are_checked_through_spliced_stderr() {
 }
 
 #[test]
-fn a_pingpong_server_left_waiting_for_a_lost_final_ack_is_told_apart() {
+fn an_end_left_waiting_for_a_lost_final_ack_is_told_apart() {
     let case = |server: At, client: At| Case {
         name: "loss_rc_pingpong",
         mtu: 1500,
@@ -2790,8 +2858,9 @@ fn a_pingpong_server_left_waiting_for_a_lost_final_ack_is_told_apart() {
     };
     let rxe_pair = case(G1, G2);
     let resends = [frame(G1, SEND, 11), frame(G1, SEND, 11)];
-    let why = final_ack_lost_after_client_exit(&rxe_pair, &exchange(G2, G1, &resends), "")
-        .expect("the lost final ACK is recognised");
+    let why =
+        final_ack_lost_after_peer_exit(&rxe_pair, &exchange(G2, G1, &resends), End::Server, "")
+            .expect("the lost final ACK is recognised");
     assert!(
         why.contains("2 resends") && why.contains("until killed"),
         "{why}"
@@ -2799,11 +2868,14 @@ fn a_pingpong_server_left_waiting_for_a_lost_final_ack_is_told_apart() {
 
     // A new request from the client after the server's last is not that race.
     let new = [frame(G1, SEND, 11), frame(G2, SEND, 102)];
-    assert!(final_ack_lost_after_client_exit(&rxe_pair, &exchange(G2, G1, &new), "").is_err());
+    assert!(
+        final_ack_lost_after_peer_exit(&rxe_pair, &exchange(G2, G1, &new), End::Server, "")
+            .is_err()
+    );
     // A client whose frames reach the capture must have acknowledged the last PSN.
     let mut unacked = exchange(G2, G1, &resends);
     unacked.retain(|f| !(f.opcode == ACK && f.psn == 11));
-    assert!(final_ack_lost_after_client_exit(&rxe_pair, &unacked, "").is_err());
+    assert!(final_ack_lost_after_peer_exit(&rxe_pair, &unacked, End::Server, "").is_err());
     // When the client's link is the impaired one, the ACK vanishes before the capture, and
     // one that reached the capture would have reached the server.
     let mut behind_netem = exchange(
@@ -2817,7 +2889,9 @@ fn a_pingpong_server_left_waiting_for_a_lost_final_ack_is_told_apart() {
     behind_netem.retain(|f| !(f.opcode == ACK && f.psn == 11));
     let xroce_server = case(HOST, G1);
     let gave_up = "Failed status transport retry counter exceeded (12) for wr_id 2";
-    assert!(final_ack_lost_after_client_exit(&xroce_server, &behind_netem, gave_up).is_ok());
+    assert!(
+        final_ack_lost_after_peer_exit(&xroce_server, &behind_netem, End::Server, gave_up).is_ok()
+    );
     let seen_ack = exchange(
         G1,
         HOST,
@@ -2826,15 +2900,128 @@ fn a_pingpong_server_left_waiting_for_a_lost_final_ack_is_told_apart() {
             ..f
         }),
     );
-    assert!(final_ack_lost_after_client_exit(&xroce_server, &seen_ack, gave_up).is_err());
+    assert!(
+        final_ack_lost_after_peer_exit(&xroce_server, &seen_ack, End::Server, gave_up).is_err()
+    );
     // xroce as the server must give up (retry_cnt 7 is finite), not resend until killed.
-    assert!(final_ack_lost_after_client_exit(&xroce_server, &behind_netem, "").is_err());
-    // And only ping-pongs under loss are judged this way at all.
+    assert!(final_ack_lost_after_peer_exit(&xroce_server, &behind_netem, End::Server, "").is_err());
+
+    // The mirror image: the server answered the client's last SEND (PSN 101) and sent its own
+    // last (PSN 11), which the client acknowledged; the server exited, and the client resends
+    // PSN 101, whose ACK was lost. xroce's library as the server on host2, rxe's client on g2
+    // (netem on g2): the ACK passed the bridge and was lost on the client's ingress.
+    let lib_server = case(HOST2, G2);
+    let client_resends = [frame(G2, SEND, 101), frame(G2, SEND, 101)];
+    let why = final_ack_lost_after_peer_exit(
+        &lib_server,
+        &exchange(G2, HOST2, &client_resends),
+        End::Client,
+        "",
+    )
+    .expect("the lost final ACK of the client's SEND is recognised");
+    assert!(
+        why.starts_with("the server finished and exited")
+            && why.contains("client's last PSN 101")
+            && why.contains("lost on the client's link"),
+        "{why}"
+    );
+    // The server's last SEND must have been acknowledged by the client: it passed.
+    let mut server_unanswered = exchange(G2, HOST2, &client_resends);
+    server_unanswered.retain(|f| !(f.opcode == ACK && f.psn == 11));
+    let why_not = final_ack_lost_after_peer_exit(&lib_server, &server_unanswered, End::Client, "")
+        .expect_err("an unanswered request of the server is not that race");
+    assert!(why_not.contains("did not acknowledge"), "{why_not}");
+    // Between two guests, netem on g1 (the server's link): the server's ACK of PSN 101 was
+    // lost on the server's egress, so it cannot be in the capture.
+    let mut lost_on_egress = exchange(G2, G1, &client_resends);
+    lost_on_egress.retain(|f| !(f.opcode == ACK && f.psn == 101));
+    assert!(final_ack_lost_after_peer_exit(&rxe_pair, &lost_on_egress, End::Client, "").is_ok());
+    assert!(final_ack_lost_after_peer_exit(
+        &rxe_pair,
+        &exchange(G2, G1, &client_resends),
+        End::Client,
+        ""
+    )
+    .is_err());
+    // xroce as the waiting client must give up too.
+    let xroce_client = case(G1, HOST);
+    let mut xroce_waits = exchange(HOST, G1, &[frame(HOST, SEND, 101), frame(HOST, SEND, 101)]);
+    xroce_waits.retain(|f| !(f.opcode == ACK && f.psn == 101));
+    assert!(
+        final_ack_lost_after_peer_exit(&xroce_client, &xroce_waits, End::Client, gave_up).is_ok()
+    );
+    assert!(final_ack_lost_after_peer_exit(&xroce_client, &xroce_waits, End::Client, "").is_err());
+
+    // Only ping-pongs and write_lat under loss are judged this way at all.
     assert!(ends_without_closing_handshake(&rxe_pair));
     assert!(!ends_without_closing_handshake(&Case {
         netem: None,
         ..case(G1, G2)
     }));
+    let write_lat = Case {
+        server: (HOST, "{xroce} perf write_lat -n 500 -s 64"),
+        client: (
+            G1,
+            "timeout 150 ib_write_lat -d rxe0 -x 1 -F -n 500 -s 64 {srv}",
+        ),
+        ..case(HOST, G1)
+    };
+    assert!(ends_without_closing_handshake(&write_lat));
+    let send_lat = Case {
+        server: (HOST, "{xroce} perf send_lat -n 500 -s 64"),
+        client: (
+            G1,
+            "timeout 150 ib_send_lat -d rxe0 -x 1 -F -n 500 -s 64 {srv}",
+        ),
+        ..case(HOST, G1)
+    };
+    assert!(!ends_without_closing_handshake(&send_lat));
+}
+
+/// Two real traces of the race, from a lab run (2026-12-06, both under 1% loss on the guest's
+/// link), cut to their ends: `xroce perf write_lat` as the server against rxe's `ib_write_lat`,
+/// and rdma-core's `ibv_rc_pingpong` on xroce's library against rxe's. In both, xroce answered
+/// the client's last request and finished; its ACK was lost on the client's ingress, and rxe's
+/// client resent until killed.
+#[test]
+fn the_lab_traces_of_a_client_left_waiting_are_told_apart() {
+    let fixtures = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures"));
+    for (case_name, trace, last_psn) in [
+        (
+            "xroce_srv_loss_write_lat",
+            "lab_write_lat_client_left_waiting.pcap",
+            7054117,
+        ),
+        (
+            "xroce_lib_srv_loss_rc_pingpong_4096",
+            "lab_rc_pingpong_client_left_waiting.pcap",
+            5022063,
+        ),
+    ] {
+        let case = CASES
+            .iter()
+            .find(|c| c.name == case_name)
+            .expect("the case is in the matrix");
+        assert!(ends_without_closing_handshake(case), "{case_name}");
+        let frames = read_capture(&fixtures.join(trace)).expect("the trace reads");
+        let why = final_ack_lost_after_peer_exit(case, &frames, End::Client, "")
+            .unwrap_or_else(|e| panic!("{case_name}: {e}"));
+        assert!(
+            why.contains(&format!("client's last PSN {last_psn}"))
+                && why.contains("lost on the client's link"),
+            "{case_name}: {why}"
+        );
+        // The server is not the end left waiting in these traces.
+        assert!(final_ack_lost_after_peer_exit(case, &frames, End::Server, "").is_err());
+        // Without the server's ACK in the capture (the client's link is the impaired one), it
+        // would not be the race.
+        let without_ack: Vec<RoceFrame> = frames
+            .iter()
+            .filter(|f| !(f.opcode == ACK && f.psn == last_psn))
+            .cloned()
+            .collect();
+        assert!(final_ack_lost_after_peer_exit(case, &without_ack, End::Client, "").is_err());
+    }
 }
 
 /// The lab's capture is judged whole from tcpdump's exit counts: packets it counted but never
