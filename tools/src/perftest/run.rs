@@ -645,8 +645,11 @@ impl<'a> PerfRunner<'a> {
 
     fn check(wc: &ToolWc) -> anyhow::Result<()> {
         if let Some(status) = wc.failed() {
+            // ibv_wc_status_str's words: what rdma-core's tools print, and what the lab's
+            // judge of a lost final ACK looks for.
             anyhow::bail!(
-                "completion with error {status:?} (wr_id {}): the peer rejected the operation or stopped answering",
+                "completion with error: {} ({status:?}) for wr_id {}: the peer rejected the operation or stopped answering",
+                status.as_str(),
                 wc.wr_id
             );
         }
@@ -1433,4 +1436,27 @@ fn on_threads<P: Send, R: Send>(
             })
             .collect()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_completion_is_named_as_ibv_wc_status_str_names_it() {
+        let wc = |status| ToolWc {
+            wr_id: 7,
+            status,
+            kind: WcKind::Send,
+            byte_len: 0,
+            imm: None,
+        };
+        assert!(PerfRunner::check(&wc(xroce::verbs::WcStatus::Success)).is_ok());
+        let e = PerfRunner::check(&wc(xroce::verbs::WcStatus::RetryExcErr)).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("transport retry counter exceeded (RetryExcErr) for wr_id 7"),
+            "{text}"
+        );
+    }
 }
