@@ -27,6 +27,7 @@
 //! `xroce bench-child '<json spec>'` ([`child`]), or `xroce perf`.
 pub mod child;
 mod engine;
+pub mod hiccups;
 pub mod targets;
 
 mod plan;

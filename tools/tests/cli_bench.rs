@@ -216,6 +216,7 @@ fn quick_json_has_every_section_and_consistent_ratios() {
         "== 7. The engine alone",
         "== Targets",
         "load average at start",
+        "hiccups: a thread spinning on one core for",
     ] {
         assert!(stderr.contains(s), "no {s:?} on stderr:\n{stderr}");
     }
@@ -247,6 +248,12 @@ fn quick_json_has_every_section_and_consistent_ratios() {
     assert!(num(m, "cores") >= 1.0);
     assert!(m["kernel"].as_str().is_some_and(|k| !k.is_empty()));
     assert_eq!(m["load_average"].as_array().map(Vec::len), Some(3));
+    // The machine's hiccups, measured before anything else ran (0.2 s with --quick).
+    let h = &m["hiccups"];
+    assert!(
+        num(h, "seconds") >= 0.2 && num(h, "per_second") >= 0.0,
+        "{m}"
+    );
     assert!(
         m["xdp_mode"]
             .as_str()

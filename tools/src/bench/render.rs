@@ -188,6 +188,9 @@ pub fn render_text(r: &BenchReport) -> String {
         m.load_average_end[1],
         m.load_average_end[2]
     );
+    if let Some(h) = &m.hiccups {
+        let _ = writeln!(s, "hiccups: {}", h.describe());
+    }
     let _ = writeln!(s, "link: {}", m.link);
     let _ = writeln!(
         s,

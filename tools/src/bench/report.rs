@@ -29,6 +29,8 @@ pub struct Machine {
     pub xdp_mode: Option<String>,
     /// How the endpoints are joined.
     pub link: String,
+    /// How often a spinning thread lost its core, measured at the start.
+    pub hiccups: Option<super::hiccups::Hiccups>,
 }
 
 /// One veth pair of the run.

@@ -673,6 +673,7 @@ pub(super) fn read_machine(link_desc: String) -> Machine {
         },
         xdp_mode: None,
         link: link_desc,
+        hiccups: None,
     }
 }
 
@@ -817,6 +818,11 @@ pub fn run(opts: &BenchOptions, log: &mut dyn Write) -> anyhow::Result<BenchRepo
         .sum::<usize>()
         + plan.memory_qps.len()
         + usize::from(opts.runs(Section::Engine));
+    // Before anything else runs: the machine's own hiccups, which set a floor under every
+    // ping-pong's tail.
+    machine.hiccups = Some(super::hiccups::measure(Duration::from_secs_f64(
+        if opts.quick { 0.2 } else { 1.0 },
+    )));
     let mut runner = Runner {
         opts,
         log,
