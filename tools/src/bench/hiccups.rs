@@ -39,7 +39,7 @@ impl Hiccups {
     pub fn describe(&self) -> String {
         match (self.median_us, self.p90_us, self.clear_round_trip_us()) {
             (Some(median), Some(p90), Some(clear)) => format!(
-                "a thread spinning on one core for {:.1} s lost it for more than {} us {:.0} times a second \
+                "a thread spinning for {:.1} s lost its core for more than {} us {:.0} times a second \
                  (median {median:.1} us, 90 % under {p90:.1} us{}): a ping-pong whose round trip is longer than \
                  {clear:.1} us has more than 1 % of its round trips hit, and its p99 is this machine's, not its own",
                 self.seconds,
@@ -49,7 +49,7 @@ impl Hiccups {
                     .map_or(String::new(), |i| format!(", one every {:.2} ms", i / 1000.0)),
             ),
             _ => format!(
-                "a thread spinning on one core for {:.1} s never lost it for more than {} us",
+                "a thread spinning for {:.1} s never lost its core for more than {} us",
                 self.seconds,
                 HICCUP_NS / 1000
             ),
