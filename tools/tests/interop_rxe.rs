@@ -267,6 +267,9 @@ macro_rules! pt {
         concat!("timeout 150 ", $tool, " -d rxe0 -x 1 -F ", $args)
     };
 }
+/// How long the harness waits for a guest client: longer than the programs' own `timeout`
+/// (150 s in `pt!` and the loss cases, 120 s in most others), so a stuck one ends by it.
+const GUEST_CLIENT_EXEC_TIMEOUT: Duration = Duration::from_secs(170);
 /// perftest from Debian on the host, on xroce's libibverbs.so.1 (device `xroce_eth0`).
 macro_rules! lib_pt {
     ($tool:literal, $args:literal) => {
@@ -1140,11 +1143,23 @@ struct Lab {
     abi_lib: Option<PathBuf>,
 }
 
+/// A guest script's outcome: whether it exited 0, and its output (stdout, then stderr).
+fn exec_outcome(out: Output) -> (bool, String) {
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
 impl Lab {
+    /// `xroce lab --ns <ns> ARGS`, not yet run.
+    fn lab_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.xroce);
+        cmd.args(["lab", "--ns", &self.ns]).args(args);
+        cmd
+    }
+
     fn lab(&self, args: &[&str]) -> Output {
-        Command::new(&self.xroce)
-            .args(["lab", "--ns", &self.ns])
-            .args(args)
+        self.lab_command(args)
             .output()
             .expect("cannot run xroce lab")
     }
@@ -1204,22 +1219,17 @@ impl Lab {
 
     /// Runs a script in a guest: (success, combined output).
     fn exec(&self, g: u8, script: &str) -> (bool, String) {
-        let out = self.lab(&["exec", &g.to_string(), script]);
-        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&out.stderr));
-        (out.status.success(), text)
+        exec_outcome(self.lab(&["exec", &g.to_string(), script]))
     }
 
     /// [`Lab::exec`] with its own limit instead of the lab's default (120 s).
     fn exec_for(&self, g: u8, script: &str, limit: Duration) -> (bool, String) {
-        let out = Command::new(&self.xroce)
-            .args(["lab", "--ns", &self.ns, "exec", &g.to_string(), script])
+        let out = self
+            .lab_command(&["exec", &g.to_string(), script])
             .env("XROCE_LAB_EXEC_TIMEOUT", limit.as_secs().to_string())
             .output()
             .expect("cannot run xroce lab");
-        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&out.stderr));
-        (out.status.success(), text)
+        exec_outcome(out)
     }
 
     /// Only the main thread changes the MTU, between the phases of `interop_with_rxe`; a
@@ -2291,9 +2301,6 @@ fn ends_without_closing_handshake(case: &Case) -> bool {
     case.netem.is_some() && (both("pingpong") || both("write_lat"))
 }
 
-/// The guest side's own `timeout` on perftest and the ping-pongs is 150 s (120 s for most).
-const GUEST_CLIENT_EXEC_TIMEOUT: Duration = Duration::from_secs(170);
-
 /// Whether the failure of the `stuck` end is exactly the race above, proven by the capture
 /// (taken on the bridge: behind the impaired guest's egress, ahead of its ingress). After the
 /// first copy of the stuck end's last new request, the stuck end only resent, and whatever
@@ -2355,19 +2362,15 @@ fn final_ack_lost_after_peer_exit(
         ));
     }
     let acked = after().any(|(f, _)| f.src == done_ip && is_positive_ack(f) && f.psn == last_psn);
+    let the_ack = format!("the {done_name}'s ACK of the {stuck_name}'s last PSN {last_psn}");
     // netem runs on the case's guest (`case_guest`).
     let stuck_link_impaired = stuck_at == At::Guest(case_guest(case));
     match (stuck_link_impaired, acked) {
-        (true, false) => {
-            return Err(format!(
-            "the {done_name}'s ACK of the {stuck_name}'s last PSN {last_psn} is not in the capture"
-        ))
-        }
+        (true, false) => return Err(format!("{the_ack} is not in the capture")),
         (false, true) => {
             return Err(format!(
-            "the {done_name}'s ACK of the {stuck_name}'s last PSN {last_psn} passed the bridge, \
-                 and the {stuck_name}'s link is not impaired"
-        ))
+                "{the_ack} passed the bridge, and the {stuck_name}'s link is not impaired"
+            ))
         }
         _ => {}
     }
@@ -2378,7 +2381,7 @@ fn final_ack_lost_after_peer_exit(
         ));
     }
     Ok(format!(
-        "the {done_name} finished and exited; its ACK of the {stuck_name}'s last PSN {last_psn} was lost on the {}'s link, so the {stuck_name} {} ({resends} resends)",
+        "the {done_name} finished and exited; {the_ack} was lost on the {}'s link, so the {stuck_name} {} ({resends} resends)",
         if acked { stuck_name } else { done_name },
         if gave_up { "ended with retry exceeded" } else { "resent its last message until killed" },
     ))
@@ -2958,24 +2961,19 @@ fn an_end_left_waiting_for_a_lost_final_ack_is_told_apart() {
         netem: None,
         ..case(G1, G2)
     }));
-    let write_lat = Case {
-        server: (HOST, "{xroce} perf write_lat -n 500 -s 64"),
-        client: (
-            G1,
-            "timeout 150 ib_write_lat -d rxe0 -x 1 -F -n 500 -s 64 {srv}",
-        ),
+    let perftest = |server: &'static str, client: &'static str| Case {
+        server: (HOST, server),
+        client: (G1, client),
         ..case(HOST, G1)
     };
-    assert!(ends_without_closing_handshake(&write_lat));
-    let send_lat = Case {
-        server: (HOST, "{xroce} perf send_lat -n 500 -s 64"),
-        client: (
-            G1,
-            "timeout 150 ib_send_lat -d rxe0 -x 1 -F -n 500 -s 64 {srv}",
-        ),
-        ..case(HOST, G1)
-    };
-    assert!(!ends_without_closing_handshake(&send_lat));
+    assert!(ends_without_closing_handshake(&perftest(
+        xp!("write_lat", "-n 500 -s 64"),
+        pt!("ib_write_lat", "-n 500 -s 64 {srv}")
+    )));
+    assert!(!ends_without_closing_handshake(&perftest(
+        xp!("send_lat", "-n 500 -s 64"),
+        pt!("ib_send_lat", "-n 500 -s 64 {srv}")
+    )));
 }
 
 /// Two real traces of the race, from a lab run (2026-12-06, both under 1% loss on the guest's
