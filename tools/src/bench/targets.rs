@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::hiccups::Hiccups;
 use super::render::{left, right, table};
-use super::{BenchReport, Progress, BASE_MTU, UC_SEND_LAT, UC_SEND_LAT_SIZE};
+use super::{BenchReport, Progress, XroceLatRow, BASE_MTU, UC_SEND_LAT};
 
 /// Whether a target's ratio must reach its threshold from below or stay under it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -55,22 +55,23 @@ impl Target {
     }
 }
 
+/// The run's 64-byte busy-poll latency row of `test` at the base MTU: the row the latency
+/// targets, the ACK's share and the hiccups' verdict read.
+fn busy_poll_64<'r>(r: &'r BenchReport, test: &str) -> Option<&'r XroceLatRow> {
+    r.xroce.as_ref()?.lat.iter().find(|l| {
+        l.test == test && l.size == 64 && l.mode == Progress::BusyPoll && l.link_mtu == BASE_MTU
+    })
+}
+
+// The ACK's share compares the UC row with the 64-byte RC row of the same lookup.
+const _: () = assert!(super::UC_SEND_LAT_SIZE == 64);
+
 /// The targets of a run, in the order docs/performance.md gives them.
 pub fn targets(r: &BenchReport) -> Vec<Target> {
     let bw = |test: &str, qps: usize| {
         r.xroce.as_ref().and_then(|x| {
             x.bw.iter()
                 .find(|b| b.test == test && b.size == 64 && b.qps == qps && b.link_mtu == BASE_MTU)
-        })
-    };
-    let lat = |test: &str| {
-        r.xroce.as_ref().and_then(|x| {
-            x.lat.iter().find(|l| {
-                l.test == test
-                    && l.size == 64
-                    && l.mode == Progress::BusyPoll
-                    && l.link_mtu == BASE_MTU
-            })
         })
     };
     let target = |name, ratio: Option<f64>, bound, threshold, goal| Target {
@@ -128,7 +129,7 @@ pub fn targets(r: &BenchReport) -> Vec<Target> {
             "write_lat 64 B busy-poll p99 / its median",
         ),
     ] {
-        let row = lat(test);
+        let row = busy_poll_64(r, test);
         v.push(target(
             vs_ceiling_name,
             row.and_then(|l| l.vs_ceiling.as_ref().map(|c| c.median.ratio)),
@@ -182,15 +183,7 @@ pub fn targets(r: &BenchReport) -> Vec<Target> {
 /// the UC one (the same ping-pong with no ACK), with the UC row's ratio to the raw ping-pong
 /// (xroce's own work, the ACK aside). `None` when the run lacks either row.
 pub fn ack_share(r: &BenchReport) -> Option<String> {
-    let row = |test: &str| {
-        r.xroce.as_ref()?.lat.iter().find(|l| {
-            l.test == test
-                && l.size == UC_SEND_LAT_SIZE
-                && l.mode == Progress::BusyPoll
-                && l.link_mtu == BASE_MTU
-        })
-    };
-    let (rc, uc) = (row("send_lat")?, row(UC_SEND_LAT)?);
+    let (rc, uc) = (busy_poll_64(r, "send_lat")?, busy_poll_64(r, UC_SEND_LAT)?);
     if rc.median_us < uc.median_us {
         return Some(format!(
             "send_lat 64 B busy-poll median: RC {:.2} us, UC {:.2} us: UC slower than RC in this run (noise), no split",
@@ -261,13 +254,10 @@ pub fn render(r: &BenchReport) -> String {
         let _ = writeln!(s, "{line}");
     }
     if let Some(h) = &r.machine.hiccups {
-        let rows = r.xroce.iter().flat_map(|x| &x.lat).filter(|l| {
-            ["send_lat", "write_lat"].contains(&l.test)
-                && l.size == 64
-                && l.mode == Progress::BusyPoll
-                && l.link_mtu == BASE_MTU
-        });
-        for l in rows {
+        for l in ["send_lat", "write_lat"]
+            .into_iter()
+            .filter_map(|test| busy_poll_64(r, test))
+        {
             let _ = writeln!(s, "{}", tail_against_hiccups(l.test, l.median_us, h));
         }
     }
