@@ -427,6 +427,7 @@ mod tests {
                 messages: 3_500_000,
                 seconds: 1.0,
                 msg_rate_mpps: 3.5,
+                tenths_mpps: vec![3.4, 3.6],
             }),
             targets: vec![],
             notes: vec![],

@@ -214,6 +214,7 @@ fn quick_json_has_every_section_and_consistent_ratios() {
         "== 4. Scale",
         "== 5. Threads",
         "== 7. The engine alone",
+        " tenths: ",
         "== Targets",
         "load average at start",
         "hiccups: a thread spinning for",
@@ -231,6 +232,13 @@ fn quick_json_has_every_section_and_consistent_ratios() {
     let engine = &doc["engine"];
     assert!(
         num(engine, "msg_rate_mpps") > 0.0 && num(engine, "messages") > 0.0,
+        "{engine}"
+    );
+    // The row's tenths: the rate in each tenth of its run, every one a rate.
+    let tenths = engine["tenths_mpps"].as_array().expect("tenths_mpps");
+    assert!(
+        (1..=10).contains(&tenths.len())
+            && tenths.iter().all(|t| t.as_f64().is_some_and(|r| r > 0.0)),
         "{engine}"
     );
     let target = doc["targets"]

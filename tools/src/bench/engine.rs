@@ -138,21 +138,64 @@ pub fn measure(duration: Duration) -> anyhow::Result<EngineSection> {
     while warm_up.elapsed() < duration / 10 {
         window(&mut a, &mut b, &mut buf, &mut wcs)?;
     }
+    // The rate of each tenth of the run as well as the whole: on a shared machine the core's
+    // speed can drift within seconds, and their spread says whether it did during this row.
+    // A tenth ends at the first window past its boundary (start + k tenths), so the last
+    // ends with the run; a window longer than a tenth makes one tenth of two.
+    let tenth = duration / 10;
     let (start, mut messages) = (Instant::now(), 0u64);
-    while start.elapsed() < duration {
+    let (mut tenth_start, mut tenth_messages, mut boundary) = (start, 0u64, 1u32);
+    let mut tenths_mpps = Vec::with_capacity(10);
+    let mut now = start;
+    while now - start < duration {
         let delivered = window(&mut a, &mut b, &mut buf, &mut wcs)?;
         if delivered != WINDOW {
             anyhow::bail!("a window of {WINDOW} SENDs delivered {delivered}");
         }
         messages += delivered;
+        tenth_messages += delivered;
+        now = Instant::now();
+        if now - start >= tenth * boundary {
+            let seconds = (now - tenth_start).as_secs_f64();
+            tenths_mpps.push(tenth_messages as f64 / seconds / 1e6);
+            (tenth_start, tenth_messages) = (now, 0);
+            while now - start >= tenth * boundary {
+                boundary += 1;
+            }
+        }
     }
-    let seconds = start.elapsed().as_secs_f64();
+    let seconds = (now - start).as_secs_f64();
     Ok(EngineSection {
         size: ENGINE_MESSAGE as u64,
         messages,
         seconds,
         msg_rate_mpps: messages as f64 / seconds / 1e6,
+        tenths_mpps,
     })
+}
+
+/// Above this ratio of the fastest tenth to the slowest, the row says the machine drifted.
+const DRIFT: f64 = 1.15;
+
+/// The spread of the row's tenths, and whether the machine's speed drifted during it.
+pub fn tenths_line(tenths_mpps: &[f64]) -> Option<String> {
+    let mut sorted = tenths_mpps.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let (&slowest, &fastest) = (sorted.first()?, sorted.last()?);
+    let median = sorted[sorted.len() / 2];
+    let verdict = if fastest > DRIFT * slowest {
+        format!(
+            "the core's speed drifted during the row (the fastest tenth {:.2}x the slowest): \
+             this machine, not the code, moves the figure by that much",
+            fastest / slowest
+        )
+    } else {
+        "steady".to_string()
+    };
+    Some(format!(
+        "its {} tenths: {slowest:.2}-{fastest:.2} M msg/s, median {median:.2}: {verdict}",
+        sorted.len()
+    ))
 }
 
 #[cfg(test)]
@@ -160,9 +203,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_tenths_line_tells_a_steady_row_from_a_drifting_one() {
+        let steady = tenths_line(&[2.0, 2.1, 2.05, 1.95]).unwrap();
+        assert_eq!(
+            steady,
+            "its 4 tenths: 1.95-2.10 M msg/s, median 2.05: steady"
+        );
+        let drifting = tenths_line(&[2.8, 1.4, 2.7, 2.6]).unwrap();
+        assert!(
+            drifting.starts_with(
+                "its 4 tenths: 1.40-2.80 M msg/s, median 2.70: the core's speed drifted"
+            ) && drifting.contains("2.00x the slowest"),
+            "{drifting}"
+        );
+        assert_eq!(tenths_line(&[]), None);
+    }
+
+    #[test]
     fn the_engine_row_moves_every_message() {
         let e = measure(Duration::from_millis(50)).unwrap();
         assert!(e.messages >= WINDOW && e.messages % WINDOW == 0, "{e:?}");
         assert!(e.msg_rate_mpps > 0.0 && e.seconds >= 0.05, "{e:?}");
+        // Ten tenths, fewer only if a window outlasted one (a long stall of the machine).
+        assert!((1..=10).contains(&e.tenths_mpps.len()), "{e:?}");
+        assert!(e.tenths_mpps.iter().all(|&r| r > 0.0), "{e:?}");
     }
 }

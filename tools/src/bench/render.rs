@@ -426,6 +426,9 @@ pub fn render_text(r: &BenchReport) -> String {
             "  {:.3} M msg/s ({} messages in {:.2} s; both ends' work, one signaled in 16)",
             e.msg_rate_mpps, e.messages, e.seconds
         );
+        if let Some(line) = super::engine::tenths_line(&e.tenths_mpps) {
+            let _ = writeln!(s, "  {line}");
+        }
     }
     if r.xroce.is_some() || r.scale.is_some() || r.engine.is_some() {
         s.push_str(&targets::render(r));

@@ -176,6 +176,9 @@ pub struct EngineSection {
     pub seconds: f64,
     /// Messages per second, in millions.
     pub msg_rate_mpps: f64,
+    /// The rate in each tenth of the timed part, in order (M msg/s): their spread shows
+    /// whether the machine's speed drifted during the row.
+    pub tenths_mpps: Vec<f64>,
 }
 
 /// One latency row of xroce.
