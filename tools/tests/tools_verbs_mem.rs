@@ -959,3 +959,25 @@ fn endpoint_inline_size_is_bounded_by_the_qp() {
     let err = ep.set_inline(max + 1).unwrap_err().to_string();
     assert!(err.contains("max_inline_data"), "{err}");
 }
+
+#[test]
+fn a_bw_client_waits_out_a_long_moderated_completion_while_the_peer_answers() {
+    // read_bw, 64 READs of 8 MiB: with CQ moderation only the last is signalled, so the
+    // first completion comes after 512 MiB. The stall timeout (100 ms) is far shorter than
+    // that, but the peer answers all along: the client must finish, not say "the peer
+    // stopped answering" (the rxe lab's 8 MiB READs met exactly this).
+    let mut opts = PerfOptions::defaults(TestKind::ReadBw);
+    opts.size = 8 << 20;
+    opts.iters = 64;
+    opts.stall_timeout = Duration::from_millis(100);
+    opts.settle_depths();
+    let started = std::time::Instant::now();
+    let (server, client) = perf_over_lossy(opts, 0.0, None);
+    let took = started.elapsed();
+    let (_, client) = (server.unwrap(), client.unwrap());
+    assert!(client.contains(" 8388608 "), "{client}");
+    assert!(
+        took > Duration::from_millis(400),
+        "the run ({took:?}) must outlast the stall timeout for this test to mean anything"
+    );
+}
